@@ -1,0 +1,77 @@
+//! The interface every device allocator implements.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::{AllocError, Site};
+
+/// Alignment of every block handed out, in bytes (enough for AVX-512 loads of any dtype).
+pub const BLOCK_ALIGN: usize = 64;
+
+/// A block of device memory owned by whoever holds this value.
+///
+/// A `Block` is not `Clone`: exactly one owner returns it, once, to the allocator that made it.
+#[derive(Debug)]
+pub struct Block {
+    ptr: NonNull<u8>,
+    size: usize,
+    site: Site,
+}
+
+// SAFETY: a Block is a unique owner of its bytes; moving it between threads moves that
+// ownership. Access to the bytes is synchronised by the storage that holds the block.
+unsafe impl Send for Block {}
+// SAFETY: `&Block` only exposes the address and size, never the bytes.
+unsafe impl Sync for Block {}
+
+impl Block {
+    /// Wraps memory an allocator produced.
+    ///
+    /// # Safety
+    /// `ptr` must point to `size` bytes aligned to [`BLOCK_ALIGN`] that stay valid until the
+    /// block is passed back to the allocator that created it.
+    pub unsafe fn from_raw(ptr: NonNull<u8>, size: usize, site: Site) -> Self {
+        Block { ptr, size, site }
+    }
+
+    /// Start of the block.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Size in bytes, as requested.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Where the block was requested from.
+    pub fn site(&self) -> Site {
+        self.site
+    }
+}
+
+/// An allocator for one device. Storages keep the allocator they came from and return their
+/// block to it when their last handle drops.
+pub trait DeviceAllocator: Send + Sync + fmt::Debug {
+    /// Allocates `size` bytes (zero is allowed and costs nothing), recording `site`.
+    fn allocate(&self, size: usize, site: &Site) -> Result<Block, AllocError>;
+
+    /// Returns a block.
+    ///
+    /// # Safety
+    /// `block` must have been returned by `allocate` on this same allocator, and no pointer
+    /// into it may be used afterwards.
+    unsafe fn deallocate(&self, block: Block);
+
+    /// Bytes currently handed out to live blocks.
+    fn memory_allocated(&self) -> usize;
+
+    /// The highest `memory_allocated` since creation or the last `reset_peak_memory_stats`.
+    fn max_memory_allocated(&self) -> usize;
+
+    /// Restarts peak tracking from the current value.
+    fn reset_peak_memory_stats(&self);
+
+    /// A short name for messages (`"host"`, `"caching"`).
+    fn name(&self) -> &str;
+}

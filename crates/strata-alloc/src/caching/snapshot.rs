@@ -1,0 +1,172 @@
+//! Snapshots: the allocator's segments, blocks and trace, in the structure of PyTorch's
+//! `torch.cuda.memory._snapshot()`, serialisable to JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::PoolKind;
+use super::history::TraceAction;
+use crate::Site;
+
+/// One stack frame. strata records one frame per allocation: the user's source line and the
+/// op (`name`) that allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// Source file.
+    pub filename: String,
+    /// Line in `filename`.
+    pub line: u32,
+    /// The op that allocated.
+    pub name: String,
+}
+
+impl Frame {
+    pub(crate) fn frames(site: Option<Site>) -> Vec<Frame> {
+        site.map(|s| {
+            vec![Frame {
+                filename: s.file.to_string(),
+                line: s.line,
+                name: s.op.to_string(),
+            }]
+        })
+        .unwrap_or_default()
+    }
+}
+
+/// The state of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Handed out.
+    ActiveAllocated,
+    /// Freed by its owner, but other streams that used it have not finished yet.
+    ActivePendingFree,
+    /// Free, cached.
+    Inactive,
+}
+
+/// A block inside a segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSnapshot {
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes (rounded).
+    pub size: u64,
+    /// The caller's bytes (0 for free blocks).
+    pub requested_size: u64,
+    /// Allocated, pending free, or free.
+    pub state: BlockState,
+    /// Where it was allocated (empty for free blocks).
+    pub frames: Vec<Frame>,
+}
+
+/// A segment (for an expandable segment: one contiguous mapped range of it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSnapshot {
+    /// Device index (always 0 here).
+    pub device: i64,
+    /// Start address.
+    pub address: u64,
+    /// Size in bytes.
+    pub total_size: u64,
+    /// Bytes of allocated blocks.
+    pub allocated_size: u64,
+    /// Bytes of allocated and pending-free blocks.
+    pub active_size: u64,
+    /// Callers' bytes of active blocks.
+    pub requested_size: u64,
+    /// The stream the segment belongs to.
+    pub stream: u64,
+    /// `"small"` or `"large"`.
+    pub segment_type: PoolKind,
+    /// Memory pool id; `(0, 0)` is the default pool.
+    pub segment_pool_id: (u64, u64),
+    /// Whether this is (part of) an expandable segment.
+    pub is_expandable: bool,
+    /// Where the segment was created.
+    pub frames: Vec<Frame>,
+    /// The blocks, in address order, tiling the segment.
+    pub blocks: Vec<BlockSnapshot>,
+}
+
+/// A trace entry as a snapshot stores it. An `oom` entry has `device_free` instead of `addr`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEntrySnapshot {
+    /// `alloc`, `free_requested`, `free_completed`, `segment_alloc`, `segment_free`,
+    /// `segment_map`, `segment_unmap`, `oom` or `snapshot`.
+    pub action: TraceAction,
+    /// Block, segment or range address (absent for `oom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<u64>,
+    /// The device's free bytes (only for `oom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+    /// Bytes.
+    pub size: u64,
+    /// Stream.
+    pub stream: u64,
+    /// Microseconds since the Unix epoch.
+    pub time_us: i64,
+    /// Where it came from.
+    pub frames: Vec<Frame>,
+}
+
+/// The settings in force when the snapshot was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorSettings {
+    /// The raw settings text.
+    #[serde(rename = "STRATA_ALLOC_CONF")]
+    pub conf: String,
+    /// `native` or `system`.
+    pub backend: String,
+    /// Bytes, -1 when unlimited.
+    pub max_split_size: i64,
+    /// 0 when off.
+    pub garbage_collection_threshold: f64,
+    /// Whether new memory goes into expandable segments.
+    pub expandable_segments: bool,
+    /// Divisions per bucket, keyed by the bucket's start in MiB (`"1"`, `"2"`, `"4"`, ...).
+    pub roundup_power2_divisions: BTreeMap<String, u64>,
+    /// The memory limit in bytes, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
+}
+
+/// Everything the allocator holds, plus the recorded history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Segments in address order.
+    pub segments: Vec<SegmentSnapshot>,
+    /// One list of trace entries per device, oldest first.
+    pub device_traces: Vec<Vec<TraceEntrySnapshot>>,
+    /// Settings.
+    pub allocator_settings: AllocatorSettings,
+}
+
+impl Snapshot {
+    /// Compact JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a snapshot always serialises")
+    }
+
+    /// Indented JSON.
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a snapshot always serialises")
+    }
+
+    /// Reads a snapshot written by [`to_json`](Self::to_json).
+    pub fn from_json(s: &str) -> Result<Snapshot, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+
+    /// Sum of `total_size` over all segments.
+    pub fn total_reserved(&self) -> u64 {
+        self.segments.iter().map(|s| s.total_size).sum()
+    }
+
+    /// Sum of `allocated_size` over all segments.
+    pub fn total_allocated(&self) -> u64 {
+        self.segments.iter().map(|s| s.allocated_size).sum()
+    }
+}
