@@ -1,0 +1,41 @@
+//! strata's tensors: dtypes, layouts, storage, the element-wise engine and the ops.
+//!
+//! A [`Tensor`] is a strided view onto a [`storage::Storage`]: views share memory and the
+//! version counter, memory returns to its allocator the moment the last handle drops, and
+//! every op validates its inputs before it allocates or writes anything, so an `Err` leaves
+//! everything as it was.
+//!
+//! ```
+//! use strata_core::{Tensor, DType};
+//! let x = Tensor::arange(12, DType::F32)?.view(&[3, 4])?;
+//! let col = x.select(1, 2)?;             // a view of column 2
+//! col.mul_(10.0)?;                        // written through the view
+//! assert_eq!(x.to_vec::<f32>()?[2], 20.0);
+//! # Ok::<(), strata_core::Error>(())
+//! ```
+
+pub mod device;
+pub mod dtype;
+pub mod engine;
+pub mod error;
+pub mod layout;
+pub mod op;
+pub mod ops;
+pub mod random;
+pub mod routing;
+pub mod scalar;
+pub mod storage;
+pub mod tensor;
+
+pub use device::Device;
+pub use dtype::{DType, Element};
+pub use error::{Error, Result};
+pub use op::OpContext;
+pub use ops::binary::Other;
+pub use ops::views::SplitSize;
+pub use random::{manual_seed, Generator};
+pub use routing::{
+    max_memory_allocated, memory_allocated, reset_peak_memory_stats, with_allocator,
+};
+pub use scalar::Scalar;
+pub use tensor::{Tensor, ViewCreation, ViewInfo};

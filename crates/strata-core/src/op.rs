@@ -1,0 +1,108 @@
+//! The one way into every op: an [`OpContext`] built at the public entry point.
+//!
+//! Public ops are `#[track_caller]` and start with `OpContext::enter("name")`, which captures
+//! the user's source location, the op name, the allocator to use, and notifies the observer
+//! hook. Allocation sites, profiling and (later) autograd decisions live here, once. Closures
+//! and module boundaries lose `#[track_caller]`, so the context is captured at the entry and
+//! passed down, never re-derived.
+
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use strata_alloc::{DeviceAllocator, Site};
+
+use crate::routing::current_allocator;
+use crate::storage::Storage;
+use crate::{Device, Error, Result};
+
+/// Receives op begin/end events (for profilers). Installed with [`set_observer`].
+pub trait OpObserver: Send + Sync {
+    /// An op started.
+    fn op_begin(&self, op: &'static str, location: &'static Location<'static>);
+    /// The op that started last on this thread finished (successfully or not).
+    fn op_end(&self, op: &'static str);
+}
+
+static OBSERVED: AtomicBool = AtomicBool::new(false);
+static OBSERVER: RwLock<Option<Arc<dyn OpObserver>>> = RwLock::new(None);
+
+/// Installs (or with `None` removes) the process-wide op observer. With none installed the
+/// hook costs one atomic load per op.
+pub fn set_observer(observer: Option<Arc<dyn OpObserver>>) {
+    let mut slot = OBSERVER.write().unwrap_or_else(|p| p.into_inner());
+    OBSERVED.store(observer.is_some(), Ordering::Release);
+    *slot = observer;
+}
+
+fn observer() -> Option<Arc<dyn OpObserver>> {
+    if !OBSERVED.load(Ordering::Acquire) {
+        return None;
+    }
+    OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Everything an op knows about the call that started it.
+pub struct OpContext {
+    op: &'static str,
+    location: &'static Location<'static>,
+    observer: Option<Arc<dyn OpObserver>>,
+}
+
+impl OpContext {
+    /// Starts op `op` for the caller of the `#[track_caller]` function that calls this.
+    #[track_caller]
+    #[inline]
+    pub fn enter(op: &'static str) -> Self {
+        let location = Location::caller();
+        let observer = observer();
+        if let Some(o) = &observer {
+            o.op_begin(op, location);
+        }
+        OpContext {
+            op,
+            location,
+            observer,
+        }
+    }
+
+    /// The op's name.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// The user's source location.
+    pub fn location(&self) -> &'static Location<'static> {
+        self.location
+    }
+
+    /// The allocation site this op records.
+    pub fn site(&self) -> Site {
+        Site::new(self.location, self.op)
+    }
+
+    /// The allocator new storages on `device` come from.
+    pub fn allocator(&self, device: Device) -> Result<Arc<dyn DeviceAllocator>> {
+        current_allocator(device)
+    }
+
+    /// A new storage of `nbytes` on `device`, attributed to this op's site.
+    pub fn allocate(&self, nbytes: usize, device: Device) -> Result<Arc<Storage>> {
+        let allocator = self.allocator(device)?;
+        let block = allocator
+            .allocate(nbytes, &self.site())
+            .map_err(|source| Error::OutOfMemory {
+                op: self.op,
+                source,
+            })?;
+        Ok(Arc::new(Storage::from_block(allocator, block, device)))
+    }
+}
+
+impl Drop for OpContext {
+    fn drop(&mut self) {
+        if let Some(o) = &self.observer {
+            o.op_end(self.op);
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! Setting up element-wise loops for ops: broadcasting, overlap checks, output layout, and
+//! locking — the *infer* half is [`ElementwiseSpec::infer`], the *execute* half
+//! [`Prepared::execute`].
+
+use crate::engine::{Operand, Plan};
+use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
+use crate::layout::order::{iteration_order, output_strides, OrderOperand};
+use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};
+use crate::layout::Layout;
+use crate::op::OpContext;
+use crate::storage::{lock_storages, Access};
+use crate::tensor::Body;
+use crate::{DType, Error, Result, Tensor};
+
+/// Where an element-wise op writes.
+pub(crate) enum Output<'a> {
+    /// A new tensor of this dtype, laid out in the inputs' stride order.
+    New(DType),
+    /// A new tensor with exactly this layout (dense, offset 0, the broadcast shape).
+    NewWithLayout(DType, Layout),
+    /// An existing tensor (in-place ops, `copy_`), which must already have the broadcast
+    /// shape.
+    Existing(&'a Tensor),
+    /// The output of an `out=` op: resized to the broadcast shape when it has another.
+    Out(&'a Tensor),
+}
+
+/// An element-wise op's operands, before validation.
+pub(crate) struct ElementwiseSpec<'a> {
+    output: Output<'a>,
+    inputs: Vec<&'a Tensor>,
+    /// A number takes part as an operand (it counts as a 0-d operand for layout decisions).
+    scalar_operand: bool,
+}
+
+impl<'a> ElementwiseSpec<'a> {
+    /// An op writing `output` from `inputs`.
+    pub fn new(output: Output<'a>, inputs: Vec<&'a Tensor>) -> Self {
+        ElementwiseSpec {
+            output,
+            inputs,
+            scalar_operand: false,
+        }
+    }
+
+    /// Marks that a number is also an operand (`x + 2`): as in PyTorch it is a 0-d operand,
+    /// so the operands no longer all have the same shape and the output layout follows the
+    /// stride order rather than the fast same-shape rule.
+    pub fn with_scalar_operand(mut self, yes: bool) -> Self {
+        self.scalar_operand = yes;
+        self
+    }
+}
+
+/// PyTorch's "fast setup" for a new output when every operand has the same shape: a
+/// contiguous result if all are contiguous, channels-last if all are, the strides of the last
+/// input if all are dense with identical strides; `None` to fall back to the stride order.
+fn fast_setup_strides(layouts: &[&Layout], scalar_operand: bool) -> Option<Vec<usize>> {
+    let first = layouts.first()?;
+    if scalar_operand || layouts.iter().any(|l| l.sizes() != first.sizes()) {
+        return None;
+    }
+    if layouts.iter().all(|l| l.is_contiguous()) {
+        return Some(crate::layout::contiguous_strides(first.sizes()));
+    }
+    if layouts.iter().all(|l| l.is_channels_last_contiguous()) {
+        return Some(crate::layout::channels_last_strides(first.sizes()));
+    }
+    let last = layouts.last()?;
+    if layouts
+        .iter()
+        .all(|l| l.is_non_overlapping_and_dense() && l.strides() == last.strides())
+    {
+        return Some(last.strides().to_vec());
+    }
+    None
+}
+
+/// A validated element-wise op: nothing allocated or written yet.
+pub(crate) struct Prepared {
+    shape: Vec<usize>,
+    out: OutPlan,
+    inputs: Vec<(Body, DType, Vec<usize>)>,
+    perm: Vec<usize>,
+    parallel: bool,
+    bump_version: bool,
+}
+
+enum OutPlan {
+    New(DType, Layout),
+    Existing(Tensor, Body),
+    /// An `out=` tensor to resize to the shape, then write as an existing output.
+    Resize(Tensor, Vec<Tensor>),
+}
+
+fn shape_error(op: &'static str, a: &[usize], b: &[usize], mismatch: String) -> Error {
+    Error::shape(op, mismatch, vec![a.to_vec(), b.to_vec()]).with_hint(
+        "shapes broadcast when, aligned from the right, each pair of sizes is equal or one of \
+         them is 1",
+    )
+}
+
+impl ElementwiseSpec<'_> {
+    /// Validates shapes and overlap and decides the output layout and loop order.
+    pub fn infer(self, op: &'static str) -> Result<Prepared> {
+        self.infer_checked(op, true)
+    }
+
+    /// As [`ElementwiseSpec::infer`] for a fill, which PyTorch allows on a self-overlapping
+    /// (expanded) tensor: every element gets the same value whatever the order.
+    pub fn infer_fill(self, op: &'static str) -> Result<Prepared> {
+        self.infer_checked(op, false)
+    }
+
+    fn infer_checked(self, op: &'static str, refuse_self_overlap: bool) -> Result<Prepared> {
+        if let Output::Out(out) = self.output {
+            return self.infer_out(op, out);
+        }
+        let out_body = match &self.output {
+            Output::Existing(t) => Some(t.body()),
+            Output::Out(_) => None,
+            Output::New(_) | Output::NewWithLayout(..) => None,
+        };
+        let bodies: Vec<Body> = self.inputs.iter().map(|t| t.body()).collect();
+        // Broadcast every operand, the existing output included, as PyTorch does.
+        let mut shape: Vec<usize> = match (&out_body, &self.output) {
+            (Some(b), _) => b.layout.sizes().to_vec(),
+            (None, Output::NewWithLayout(_, l)) => l.sizes().to_vec(),
+            (None, _) => bodies.first().map(|b| b.layout.sizes().to_vec()).unwrap_or_default(),
+        };
+        for b in &bodies {
+            shape = broadcast_shapes(&shape, b.layout.sizes())
+                .map_err(|m| shape_error(op, &shape, b.layout.sizes(), m.describe()))?;
+        }
+        if let Some(ob) = &out_body {
+            if ob.layout.sizes() != shape.as_slice() {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "the output has shape {:?} but the inputs broadcast to {shape:?}",
+                        ob.layout.sizes()
+                    ),
+                    vec![ob.layout.sizes().to_vec(), shape.clone()],
+                )
+                .with_hint("an in-place op cannot change the shape of the tensor it writes; use the out-of-place op"));
+            }
+        }
+        let mut parallel = true;
+        if let Some(ob) = &out_body {
+            match internal_overlap(&ob.layout) {
+                InternalOverlap::Yes if !refuse_self_overlap => parallel = false,
+                InternalOverlap::Yes => {
+                    return Err(Error::Overlap {
+                        op,
+                        message: "more than one element of the written-to tensor refers to the \
+                                  same memory location"
+                            .into(),
+                        hint: Some(
+                            "the tensor is expanded or otherwise self-overlapping; write to a \
+                             copy (deep_clone()) instead"
+                                .into(),
+                        ),
+                    })
+                }
+                InternalOverlap::TooHard => parallel = false,
+                InternalOverlap::No => {}
+            }
+            for b in &bodies {
+                if b.storage.id() != ob.storage.id() {
+                    continue;
+                }
+                match overlap(&ob.layout, &b.layout) {
+                    Overlap::Partial => {
+                        return Err(Error::Overlap {
+                            op,
+                            message: "some elements of an input and of the written-to tensor \
+                                      refer to the same memory location at different positions"
+                                .into(),
+                            hint: Some(
+                                "pass a copy of the input (deep_clone()) or write to a new tensor"
+                                    .into(),
+                            ),
+                        })
+                    }
+                    Overlap::TooHard => parallel = false,
+                    Overlap::Full | Overlap::No => {}
+                }
+            }
+        }
+        let input_strides: Vec<Vec<usize>> = bodies
+            .iter()
+            .map(|b| broadcast_strides(b.layout.sizes(), b.layout.strides(), &shape))
+            .collect();
+        let out_strides_existing = out_body
+            .as_ref()
+            .map(|b| b.layout.strides().to_vec());
+        let mut order_ops: Vec<OrderOperand<'_>> = Vec::new();
+        if let Some(s) = &out_strides_existing {
+            order_ops.push(OrderOperand {
+                strides: s,
+                is_reduction_output: false,
+            });
+        }
+        for s in &input_strides {
+            order_ops.push(OrderOperand {
+                strides: s,
+                is_reduction_output: false,
+            });
+        }
+        let perm = iteration_order(&shape, &order_ops);
+        let out = match (self.output, out_body) {
+            (Output::Existing(t), Some(b)) => OutPlan::Existing(t.clone(), b),
+            (Output::NewWithLayout(dtype, layout), _) => {
+                if layout.sizes() != shape.as_slice() {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "the inputs broadcast to {shape:?}, not the requested {:?}",
+                            layout.sizes()
+                        ),
+                        vec![layout.sizes().to_vec(), shape.clone()],
+                    ));
+                }
+                OutPlan::New(dtype, layout)
+            }
+            (Output::New(dtype), _) => {
+                let layouts: Vec<&Layout> = bodies.iter().map(|b| &b.layout).collect();
+                let strides = fast_setup_strides(&layouts, self.scalar_operand)
+                    .unwrap_or_else(|| output_strides(&shape, &perm));
+                let layout = Layout::new(shape.clone(), strides, 0);
+                if layout.validate(dtype.size()).is_none() {
+                    return Err(Error::shape(
+                        op,
+                        format!("the result of shape {shape:?} is too large to address"),
+                        vec![shape.clone()],
+                    ));
+                }
+                OutPlan::New(dtype, layout)
+            }
+            (Output::Existing(_) | Output::Out(_), _) => {
+                return Err(Error::Unsupported {
+                    op,
+                    message: "internal: an existing output without a body".into(),
+                })
+            }
+        };
+        let inputs = bodies
+            .into_iter()
+            .zip(&self.inputs)
+            .zip(input_strides)
+            .map(|((b, t), s)| (b, t.dtype(), s))
+            .collect();
+        Ok(Prepared {
+            shape,
+            out,
+            inputs,
+            perm,
+            parallel,
+            bump_version: true,
+        })
+    }
+}
+
+impl ElementwiseSpec<'_> {
+    /// An `out=` op: checks overlap on the output as it is now (as PyTorch does, before any
+    /// resize), then plans as if it were an in-place write into an output of the broadcast
+    /// shape; the resize itself happens in `execute`.
+    fn infer_out(self, op: &'static str, out: &Tensor) -> Result<Prepared> {
+        let bodies: Vec<Body> = self.inputs.iter().map(|t| t.body()).collect();
+        let mut shape = bodies.first().map(|b| b.layout.sizes().to_vec()).unwrap_or_default();
+        for b in &bodies {
+            shape = broadcast_shapes(&shape, b.layout.sizes())
+                .map_err(|m| shape_error(op, &shape, b.layout.sizes(), m.describe()))?;
+        }
+        let ob = out.body();
+        if internal_overlap(&ob.layout) == InternalOverlap::Yes {
+            return Err(Error::Overlap {
+                op,
+                message: "more than one element of the output refers to the same memory location"
+                    .into(),
+                hint: Some("pass a fresh output tensor".into()),
+            });
+        }
+        for b in &bodies {
+            if b.storage.id() == ob.storage.id()
+                && matches!(overlap(&ob.layout, &b.layout), Overlap::Partial | Overlap::Full)
+                && ob.layout.sizes() != shape.as_slice()
+            {
+                return Err(Error::Overlap {
+                    op,
+                    message: "the output shares memory with an input and would have to be resized"
+                        .into(),
+                    hint: Some("pass an output that does not alias the inputs".into()),
+                });
+            }
+        }
+        if ob.layout.sizes() == shape.as_slice() {
+            return ElementwiseSpec::new(Output::Existing(out), self.inputs.clone())
+                .with_scalar_operand(self.scalar_operand)
+                .infer(op);
+        }
+        Ok(Prepared {
+            shape,
+            out: OutPlan::Resize(out.clone(), self.inputs.iter().map(|t| (*t).clone()).collect()),
+            inputs: vec![],
+            perm: vec![],
+            parallel: true,
+            bump_version: true,
+        })
+    }
+}
+
+impl Prepared {
+    /// Leaves an existing output's version alone, for ops that write in several steps and
+    /// count as one write.
+    pub fn without_version_bump(mut self) -> Self {
+        self.bump_version = false;
+        self
+    }
+
+    /// Allocates the output if needed, locks every storage, and runs `kernel` over the loop
+    /// (operand 0 the output, then the inputs in order). An existing output's version is
+    /// bumped. Returns the output.
+    pub fn execute(self, ctx: &OpContext, kernel: impl FnOnce(&Plan)) -> Result<Tensor> {
+        if let OutPlan::Resize(out, inputs) = self.out {
+            out.resize_for_out(ctx, &self.shape)?;
+            let inputs: Vec<&Tensor> = inputs.iter().collect();
+            return ElementwiseSpec::new(Output::Existing(&out), inputs)
+                .infer(ctx.op())?
+                .execute(ctx, kernel);
+        }
+        let existing = matches!(self.out, OutPlan::Existing(..));
+        let (out, out_body, out_dtype) = match self.out {
+            OutPlan::New(dtype, layout) => {
+                let t = Tensor::uninit_with_layout(ctx, layout, dtype)?;
+                let b = t.body();
+                (t, b, dtype)
+            }
+            OutPlan::Existing(t, b) => {
+                let d = t.dtype();
+                (t, b, d)
+            }
+            OutPlan::Resize(..) => unreachable!("handled above"),
+        };
+        {
+            let mut locks = vec![(&*out_body.storage, Access::Write)];
+            locks.extend(self.inputs.iter().map(|(b, _, _)| (&*b.storage, Access::Read)));
+            let guards = lock_storages(&locks);
+            let mut operands = vec![Operand {
+                ptr: guards
+                    .write_ptr(&out_body.storage)
+                    .wrapping_add(out_body.layout.offset() * out_dtype.size()),
+                strides: out_body.layout.strides().to_vec(),
+                dtype: out_dtype,
+            }];
+            for (b, dtype, strides) in &self.inputs {
+                operands.push(Operand {
+                    ptr: guards
+                        .read_ptr(&b.storage)
+                        .wrapping_add(b.layout.offset() * dtype.size()) as *mut u8,
+                    strides: strides.clone(),
+                    dtype: *dtype,
+                });
+            }
+            let plan = Plan::new(&self.shape, &operands, &self.perm, self.parallel);
+            kernel(&plan);
+        }
+        if existing && self.bump_version {
+            out.bump_version();
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,1733 @@
+//! Matrix products: `matmul`, `mm`, `bmm`, `outer`, `dot`, `addmm` and `matmul_out`, with
+//! PyTorch's shapes, dtypes and output layouts.
+//!
+//! Every product is described as a batch of `m×k · k×n` products over strided operands
+//! ([`Product`]), so transposed, sliced and broadcast operands are read where they are, never
+//! copied. Floating products run on the `gemm` crate (f32, f64 and f16 directly; bf16 widened to
+//! f32), integer products on a plain loop with wrapping arithmetic; bool is refused, as PyTorch
+//! refuses it on the CPU. Matrix products do not promote: both operands (and `addmm`'s input)
+//! must share a dtype. Large products run on strata's pool.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::engine::pool::{num_threads, pool};
+use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
+use crate::layout::overlap::{internal_overlap, InternalOverlap};
+use crate::layout::view::compute_stride;
+use crate::layout::{checked_numel, contiguous_strides, Layout};
+use crate::op::OpContext;
+use crate::ops::binary::{binary, BinaryOp, Other};
+use crate::ops::promote::{result_type, Arg};
+use crate::storage::{lock_storages, Access};
+use crate::tensor::{Body, ViewCreation};
+use crate::{DType, Error, Result, Scalar, Tensor};
+
+/// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
+const PARALLEL_WORK: usize = 1 << 17;
+
+/// Where one operand's matrices are, in elements of its storage: element `(i, j)` of batch
+/// entry `idx` lives at `offset + Σ idx[d]·batch[d] + i·rs + j·cs`.
+#[derive(Debug, Clone, PartialEq)]
+struct Mat {
+    offset: usize,
+    batch: Vec<usize>,
+    rs: usize,
+    cs: usize,
+}
+
+impl Mat {
+    /// Offset of element `(0, 0)` of batch entry `index`.
+    fn at(&self, index: &[usize]) -> usize {
+        self.offset
+            + index
+                .iter()
+                .zip(&self.batch)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
+    }
+
+    /// A matrix operand that is the same for every entry of a batch of `nb` dimensions.
+    fn unbatched(offset: usize, nb: usize, rs: usize, cs: usize) -> Mat {
+        Mat {
+            offset,
+            batch: vec![0; nb],
+            rs,
+            cs,
+        }
+    }
+}
+
+/// A batch of products `a[idx] (m×k) · b[idx] (k×n)`.
+#[derive(Debug, Clone)]
+struct Product {
+    batch: Vec<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+}
+
+/// How `matmul` sees its operands: the product, the result's shape, and whether the result
+/// keeps the row and column dimensions (a 1-d operand contributes neither).
+struct MatmulPlan {
+    product: Product,
+    shape: Vec<usize>,
+    rows: bool,
+    cols: bool,
+}
+
+impl MatmulPlan {
+    /// Where the product's result lives in a tensor of layout `l` (of shape `self.shape`).
+    fn out_mat(&self, l: &Layout) -> Mat {
+        let nb = self.product.batch.len();
+        let st = l.strides();
+        Mat {
+            offset: l.offset(),
+            batch: st[..nb].to_vec(),
+            rs: if self.rows { st[nb] } else { 0 },
+            cs: if self.cols { st[st.len() - 1] } else { 0 },
+        }
+    }
+}
+
+fn shape_error(op: &'static str, message: String, shapes: &[&[usize]], hint: &str) -> Error {
+    Error::shape(op, message, shapes.iter().map(|s| s.to_vec()).collect()).with_hint(hint)
+}
+
+/// PyTorch's `matmul` shape rules: vectors become a row (first operand) or a column (second
+/// operand) that the result drops again; batch dimensions broadcast.
+fn plan_matmul(op: &'static str, a: &Layout, b: &Layout) -> Result<MatmulPlan> {
+    let (sa, sb) = (a.sizes(), b.sizes());
+    let (da, db) = (sa.len(), sb.len());
+    if da == 0 || db == 0 {
+        return Err(shape_error(
+            op,
+            format!("both operands need at least one dimension, got shapes {sa:?} and {sb:?}"),
+            &[sa, sb],
+            "to scale by a 0-d tensor use mul(); otherwise unsqueeze() it into a vector or matrix",
+        ));
+    }
+    let ka = sa[da - 1];
+    let kb = if db == 1 { sb[0] } else { sb[db - 2] };
+    if ka != kb {
+        let which = if db == 1 {
+            "length"
+        } else {
+            "second-to-last dimension"
+        };
+        return Err(shape_error(
+            op,
+            format!(
+                "cannot multiply shapes {sa:?} and {sb:?}: the last dimension of the first ({ka}) \
+                 must equal the {which} of the second ({kb})"
+            ),
+            &[sa, sb],
+            "check the order of the operands, or transpose one of them (t() or transpose(-2, -1))",
+        ));
+    }
+    let a_batch = &sa[..da.saturating_sub(2)];
+    let b_batch = &sb[..db.saturating_sub(2)];
+    let batch = broadcast_shapes(a_batch, b_batch).map_err(|e| {
+        shape_error(
+            op,
+            format!(
+                "the batch dimensions {a_batch:?} of {sa:?} and {b_batch:?} of {sb:?} do not \
+                 broadcast: {}",
+                e.describe()
+            ),
+            &[sa, sb],
+            "batch dimensions must be equal or 1, counting from the right; unsqueeze() or \
+             expand() an operand to line them up",
+        )
+    })?;
+    let nb = batch.len();
+    let (st_a, st_b) = (a.strides(), b.strides());
+    let (m, a_mat) = if da == 1 {
+        (1, Mat::unbatched(a.offset(), nb, 0, st_a[0]))
+    } else {
+        let mat = Mat {
+            offset: a.offset(),
+            batch: broadcast_strides(a_batch, &st_a[..da - 2], &batch),
+            rs: st_a[da - 2],
+            cs: st_a[da - 1],
+        };
+        (sa[da - 2], mat)
+    };
+    let (n, b_mat) = if db == 1 {
+        (1, Mat::unbatched(b.offset(), nb, st_b[0], 0))
+    } else {
+        let mat = Mat {
+            offset: b.offset(),
+            batch: broadcast_strides(b_batch, &st_b[..db - 2], &batch),
+            rs: st_b[db - 2],
+            cs: st_b[db - 1],
+        };
+        (sb[db - 1], mat)
+    };
+    let mut shape = batch.clone();
+    if da > 1 {
+        shape.push(m);
+    }
+    if db > 1 {
+        shape.push(n);
+    }
+    if checked_numel(&shape).is_none() {
+        return Err(shape_error(
+            op,
+            format!("the product of {sa:?} and {sb:?} has shape {shape:?}, too large to address"),
+            &[sa, sb],
+            "multiply smaller pieces",
+        ));
+    }
+    Ok(MatmulPlan {
+        product: Product {
+            batch,
+            m,
+            n,
+            k: ka,
+            a: a_mat,
+            b: b_mat,
+        },
+        shape,
+        rows: da > 1,
+        cols: db > 1,
+    })
+}
+
+/// Which of PyTorch's kernels a product goes to, for the dtype rules that depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    /// `dot`: same dtype, never bool.
+    Dot,
+    /// `mm`, `mv` and `addmm` (and `matmul`'s folded batches): same dtype; bool only when
+    /// there is nothing to multiply (an empty result or `k == 0`).
+    Matrix,
+    /// `bmm` (and `matmul`'s unfolded batches): when there is nothing to multiply PyTorch
+    /// checks nothing and the result takes the second operand's dtype; otherwise as `Matrix`.
+    Batched,
+}
+
+/// The result dtype of a product over `operands` (which must share it: matrix products do not
+/// promote); `trivial` when the result is empty or `k == 0`, so nothing is multiplied.
+fn product_dtype(
+    op: &'static str,
+    operands: &[(&str, &Tensor)],
+    kernel: Kernel,
+    trivial: bool,
+) -> Result<DType> {
+    if kernel == Kernel::Batched && trivial {
+        return Ok(operands[operands.len() - 1].1.dtype());
+    }
+    let (first, t0) = operands[0];
+    let dtype = t0.dtype();
+    for &(name, t) in &operands[1..] {
+        if t.dtype() != dtype {
+            return Err(Error::dtype(
+                op,
+                format!(
+                    "expected {first} and {name} to have the same dtype, but {first} is {dtype} \
+                     and {name} is {}",
+                    t.dtype()
+                ),
+                None,
+            )
+            .with_hint(format!(
+                "matrix products do not promote dtypes: convert one operand first, e.g. \
+                 {name}.to(DType::{dtype:?})"
+            )));
+        }
+    }
+    if dtype == DType::Bool && (kernel == Kernel::Dot || !trivial) {
+        return Err(Error::dtype(
+            op,
+            "matrix products are not implemented for bool tensors",
+            Some(
+                "convert the operands to an integer or floating dtype first, e.g. .to(DType::I64)",
+            ),
+        ));
+    }
+    Ok(dtype)
+}
+
+impl MatmulPlan {
+    /// Whether nothing is multiplied: an empty result or `k == 0`.
+    fn trivial(&self) -> bool {
+        let p = &self.product;
+        p.k == 0 || self.shape.contains(&0)
+    }
+}
+
+/// The kernel PyTorch's `matmul` uses for operands of these layouts.
+fn matmul_kernel(a: &Layout, b: &Layout) -> Kernel {
+    let (da, db) = (a.ndim(), b.ndim());
+    if da == 1 && db == 1 {
+        Kernel::Dot
+    } else if (da >= 3 || db >= 3) && torch_fold_shape(a, b).is_none() {
+        Kernel::Batched
+    } else {
+        Kernel::Matrix
+    }
+}
+
+/// Checks that `t` (named `name`) has `ndim` dimensions.
+fn expect_ndim(
+    op: &'static str,
+    name: &str,
+    l: &Layout,
+    ndim: usize,
+    what: &str,
+    hint: &str,
+) -> Result<()> {
+    if l.ndim() == ndim {
+        return Ok(());
+    }
+    Err(shape_error(
+        op,
+        format!(
+            "{name} must be a {what} ({ndim}-d), got a {}-d tensor of shape {:?}",
+            l.ndim(),
+            l.sizes()
+        ),
+        &[l.sizes()],
+        hint,
+    ))
+}
+
+/// A raw pointer to a matrix inside a locked storage, with its strides in elements.
+struct MatPtr<T> {
+    ptr: *mut T,
+    rs: usize,
+    cs: usize,
+}
+
+impl<T> Clone for MatPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for MatPtr<T> {}
+
+// SAFETY: a MatPtr points into a storage locked for the whole product (or into a buffer the
+// product owns); threads only write disjoint rows of the output through it.
+unsafe impl<T> Send for MatPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for MatPtr<T> {}
+
+impl<T: Copy> MatPtr<T> {
+    /// Address of element `(i, j)`.
+    ///
+    /// # Safety
+    /// `(i, j)` must be inside the matrix.
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> *mut T {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.ptr.add(i * self.rs + j * self.cs) }
+    }
+
+    /// The matrix whose `(0, 0)` element is at `offset` from this pointer.
+    ///
+    /// # Safety
+    /// The offset must stay inside the allocation.
+    unsafe fn shifted(&self, offset: usize, rs: usize, cs: usize) -> MatPtr<T> {
+        MatPtr {
+            // SAFETY: forwarded from the caller.
+            ptr: unsafe { self.ptr.add(offset) },
+            rs,
+            cs,
+        }
+    }
+}
+
+/// One `m×k · k×n` product: `dst = beta·c + alpha·(a @ b)`; `c` is ignored when absent or
+/// when `beta` is zero (even where it holds NaN), the product when `alpha` is zero.
+struct One<T> {
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: MatPtr<T>,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    c: Option<MatPtr<T>>,
+    alpha: Scalar,
+    beta: Scalar,
+}
+
+impl<T: Element> One<T> {
+    /// # Safety
+    /// Every pointer must be valid for its matrix; `dst` must not overlap itself or the inputs.
+    unsafe fn run(&self, par: Parallelism) {
+        // SAFETY (all arms): forwarded from the caller.
+        match T::DTYPE {
+            DType::F32 | DType::F64 | DType::F16 => unsafe { self.run_gemm(par) },
+            DType::BF16 => unsafe { self.run_widened(par) },
+            _ => unsafe { self.run_loop(par) },
+        }
+    }
+
+    /// f32, f64 and f16: `gemm` on the operands as they lie.
+    unsafe fn run_gemm(&self, par: Parallelism) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let alpha: T = self.alpha.to();
+        let beta: T = self.beta.to();
+        let c = self.c.filter(|_| beta != T::ZERO);
+        let product = k > 0 && alpha != T::ZERO;
+        let d = self.dst;
+        // SAFETY: indices stay inside the matrices (caller's contract).
+        unsafe {
+            if let Some(c) = c {
+                let bf = beta.to_f64();
+                for i in 0..m {
+                    for j in 0..n {
+                        *d.at(i, j) = cast::<f64, T>(bf * (*c.at(i, j)).to_f64());
+                    }
+                }
+            } else if !product {
+                for i in 0..m {
+                    for j in 0..n {
+                        *d.at(i, j) = T::ZERO;
+                    }
+                }
+            }
+            if product {
+                let (a, b) = (self.a, self.b);
+                // gemm computes dst := alpha·dst + beta·lhs·rhs, strides column first.
+                gemm::gemm::<T>(
+                    m,
+                    n,
+                    k,
+                    d.ptr,
+                    d.cs as isize,
+                    d.rs as isize,
+                    c.is_some(),
+                    a.ptr,
+                    a.cs as isize,
+                    a.rs as isize,
+                    b.ptr,
+                    b.cs as isize,
+                    b.rs as isize,
+                    T::ONE,
+                    alpha,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+        }
+    }
+
+    /// bf16: the operands widened to contiguous f32, multiplied by `gemm` in f32, rounded once.
+    unsafe fn run_widened(&self, par: Parallelism) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let alpha: f32 = self.alpha.to();
+        let beta: f32 = self.beta.to();
+        let c = self.c.filter(|_| beta != 0.0);
+        let mut acc = vec![0f32; m * n];
+        // SAFETY: indices stay inside the matrices (caller's contract); the f32 buffers are
+        // owned here and sized for their matrices.
+        unsafe {
+            if k > 0 && alpha != 0.0 {
+                let mut a32 = vec![0f32; m * k];
+                for i in 0..m {
+                    for l in 0..k {
+                        a32[i * k + l] = cast::<T, f32>(*self.a.at(i, l));
+                    }
+                }
+                let mut b32 = vec![0f32; k * n];
+                for l in 0..k {
+                    for j in 0..n {
+                        b32[l * n + j] = cast::<T, f32>(*self.b.at(l, j));
+                    }
+                }
+                gemm::gemm::<f32>(
+                    m,
+                    n,
+                    k,
+                    acc.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    a32.as_ptr(),
+                    1,
+                    k as isize,
+                    b32.as_ptr(),
+                    1,
+                    n as isize,
+                    0.0,
+                    alpha,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let mut v = acc[i * n + j];
+                    if let Some(c) = c {
+                        v += beta * cast::<T, f32>(*c.at(i, j));
+                    }
+                    *self.dst.at(i, j) = cast::<f32, T>(v);
+                }
+            }
+        }
+    }
+
+    /// Integers: a row-at-a-time loop with wrapping arithmetic, in the element type.
+    unsafe fn run_loop(&self, par: Parallelism) {
+        let (n, k) = (self.n, self.k);
+        let alpha: T = self.alpha.to();
+        let beta: T = self.beta.to();
+        let c = self.c.filter(|_| beta != T::ZERO);
+        let (a, b, d) = (self.a, self.b, self.dst);
+        let row = |i: usize| {
+            let mut acc = vec![T::ZERO; n];
+            // SAFETY: indices stay inside the matrices (caller's contract); each row of `dst`
+            // is written by one call only.
+            unsafe {
+                for l in 0..k {
+                    let x = *a.at(i, l);
+                    if x == T::ZERO {
+                        continue;
+                    }
+                    for (j, s) in acc.iter_mut().enumerate() {
+                        *s = s.add(x.mul(*b.at(l, j)));
+                    }
+                }
+                for (j, s) in acc.into_iter().enumerate() {
+                    let mut v = alpha.mul(s);
+                    if let Some(c) = c {
+                        v = v.add(beta.mul(*c.at(i, j)));
+                    }
+                    *d.at(i, j) = v;
+                }
+            }
+        };
+        match par {
+            Parallelism::None => (0..self.m).for_each(row),
+            _ => (0..self.m).into_par_iter().for_each(row),
+        }
+    }
+}
+
+/// The stride of the single dimension that dimensions `sizes`/`strides` (outermost first)
+/// form together, if they do (size-1 dimensions do not matter).
+fn merged_stride(sizes: &[usize], strides: &[usize]) -> Option<usize> {
+    let mut merged = None;
+    let mut next = 0;
+    for (&size, &stride) in sizes.iter().zip(strides).rev() {
+        if size == 1 {
+            continue;
+        }
+        if merged.is_some() && stride != next {
+            return None;
+        }
+        merged.get_or_insert(stride);
+        next = stride * size;
+    }
+    Some(merged.unwrap_or(0))
+}
+
+/// Folds the batch into the rows when `b` is one matrix for every batch entry and the batch
+/// and row dimensions of `a` and of the output each form one evenly strided dimension: one
+/// large product instead of many small ones.
+fn fold(p: &Product, out: &Mat) -> Option<(Product, Mat)> {
+    if p.batch.is_empty()
+        || p.batch
+            .iter()
+            .zip(&p.b.batch)
+            .any(|(&s, &st)| s > 1 && st != 0)
+    {
+        return None;
+    }
+    let mut sizes = p.batch.clone();
+    sizes.push(p.m);
+    let with_rows = |mat: &Mat| {
+        let mut st = mat.batch.clone();
+        st.push(mat.rs);
+        st
+    };
+    let a_rs = merged_stride(&sizes, &with_rows(&p.a))?;
+    let out_rs = merged_stride(&sizes, &with_rows(out))?;
+    let rows = checked_numel(&sizes)?;
+    let product = Product {
+        batch: vec![],
+        m: rows,
+        n: p.n,
+        k: p.k,
+        a: Mat {
+            offset: p.a.offset,
+            batch: vec![],
+            rs: a_rs,
+            cs: p.a.cs,
+        },
+        b: Mat {
+            offset: p.b.offset,
+            batch: vec![],
+            rs: p.b.rs,
+            cs: p.b.cs,
+        },
+    };
+    let out = Mat {
+        offset: out.offset,
+        batch: vec![],
+        rs: out_rs,
+        cs: out.cs,
+    };
+    Some((product, out))
+}
+
+/// Batch entry `i` (row-major) of a batch of shape `sizes`, written into `index`.
+fn unravel(mut i: usize, sizes: &[usize], index: &mut [usize]) {
+    for d in (0..sizes.len()).rev() {
+        index[d] = i % sizes[d];
+        i /= sizes[d];
+    }
+}
+
+/// A whole product, ready to run: the storages are locked and the pointers are their bases.
+struct Job<'a> {
+    product: &'a Product,
+    out: &'a Mat,
+    c: Option<&'a Mat>,
+    a_ptr: *const u8,
+    b_ptr: *const u8,
+    c_ptr: *const u8,
+    out_ptr: *mut u8,
+    alpha: Scalar,
+    beta: Scalar,
+    /// Compute into a private buffer first, then copy into the output (which shares memory
+    /// with an input, or is not dense).
+    buffered: bool,
+}
+
+impl DTypeFn for &Job<'_> {
+    type Output = ();
+    fn call<T: Element>(self) {
+        let p = self.product;
+        let batches = checked_numel(&p.batch).unwrap_or(0);
+        let total = batches.saturating_mul(p.m).saturating_mul(p.n);
+        if total == 0 {
+            return;
+        }
+        let base = |ptr: *const u8| MatPtr {
+            ptr: ptr as *mut T,
+            rs: 0,
+            cs: 0,
+        };
+        let (a, b, c) = (base(self.a_ptr), base(self.b_ptr), base(self.c_ptr));
+        let c = self.c.map(|m| (c, m));
+        if !self.buffered {
+            // SAFETY: the storages are locked by the caller and every layout was validated
+            // against them; the output is dense and shares no memory with the inputs.
+            unsafe {
+                compute(
+                    p,
+                    base(self.out_ptr),
+                    self.out,
+                    a,
+                    b,
+                    c,
+                    self.alpha,
+                    self.beta,
+                )
+            };
+            return;
+        }
+        let mut buf = vec![T::ZERO; total];
+        let mut strides = contiguous_strides(&p.batch);
+        strides.iter_mut().for_each(|s| *s *= p.m * p.n);
+        let buf_mat = Mat {
+            offset: 0,
+            batch: strides,
+            rs: p.n,
+            cs: 1,
+        };
+        let buf_ptr = MatPtr {
+            ptr: buf.as_mut_ptr(),
+            rs: 0,
+            cs: 0,
+        };
+        // SAFETY: as above, writing into `buf`, which holds `total` elements laid out as
+        // `buf_mat` and overlaps nothing.
+        unsafe { compute(p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta) };
+        let out = self.out_ptr as *mut T;
+        let mut index = vec![0; p.batch.len()];
+        let mut src = buf.iter();
+        for e in 0..batches {
+            unravel(e, &p.batch, &mut index);
+            let o = self.out.at(&index);
+            for i in 0..p.m {
+                for j in 0..p.n {
+                    if let Some(&v) = src.next() {
+                        // SAFETY: the output storage is write-locked and its layout covers
+                        // this element.
+                        unsafe { *out.add(o + i * self.out.rs + j * self.out.cs) = v };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs every product of the batch, spreading large work over strata's pool.
+///
+/// # Safety
+/// The base pointers and layouts must describe locked, valid memory; `dst` must not overlap
+/// itself or the inputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn compute<T: Element>(
+    p: &Product,
+    dst: MatPtr<T>,
+    dst_mat: &Mat,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    c: Option<(MatPtr<T>, &Mat)>,
+    alpha: Scalar,
+    beta: Scalar,
+) {
+    let folded = if c.is_none() { fold(p, dst_mat) } else { None };
+    let (p, dst_mat) = match &folded {
+        Some((p, o)) => (p, o),
+        None => (p, dst_mat),
+    };
+    let batches = checked_numel(&p.batch).unwrap_or(0);
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.k.max(1));
+    let one = |e: usize, par: Parallelism| {
+        let mut index = vec![0; p.batch.len()];
+        unravel(e, &p.batch, &mut index);
+        // SAFETY: the offsets are those of validated layouts (caller's contract).
+        unsafe {
+            let job = One {
+                m: p.m,
+                n: p.n,
+                k: p.k,
+                dst: dst.shifted(dst_mat.at(&index), dst_mat.rs, dst_mat.cs),
+                a: a.shifted(p.a.at(&index), p.a.rs, p.a.cs),
+                b: b.shifted(p.b.at(&index), p.b.rs, p.b.cs),
+                c: c.map(|(c, cm)| c.shifted(cm.at(&index), cm.rs, cm.cs)),
+                alpha,
+                beta,
+            };
+            job.run(par);
+        }
+    };
+    if work >= PARALLEL_WORK {
+        let threads = num_threads();
+        pool().install(|| (0..batches).for_each(|e| one(e, Parallelism::Rayon(threads))));
+    } else if batches > 1 && work.saturating_mul(batches) >= PARALLEL_WORK {
+        pool().install(|| {
+            (0..batches)
+                .into_par_iter()
+                .for_each(|e| one(e, Parallelism::None))
+        });
+    } else {
+        (0..batches).for_each(|e| one(e, Parallelism::None));
+    }
+}
+
+/// `out = beta·c + alpha·(a @ b)` through `out_mat` into `out`'s storage, everything checked.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    dtype: DType,
+    product: &Product,
+    a: &Body,
+    b: &Body,
+    c: Option<(&Body, &Mat)>,
+    out: &Body,
+    out_mat: &Mat,
+    out_dense: bool,
+    alpha: Scalar,
+    beta: Scalar,
+) {
+    let id = out.storage.id();
+    let shares = a.storage.id() == id
+        || b.storage.id() == id
+        || c.is_some_and(|(c, _)| c.storage.id() == id);
+    let mut locks = vec![
+        (&*out.storage, Access::Write),
+        (&*a.storage, Access::Read),
+        (&*b.storage, Access::Read),
+    ];
+    if let Some((cb, _)) = c {
+        locks.push((&*cb.storage, Access::Read));
+    }
+    let guards = lock_storages(&locks);
+    let job = Job {
+        product,
+        out: out_mat,
+        c: c.map(|(_, m)| m),
+        a_ptr: guards.read_ptr(&a.storage),
+        b_ptr: guards.read_ptr(&b.storage),
+        c_ptr: c.map_or(std::ptr::null(), |(cb, _)| guards.read_ptr(&cb.storage)),
+        out_ptr: guards.write_ptr(&out.storage),
+        alpha,
+        beta,
+        buffered: shares || !out_dense,
+    };
+    dispatch(dtype, &job);
+}
+
+/// A new contiguous tensor of `shape` holding the product.
+#[allow(clippy::too_many_arguments)]
+fn new_product(
+    ctx: &OpContext,
+    dtype: DType,
+    plan: &MatmulPlan,
+    a: &Body,
+    b: &Body,
+    c: Option<(&Body, &Mat)>,
+    alpha: Scalar,
+    beta: Scalar,
+) -> Result<Tensor> {
+    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&plan.shape, 0), dtype)?;
+    let body = out.body();
+    let out_mat = plan.out_mat(&body.layout);
+    execute(
+        dtype,
+        &plan.product,
+        a,
+        b,
+        c,
+        &body,
+        &out_mat,
+        true,
+        alpha,
+        beta,
+    );
+    Ok(out)
+}
+
+/// The shape PyTorch writes a `matmul(out=)` result through when it folds a ≥3-d operand
+/// times a 1-d or 2-d one into a single matrix product (its `should_fold` rule); `None` when
+/// it does not fold.
+fn torch_fold_shape(a: &Layout, b: &Layout) -> Option<Vec<usize>> {
+    let (da, db) = (a.ndim(), b.ndim());
+    let a_larger = da >= db;
+    let (dim1, dim2) = if a_larger { (da, db) } else { (db, da) };
+    if dim1 < 3 || dim2 > 2 || da == 2 {
+        return None;
+    }
+    let (mut sizes, mut strides) = if a_larger {
+        (a.sizes().to_vec(), a.strides().to_vec())
+    } else {
+        (b.sizes().to_vec(), b.strides().to_vec())
+    };
+    if !a_larger {
+        sizes.swap(dim1 - 1, dim1 - 2);
+        strides.swap(dim1 - 1, dim1 - 2);
+    }
+    let empty = sizes.contains(&0);
+    if !empty && (0..dim1 - 2).any(|i| strides[i] != strides[i + 1] * sizes[i + 1]) {
+        return None;
+    }
+    let folded: usize = sizes[..dim1 - 1].iter().product();
+    if a_larger && db == 2 {
+        Some(vec![folded, b.sizes()[1]])
+    } else {
+        Some(vec![folded])
+    }
+}
+
+impl Tensor {
+    /// The matrix product with PyTorch's `matmul` rules: 1-d·1-d is a dot product (0-d
+    /// result), a 1-d first operand is a row and a 1-d second operand a column (dropped again
+    /// from the result), and dimensions before the last two are batch dimensions that
+    /// broadcast. Both operands must have the same dtype (no promotion); bool is refused. The
+    /// result is a new contiguous tensor.
+    ///
+    /// ```
+    /// use strata_core::{Tensor, DType};
+    /// let a = Tensor::arange(6, DType::F32)?.view(&[2, 3])?;
+    /// let b = Tensor::arange(6, DType::F32)?.view(&[2, 3])?;
+    /// let c = a.matmul(&b.t()?)?;           // the transpose is read in place
+    /// assert_eq!(c.shape(), vec![2, 2]);
+    /// assert_eq!(c.to_vec::<f32>()?, vec![5., 14., 14., 50.]);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("matmul");
+        let (a, b) = (self.body(), other.body());
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let operands = [("self", self), ("other", other)];
+        let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
+        new_product(
+            &ctx,
+            dtype,
+            &plan,
+            &a,
+            &b,
+            None,
+            Scalar::Int(1),
+            Scalar::Int(0),
+        )
+    }
+
+    /// [`Tensor::matmul`] written into `out`, which must have the result's dtype. An `out` of
+    /// the result's shape is written where it is (its strides kept, no allocation); one of
+    /// another shape is resized first, as PyTorch does. `out` may share memory with the
+    /// operands (the product is then computed aside and copied in). Returns `out`.
+    ///
+    /// As in PyTorch, a vector times a matrix writes its result through a `[1, p]` view of
+    /// `out` that is squeezed again, which counts as two writes (the version goes up by 2) and
+    /// leaves `out` contiguous; every other case counts one write.
+    #[track_caller]
+    pub fn matmul_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("matmul_out");
+        let (a, b) = (self.body(), other.body());
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let kernel = matmul_kernel(&a.layout, &b.layout);
+        let operands = [("self", self), ("other", other)];
+        let dtype = product_dtype(ctx.op(), &operands, kernel, plan.trivial())?;
+        if out.dtype() != dtype {
+            return Err(Error::dtype(
+                ctx.op(),
+                format!(
+                    "the result has dtype {dtype} but the output has dtype {}",
+                    out.dtype()
+                ),
+                None,
+            )
+            .with_hint(format!(
+                "pass an output of dtype {dtype} (e.g. Tensor::zeros(&shape, DType::{dtype:?})), \
+                 or use matmul() and convert the result"
+            )));
+        }
+        let current = out.layout();
+        let vector_matrix = a.layout.ndim() == 1 && b.layout.ndim() == 2;
+        // The layout the product is written through, and whether it is `out`'s own (to be
+        // checked) or a fresh contiguous one (after a resize).
+        let (target, resize): (Vec<usize>, bool) = if vector_matrix {
+            let p = plan.product.n;
+            let as_is = current.sizes() == [1, p];
+            (vec![1, p], !as_is)
+        } else {
+            let as_is = current.sizes() == plan.shape.as_slice();
+            (plan.shape.clone(), !as_is)
+        };
+        if !resize {
+            if internal_overlap(&current) == InternalOverlap::Yes {
+                return Err(Error::Overlap {
+                    op: ctx.op(),
+                    message: format!(
+                        "the output of shape {:?} has strides {:?}: more than one of its \
+                         elements refers to the same memory location",
+                        current.sizes(),
+                        current.strides()
+                    ),
+                    hint: Some(
+                        "the output is expanded or otherwise self-overlapping; pass a fresh \
+                         output tensor"
+                            .into(),
+                    ),
+                });
+            }
+            if let Some(fs) = torch_fold_shape(&a.layout, &b.layout) {
+                if current.numel() > 0
+                    && compute_stride(current.sizes(), current.strides(), &fs).is_none()
+                {
+                    return Err(shape_error(
+                        ctx.op(),
+                        format!(
+                            "the product of {:?} and {:?} is computed as one matrix product of \
+                             shape {fs:?} written through a view of the output, but the output \
+                             (shape {:?}, strides {:?}) cannot be viewed with that shape",
+                            a.layout.sizes(),
+                            b.layout.sizes(),
+                            current.sizes(),
+                            current.strides()
+                        ),
+                        &[a.layout.sizes(), b.layout.sizes(), current.sizes()],
+                        "pass a contiguous output (or an empty one, which is resized), or use \
+                         matmul() and copy_() the result",
+                    ));
+                }
+            }
+        }
+        // Everything is checked: from here on the output changes.
+        let mut squeeze_to = None;
+        if vector_matrix {
+            let p = plan.product.n;
+            let offset = current.offset();
+            let fits = (offset + p) * dtype.size() <= out.storage_nbytes();
+            if resize && current.sizes() == [p] && fits {
+                // The resize to [1, p] that PyTorch makes; enough memory is already there.
+                out.set_layout(Layout::contiguous(&[1, p], offset));
+            } else if resize {
+                out.resize_for_out(&ctx, &target)?;
+            }
+            let l = out.layout();
+            squeeze_to = Some(Layout::new(vec![p], vec![l.strides()[1]], l.offset()));
+        } else if resize {
+            out.resize_for_out(&ctx, &target)?;
+        }
+        let body = out.body();
+        let out_mat = if vector_matrix {
+            let st = body.layout.strides();
+            Mat::unbatched(body.layout.offset(), 0, 0, st[1])
+        } else {
+            plan.out_mat(&body.layout)
+        };
+        let dense = body.layout.is_non_overlapping_and_dense();
+        execute(
+            dtype,
+            &plan.product,
+            &a,
+            &b,
+            None,
+            &body,
+            &out_mat,
+            dense,
+            Scalar::Int(1),
+            Scalar::Int(0),
+        );
+        out.bump_version();
+        if let Some(l) = squeeze_to {
+            out.set_layout(l);
+            out.bump_version();
+        }
+        Ok(out.clone())
+    }
+
+    /// The product of two matrices (`[n, m] · [m, p] → [n, p]`), without broadcasting. Both
+    /// must have the same dtype. The result is a new contiguous tensor.
+    #[track_caller]
+    pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("mm");
+        let (a, b) = (self.body(), mat2.body());
+        let hint = "mm multiplies two matrices; use matmul() for vectors and batches";
+        expect_ndim(ctx.op(), "self", &a.layout, 2, "matrix", hint)?;
+        expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let operands = [("self", self), ("mat2", mat2)];
+        let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
+        new_product(
+            &ctx,
+            dtype,
+            &plan,
+            &a,
+            &b,
+            None,
+            Scalar::Int(1),
+            Scalar::Int(0),
+        )
+    }
+
+    /// Batched matrix product `[b, n, m] · [b, m, p] → [b, n, p]`: both 3-d with the same
+    /// batch size (no broadcasting; see [`Tensor::matmul`] for that) and the same dtype.
+    #[track_caller]
+    pub fn bmm(&self, mat2: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("bmm");
+        let (a, b) = (self.body(), mat2.body());
+        let hint = "bmm takes [batch, n, m] and [batch, m, p]; use matmul() to broadcast";
+        expect_ndim(ctx.op(), "self", &a.layout, 3, "batch of matrices", hint)?;
+        expect_ndim(ctx.op(), "mat2", &b.layout, 3, "batch of matrices", hint)?;
+        let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
+        if sa[0] != sb[0] {
+            return Err(shape_error(
+                ctx.op(),
+                format!(
+                    "the batch sizes differ: self {sa:?} has {} matrices and mat2 {sb:?} has {}",
+                    sa[0], sb[0]
+                ),
+                &[sa, sb],
+                "bmm does not broadcast: expand() the operand with batch size 1, or use matmul()",
+            ));
+        }
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let operands = [("self", self), ("mat2", mat2)];
+        let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
+        new_product(
+            &ctx,
+            dtype,
+            &plan,
+            &a,
+            &b,
+            None,
+            Scalar::Int(1),
+            Scalar::Int(0),
+        )
+    }
+
+    /// The dot product of two vectors of the same length and dtype, as a 0-d tensor.
+    #[track_caller]
+    pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("dot");
+        let (a, b) = (self.body(), other.body());
+        let hint = "dot multiplies two vectors; use matmul() for matrices, or flatten() both";
+        expect_ndim(ctx.op(), "self", &a.layout, 1, "vector", hint)?;
+        expect_ndim(ctx.op(), "other", &b.layout, 1, "vector", hint)?;
+        let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
+        if sa != sb {
+            return Err(shape_error(
+                ctx.op(),
+                format!(
+                    "the vectors have different lengths: {} (shape {sa:?}) and {} (shape {sb:?})",
+                    sa[0], sb[0]
+                ),
+                &[sa, sb],
+                "both vectors must have the same number of elements",
+            ));
+        }
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let operands = [("self", self), ("other", other)];
+        let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
+        new_product(
+            &ctx,
+            dtype,
+            &plan,
+            &a,
+            &b,
+            None,
+            Scalar::Int(1),
+            Scalar::Int(0),
+        )
+    }
+
+    /// The outer product of two vectors: `[n] ⊗ [m] → [n, m]`, element `(i, j)` =
+    /// `self[i] * other[j]`. Unlike the other products it promotes dtypes (and takes bool),
+    /// as PyTorch's `outer` does.
+    #[track_caller]
+    pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("outer");
+        let l = self.layout();
+        let hint = "outer multiplies two vectors; flatten() the operands first";
+        expect_ndim(ctx.op(), "self", &l, 1, "vector", hint)?;
+        expect_ndim(ctx.op(), "other", &other.layout(), 1, "vector", hint)?;
+        let n = l.sizes()[0];
+        let strides = compute_stride(l.sizes(), l.strides(), &[n, 1])
+            .unwrap_or_else(|| vec![l.strides()[0], 1]);
+        let column = self.make_view(
+            "outer",
+            Layout::new(vec![n, 1], strides, l.offset()),
+            ViewCreation::Plain,
+        );
+        binary(&ctx, &column, Other::Tensor(other), BinaryOp::Mul)
+    }
+
+    /// `beta * self + alpha * (mat1 @ mat2)` for matrices `mat1 [n, m]` and `mat2 [m, p]`;
+    /// `self` broadcasts to `[n, p]`. All three must have the same dtype; `beta` and `alpha`
+    /// are converted to it. With `beta == 0` `self` is not read at all (NaN in it does not
+    /// propagate), and with `alpha == 0` neither is the product. The result is a new
+    /// contiguous tensor.
+    #[track_caller]
+    pub fn addmm(
+        &self,
+        mat1: &Tensor,
+        mat2: &Tensor,
+        beta: impl Into<Scalar>,
+        alpha: impl Into<Scalar>,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("addmm");
+        let (c, a, b) = (self.body(), mat1.body(), mat2.body());
+        let hint = "addmm multiplies two matrices; use matmul() and add() for other shapes";
+        expect_ndim(ctx.op(), "mat1", &a.layout, 2, "matrix", hint)?;
+        expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
+        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+        let target = [plan.product.m, plan.product.n];
+        let sc = c.layout.sizes();
+        let fits = sc.len() <= 2
+            && broadcast_shapes(sc, &target).is_ok_and(|s| s.as_slice() == target.as_slice());
+        if !fits {
+            return Err(shape_error(
+                ctx.op(),
+                format!(
+                    "self of shape {sc:?} cannot be broadcast to the shape {target:?} of the \
+                     product of {:?} and {:?}",
+                    a.layout.sizes(),
+                    b.layout.sizes()
+                ),
+                &[sc, a.layout.sizes(), b.layout.sizes()],
+                "self must be broadcastable to [rows of mat1, columns of mat2]",
+            ));
+        }
+        let operands = [("self", self), ("mat1", mat1), ("mat2", mat2)];
+        let dtype = product_dtype(ctx.op(), &operands, Kernel::Matrix, plan.trivial())?;
+        let (alpha, beta) = (alpha.into(), beta.into());
+        if plan.product.k == 0 && beta.to_f64() != 0.0 {
+            // PyTorch computes `self * beta` (with type promotion) and casts it to the result.
+            let scaled = result_type(&[Arg::Tensor(self), Arg::Scalar(beta)]);
+            if !scaled.can_cast_to(dtype) {
+                return Err(Error::dtype(
+                    ctx.op(),
+                    format!(
+                        "with an empty inner dimension the result is self * beta, which has dtype \
+                         {scaled} for self of dtype {dtype} and beta {}; it cannot be stored as \
+                         {dtype}",
+                        beta.to_f64()
+                    ),
+                    Some(
+                        "give beta the kind of the tensors (an integer for integer tensors, \
+                          true or 0 for bool)",
+                    ),
+                ));
+            }
+        }
+        let cs = broadcast_strides(sc, c.layout.strides(), &target);
+        let c_mat = Mat {
+            offset: c.layout.offset(),
+            batch: vec![],
+            rs: cs[0],
+            cs: cs[1],
+        };
+        new_product(&ctx, dtype, &plan, &a, &b, Some((&c, &c_mat)), alpha, beta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    /// Deterministic small values, exact in every floating dtype: multiples of 1/8 in [-2, 2].
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 33) % 33) as f64 / 8.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn tensor(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
+        let n = shape.iter().product();
+        let v = values(n, seed);
+        let t = if dtype.is_floating() {
+            Tensor::from_vec(v, shape).unwrap()
+        } else {
+            Tensor::from_vec(v.iter().map(|x| (x * 8.0) as i64).collect(), shape).unwrap()
+        };
+        t.to(dtype).unwrap()
+    }
+
+    fn as_f64(t: &Tensor) -> Vec<f64> {
+        t.to(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    }
+
+    /// The reference: `matmul` by broadcasting and a triple loop on logical values.
+    fn naive(a: &Tensor, b: &Tensor) -> (Vec<usize>, Vec<f64>) {
+        let (sa, sb) = (a.shape(), b.shape());
+        let (va, vb) = (as_f64(a), as_f64(b));
+        let (a2, m, k) = match sa.len() {
+            1 => (vec![1, sa[0]], 1, sa[0]),
+            _ => (sa.clone(), sa[sa.len() - 2], sa[sa.len() - 1]),
+        };
+        let (b2, n) = match sb.len() {
+            1 => (vec![sb[0], 1], 1),
+            _ => (sb.clone(), sb[sb.len() - 1]),
+        };
+        let ba = &a2[..a2.len() - 2];
+        let bb = &b2[..b2.len() - 2];
+        let batch = broadcast_shapes(ba, bb).unwrap();
+        let nb: usize = batch.iter().product();
+        let pick = |bs: &[usize], idx: &[usize]| -> usize {
+            let lead = idx.len() - bs.len();
+            let mut flat = 0;
+            for (d, &s) in bs.iter().enumerate() {
+                flat = flat * s + if s == 1 { 0 } else { idx[lead + d] };
+            }
+            flat
+        };
+        let mut out = vec![0.0; nb * m * n];
+        let mut idx = vec![0; batch.len()];
+        for e in 0..nb {
+            unravel(e, &batch, &mut idx);
+            let (ea, eb) = (pick(ba, &idx), pick(bb, &idx));
+            for i in 0..m {
+                for j in 0..n {
+                    let mut s = 0.0;
+                    for l in 0..k {
+                        s += va[ea * m * k + i * k + l] * vb[eb * k * n + l * n + j];
+                    }
+                    out[(e * m + i) * n + j] = s;
+                }
+            }
+        }
+        let mut shape = batch;
+        if sa.len() > 1 {
+            shape.push(m);
+        }
+        if sb.len() > 1 {
+            shape.push(n);
+        }
+        (shape, out)
+    }
+
+    fn assert_close(got: &[f64], want: &[f64], tol: f64) {
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "element {i}: got {g}, want {w}"
+            );
+        }
+    }
+
+    fn check(a: &Tensor, b: &Tensor, tol: f64) {
+        let r = a.matmul(b).unwrap();
+        let (shape, want) = naive(a, b);
+        assert_eq!(r.shape(), shape, "{:?} @ {:?}", a.shape(), b.shape());
+        assert!(r.is_contiguous());
+        assert_eq!(r.dtype(), a.dtype());
+        assert_close(&as_f64(&r), &want, tol);
+    }
+
+    #[test]
+    fn matmul_matches_naive_for_transposed_and_strided_operands() {
+        for dtype in [
+            DType::F32,
+            DType::F64,
+            DType::I64,
+            DType::I32,
+            DType::F16,
+            DType::BF16,
+        ] {
+            let tol = match dtype {
+                DType::F16 => 1e-2,
+                DType::BF16 => 2e-2,
+                DType::F32 => 1e-5,
+                _ => 1e-12,
+            };
+            let a = tensor(&[5, 7], 1, dtype);
+            let b = tensor(&[7, 3], 2, dtype);
+            check(&a, &b, tol);
+            let at = tensor(&[7, 5], 3, dtype).t().unwrap();
+            let bt = tensor(&[3, 7], 4, dtype).t().unwrap();
+            check(&at, &b, tol);
+            check(&a, &bt, tol);
+            check(&at, &bt, tol);
+            // every other row and column of larger matrices
+            let big = tensor(&[10, 15], 5, dtype);
+            let sa = big
+                .slice(0, None, None, 2)
+                .unwrap()
+                .slice(1, Some(1), None, 2)
+                .unwrap();
+            assert_eq!(sa.shape(), vec![5, 7]);
+            check(&sa, &bt, tol);
+            let sb = tensor(&[14, 9], 6, dtype)
+                .slice(0, None, None, 2)
+                .unwrap()
+                .slice(1, None, None, 3)
+                .unwrap();
+            check(&sa, &sb, tol);
+            // an expanded (stride-0) operand
+            let row = tensor(&[1, 7], 7, dtype).expand(&[5, 7]).unwrap();
+            check(&row, &sb, tol);
+            assert_close(&as_f64(&sa.mm(&sb).unwrap()), &naive(&sa, &sb).1, tol);
+        }
+    }
+
+    #[test]
+    fn matmul_batched_broadcast_matches_naive() {
+        for dtype in [DType::F32, DType::F64, DType::I64] {
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+            check(
+                &tensor(&[2, 3, 4], 1, dtype),
+                &tensor(&[4, 5], 2, dtype),
+                tol,
+            );
+            check(
+                &tensor(&[3, 4], 1, dtype),
+                &tensor(&[2, 4, 5], 2, dtype),
+                tol,
+            );
+            check(
+                &tensor(&[2, 1, 3, 4], 1, dtype),
+                &tensor(&[3, 4, 5], 2, dtype),
+                tol,
+            );
+            check(
+                &tensor(&[1, 3, 4], 1, dtype),
+                &tensor(&[4, 1, 4, 2], 2, dtype),
+                tol,
+            );
+            let at = tensor(&[2, 4, 3], 3, dtype).transpose(1, 2).unwrap();
+            let bp = tensor(&[5, 2, 4], 4, dtype).permute(&[1, 2, 0]).unwrap();
+            check(&at, &bp, tol);
+            check(
+                &tensor(&[3, 2, 4], 5, dtype).transpose(0, 1).unwrap(),
+                &tensor(&[4, 6], 6, dtype),
+                tol,
+            );
+            let b3 = tensor(&[2, 3, 4], 7, dtype);
+            let r = b3.bmm(&tensor(&[2, 4, 5], 8, dtype)).unwrap();
+            assert_eq!(r.shape(), vec![2, 3, 5]);
+            assert_eq!(r.stride(), vec![15, 5, 1]);
+        }
+    }
+
+    #[test]
+    fn matmul_vector_cases() {
+        for dtype in [DType::F32, DType::I64] {
+            let v4 = tensor(&[4], 1, dtype);
+            check(&v4, &tensor(&[4], 2, dtype), 1e-5);
+            check(&v4, &tensor(&[4, 3], 3, dtype), 1e-5);
+            check(&tensor(&[3, 4], 4, dtype), &v4, 1e-5);
+            check(&tensor(&[4, 3], 4, dtype).t().unwrap(), &v4, 1e-5);
+            check(&v4, &tensor(&[2, 4, 5], 5, dtype), 1e-5);
+            check(&tensor(&[2, 3, 4], 6, dtype), &v4, 1e-5);
+            check(
+                &tensor(&[2, 1, 3, 4], 6, dtype),
+                &tensor(&[12], 7, dtype).slice(0, None, None, 3).unwrap(),
+                1e-5,
+            );
+            let d = v4.dot(&tensor(&[4], 2, dtype)).unwrap();
+            assert_eq!(d.shape(), Vec::<usize>::new());
+            assert_close(&as_f64(&d), &naive(&v4, &tensor(&[4], 2, dtype)).1, 1e-5);
+        }
+        let a = Tensor::from_vec(vec![1f32, 2., 3.], &[3]).unwrap();
+        let b = Tensor::from_vec(vec![10f32, 20.], &[2]).unwrap();
+        let o = a.outer(&b).unwrap();
+        assert_eq!(o.shape(), vec![3, 2]);
+        assert_eq!(o.stride(), vec![2, 1]);
+        assert_eq!(
+            o.to_vec::<f32>().unwrap(),
+            vec![10., 20., 20., 40., 30., 60.]
+        );
+        let bi = Tensor::from_vec(vec![1i64, 2], &[2]).unwrap();
+        assert_eq!(a.outer(&bi).unwrap().dtype(), DType::F32);
+    }
+
+    #[test]
+    fn empty_products() {
+        let z = tensor(&[3, 0], 1, DType::F32)
+            .matmul(&tensor(&[0, 4], 2, DType::F32))
+            .unwrap();
+        assert_eq!(z.shape(), vec![3, 4]);
+        assert_eq!(z.to_vec::<f32>().unwrap(), vec![0.0; 12]);
+        let zi = tensor(&[2, 3, 0], 1, DType::I64)
+            .matmul(&tensor(&[0, 4], 2, DType::I64))
+            .unwrap();
+        assert_eq!(zi.to_vec::<i64>().unwrap(), vec![0; 24]);
+        let e = tensor(&[0, 3, 4], 1, DType::F32)
+            .matmul(&tensor(&[4, 5], 2, DType::F32))
+            .unwrap();
+        assert_eq!((e.shape(), e.stride()), (vec![0, 3, 5], vec![15, 5, 1]));
+        let d = tensor(&[0], 1, DType::F64)
+            .dot(&tensor(&[0], 2, DType::F64))
+            .unwrap();
+        assert_eq!(d.to_vec::<f64>().unwrap(), vec![0.0]);
+        let c = Tensor::full(&[2, 2], 7.0, DType::F32).unwrap();
+        let r = c
+            .addmm(
+                &tensor(&[2, 0], 1, DType::F32),
+                &tensor(&[0, 2], 1, DType::F32),
+                0.5,
+                2.5,
+            )
+            .unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), vec![3.5; 4]);
+    }
+
+    #[test]
+    fn addmm_scales_broadcasts_and_ignores_c_when_beta_is_zero() {
+        let a = tensor(&[3, 4], 1, DType::F64);
+        let b = tensor(&[5, 4], 2, DType::F64).t().unwrap();
+        let prod = naive(&a, &b).1;
+        let c = tensor(&[5], 3, DType::F64);
+        let cv = as_f64(&c);
+        let r = c.addmm(&a, &b, 0.5, 2.0).unwrap();
+        assert_eq!((r.shape(), r.stride()), (vec![3, 5], vec![5, 1]));
+        let want: Vec<f64> = (0..15).map(|i| 0.5 * cv[i % 5] + 2.0 * prod[i]).collect();
+        assert_close(&as_f64(&r), &want, 1e-12);
+        let nan = Tensor::full(&[3, 5], f64::NAN, DType::F64).unwrap();
+        let r = nan.addmm(&a, &b, 0, 1).unwrap();
+        assert_close(&as_f64(&r), &prod, 1e-12);
+        // alpha == 0 ignores the product, NaN included
+        let an = Tensor::full(&[3, 4], f64::NAN, DType::F64).unwrap();
+        let r = c.addmm(&an, &b, 1, 0).unwrap();
+        assert_close(
+            &as_f64(&r),
+            &(0..15).map(|i| cv[i % 5]).collect::<Vec<_>>(),
+            0.0,
+        );
+        // integers: scalars convert to the dtype (0.5 truncates to 0), arithmetic wraps
+        let ci = Tensor::full(&[2, 2], 7i64, DType::I64).unwrap();
+        let ones_a = Tensor::ones(&[2, 3], DType::I64).unwrap();
+        let ones_b = Tensor::ones(&[3, 2], DType::I64).unwrap();
+        assert_eq!(
+            ci.addmm(&ones_a, &ones_b, 0.5, 1)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![3; 4]
+        );
+        assert_eq!(
+            ci.addmm(&ones_a, &ones_b, 1, 1.5)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            vec![10; 4]
+        );
+        let f16c = Tensor::full(&[2, 2], 7.0, DType::F16).unwrap();
+        let r = f16c
+            .addmm(
+                &Tensor::ones(&[2, 3], DType::F16).unwrap(),
+                &Tensor::ones(&[3, 2], DType::F16).unwrap(),
+                0.5,
+                2.5,
+            )
+            .unwrap();
+        assert_eq!(r.to_vec::<f16>().unwrap(), vec![f16::from_f32(11.0); 4]);
+        let bfc = Tensor::full(&[2, 2], 7.0, DType::BF16).unwrap();
+        let r = bfc
+            .addmm(
+                &Tensor::ones(&[2, 3], DType::BF16).unwrap(),
+                &Tensor::ones(&[3, 2], DType::BF16).unwrap(),
+                0.5,
+                2.5,
+            )
+            .unwrap();
+        assert_eq!(r.to_vec::<bf16>().unwrap(), vec![bf16::from_f32(11.0); 4]);
+    }
+
+    #[test]
+    fn integer_products_wrap() {
+        let a = Tensor::from_vec(vec![200u8, 100], &[1, 2]).unwrap();
+        let b = Tensor::from_vec(vec![2u8, 3], &[2, 1]).unwrap();
+        assert_eq!(
+            a.matmul(&b).unwrap().to_vec::<u8>().unwrap(),
+            vec![((400 + 300) % 256) as u8]
+        );
+        let big = Tensor::from_vec(vec![i64::MAX, 2], &[2]).unwrap();
+        let r = big
+            .dot(&Tensor::from_vec(vec![2i64, 1], &[2]).unwrap())
+            .unwrap();
+        assert_eq!(
+            r.item::<i64>().unwrap(),
+            i64::MAX.wrapping_mul(2).wrapping_add(2)
+        );
+    }
+
+    #[test]
+    fn large_products_run_in_parallel_and_match() {
+        let a = tensor(&[130, 70], 1, DType::F64);
+        let b = tensor(&[90, 70], 2, DType::F64).t().unwrap();
+        check(&a, &b, 1e-12);
+        check(
+            &tensor(&[64, 20, 20], 3, DType::F64),
+            &tensor(&[64, 20, 20], 4, DType::F64),
+            1e-12,
+        );
+        check(
+            &tensor(&[40, 20, 20], 3, DType::I64),
+            &tensor(&[20, 30], 4, DType::I64),
+            0.0,
+        );
+        check(
+            &tensor(&[70, 80], 3, DType::I64),
+            &tensor(&[80, 60], 4, DType::I64),
+            0.0,
+        );
+        check(
+            &tensor(&[70, 80], 3, DType::BF16),
+            &tensor(&[80, 60], 4, DType::BF16),
+            2e-2,
+        );
+    }
+
+    #[test]
+    fn errors_name_shapes_and_dtypes() {
+        let f = |s: &[usize]| Tensor::zeros(s, DType::F32).unwrap();
+        let msg = |r: Result<Tensor>| r.unwrap_err().to_string();
+        let e = msg(f(&[3, 4]).matmul(&f(&[5, 6])));
+        assert!(
+            e.contains("[3, 4]") && e.contains("[5, 6]") && e.contains("Hint"),
+            "{e}"
+        );
+        assert!(matches!(f(&[]).matmul(&f(&[3])), Err(Error::Shape { .. })));
+        let e = msg(f(&[2, 3, 4]).matmul(&f(&[3, 4, 5])));
+        assert!(e.contains("[2, 3, 4]") && e.contains("[3, 4, 5]"), "{e}");
+        let d = Tensor::zeros(&[4, 5], DType::F64).unwrap();
+        let e = f(&[3, 4]).matmul(&d).unwrap_err();
+        assert!(
+            matches!(e, Error::DType { .. }) && e.to_string().contains("f64"),
+            "{e}"
+        );
+        let bools = Tensor::zeros(&[2, 2], DType::Bool).unwrap();
+        assert!(matches!(bools.matmul(&bools), Err(Error::DType { .. })));
+        assert!(matches!(bools.mm(&bools), Err(Error::DType { .. })));
+        assert_eq!(
+            bools
+                .select(0, 0)
+                .unwrap()
+                .outer(&bools.select(0, 1).unwrap())
+                .unwrap()
+                .dtype(),
+            DType::Bool
+        );
+        assert!(matches!(
+            f(&[2, 3, 4]).mm(&f(&[4, 3])),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            f(&[3, 4]).bmm(&f(&[4, 3])),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            f(&[1, 3, 4]).bmm(&f(&[2, 4, 3])),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(f(&[3]).dot(&f(&[4])), Err(Error::Shape { .. })));
+        assert!(matches!(
+            f(&[2, 3]).dot(&f(&[2, 3])),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            f(&[2, 3]).outer(&f(&[2])),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            f(&[4]).addmm(&f(&[3, 4]), &f(&[4, 5]), 1, 1),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            f(&[1, 3, 5]).addmm(&f(&[3, 4]), &f(&[4, 5]), 1, 1),
+            Err(Error::Shape { .. })
+        ));
+        assert!(matches!(
+            d.addmm(&f(&[4, 4]), &f(&[4, 5]), 1, 1),
+            Err(Error::DType { .. })
+        ));
+    }
+
+    #[test]
+    fn failed_matmul_out_leaves_the_output_untouched() {
+        let out = Tensor::full(&[2, 2], 9.0, DType::F32).unwrap();
+        let a = tensor(&[3, 4], 1, DType::F32);
+        let before = (
+            out.shape(),
+            out.stride(),
+            out.storage_id(),
+            out.data_ptr(),
+            out.version(),
+        );
+        let cases = [
+            a.matmul_out(&tensor(&[5, 2], 2, DType::F32), &out),
+            a.matmul_out(&tensor(&[4, 2], 2, DType::F64), &out),
+            a.matmul_out(
+                &tensor(&[4, 2], 2, DType::F32),
+                &Tensor::zeros(&[3, 2], DType::F64).unwrap(),
+            ),
+            tensor(&[3, 4], 1, DType::F32).matmul_out(
+                &tensor(&[4, 2], 2, DType::F32),
+                &Tensor::zeros(&[1, 2], DType::F32)
+                    .unwrap()
+                    .expand(&[3, 2])
+                    .unwrap(),
+            ),
+        ];
+        for r in cases {
+            assert!(r.is_err());
+        }
+        assert_eq!(
+            before,
+            (
+                out.shape(),
+                out.stride(),
+                out.storage_id(),
+                out.data_ptr(),
+                out.version()
+            )
+        );
+        assert_eq!(out.to_vec::<f32>().unwrap(), vec![9.0; 4]);
+        // PyTorch refuses a folded batched product into an output it cannot view as a matrix
+        let t = Tensor::zeros(&[2, 5, 3], DType::F32)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        let r = tensor(&[2, 3, 4], 1, DType::F32).matmul_out(&tensor(&[4, 5], 2, DType::F32), &t);
+        assert!(matches!(r, Err(Error::Shape { .. })));
+        assert_eq!(t.version(), 0);
+    }
+
+    #[test]
+    fn matmul_out_writes_in_place_without_reallocating() {
+        let a = tensor(&[3, 4], 1, DType::F32);
+        let b = tensor(&[5, 4], 2, DType::F32).t().unwrap();
+        let want = naive(&a, &b).1;
+        let out = Tensor::zeros(&[3, 5], DType::F32).unwrap();
+        let (id, ptr) = (out.storage_id(), out.data_ptr());
+        let r = a.matmul_out(&b, &out).unwrap();
+        assert!(r.is_same(&out));
+        assert_eq!(
+            (out.storage_id(), out.data_ptr(), out.version()),
+            (id, ptr, 1)
+        );
+        assert_close(&as_f64(&out), &want, 1e-5);
+        // a transposed output keeps its strides
+        let ot = Tensor::zeros(&[5, 3], DType::F32).unwrap().t().unwrap();
+        a.matmul_out(&b, &ot).unwrap();
+        assert_eq!((ot.stride(), ot.version()), (vec![1, 3], 1));
+        assert_close(&as_f64(&ot), &want, 1e-5);
+        // batched, written through strided batch dimensions
+        let a3 = tensor(&[2, 3, 4], 3, DType::F64);
+        let b3 = tensor(&[2, 4, 5], 4, DType::F64);
+        let o3 = Tensor::zeros(&[2, 5, 3], DType::F64)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap();
+        a3.matmul_out(&b3, &o3).unwrap();
+        assert_eq!((o3.stride(), o3.version()), (vec![15, 1, 3], 1));
+        assert_close(&as_f64(&o3), &naive(&a3, &b3).1, 1e-12);
+    }
+
+    #[test]
+    fn matmul_out_resizes_and_follows_pytorch_versions() {
+        let a = tensor(&[3, 4], 1, DType::F32);
+        let b = tensor(&[4, 2], 2, DType::F32);
+        let out = Tensor::zeros(&[0], DType::F32).unwrap();
+        a.matmul_out(&b, &out).unwrap();
+        assert_eq!(
+            (out.shape(), out.stride(), out.version()),
+            (vec![3, 2], vec![2, 1], 1)
+        );
+        assert_close(&as_f64(&out), &naive(&a, &b).1, 1e-5);
+        // vector · matrix: written through [1, p] and squeezed, two versions as in PyTorch
+        let v = tensor(&[3], 3, DType::F32);
+        let o = Tensor::zeros(&[8], DType::F32)
+            .unwrap()
+            .slice(0, Some(1), None, 2)
+            .unwrap();
+        assert_eq!(o.shape(), vec![4]);
+        v.matmul_out(&tensor(&[3, 4], 4, DType::F32), &o).unwrap();
+        assert_eq!(
+            (o.shape(), o.stride(), o.storage_offset(), o.version()),
+            (vec![4], vec![1], 1, 2)
+        );
+        assert_close(
+            &as_f64(&o),
+            &naive(&v, &tensor(&[3, 4], 4, DType::F32)).1,
+            1e-5,
+        );
+        // dot into a 0-d output
+        let d = Tensor::zeros(&[], DType::F32).unwrap();
+        v.matmul_out(&v, &d).unwrap();
+        assert_eq!(d.version(), 1);
+        assert_close(&as_f64(&d), &naive(&v, &v).1, 1e-5);
+    }
+
+    #[test]
+    fn matmul_out_may_alias_its_inputs() {
+        let x = tensor(&[4, 4], 1, DType::F64);
+        let want = naive(&x, &x).1;
+        x.matmul_out(&x, &x).unwrap();
+        assert_close(&as_f64(&x), &want, 1e-12);
+        let y = tensor(&[4, 4], 2, DType::F64);
+        let yt = y.t().unwrap();
+        let want = naive(&y, &yt).1;
+        y.matmul_out(&yt, &yt).unwrap();
+        assert_close(&as_f64(&yt), &want, 1e-12);
+        assert_eq!(y.version(), 1);
+    }
+}

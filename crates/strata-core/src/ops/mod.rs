@@ -1,0 +1,14 @@
+//! The ops. Each public op is a `#[track_caller]` method that enters an [`crate::OpContext`],
+//! validates everything (*infer*), then allocates and runs (*execute*).
+
+pub mod binary;
+pub mod copy;
+pub mod index;
+pub mod joining;
+pub mod matmul;
+pub(crate) mod iter;
+pub mod promote;
+pub mod reduce;
+pub mod ternary;
+pub mod unary;
+pub mod views;

@@ -1,0 +1,273 @@
+//! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`.
+
+use crate::dtype::{compute_dtype, dispatch, dispatch_float, DTypeFn, Element, Float, FloatFn};
+use crate::engine::{kernels, Plan};
+use crate::op::OpContext;
+use crate::ops::binary::check_cast;
+use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::promote::{result_type, Arg};
+use crate::{DType, Error, Result, Scalar, Tensor};
+
+/// A floating function: integer inputs compute in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FloatOp {
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Gelu,
+    Silu,
+}
+
+struct FloatKernel<'a>(&'a Plan, FloatOp);
+
+impl FloatFn for FloatKernel<'_> {
+    type Output = ();
+    fn call<T: Float>(self) {
+        let plan = self.0;
+        let one = T::ONE;
+        let half = T::from_f64(0.5);
+        let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
+        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
+        unsafe {
+            match self.1 {
+                FloatOp::Exp => kernels::map1::<T, T>(plan, |x| x.exp()),
+                FloatOp::Log => kernels::map1::<T, T>(plan, |x| x.ln()),
+                FloatOp::Sqrt => kernels::map1::<T, T>(plan, |x| x.sqrt()),
+                FloatOp::Rsqrt => kernels::map1::<T, T>(plan, move |x| one.div(x.sqrt())),
+                FloatOp::Sin => kernels::map1::<T, T>(plan, |x| x.sin()),
+                FloatOp::Cos => kernels::map1::<T, T>(plan, |x| x.cos()),
+                FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh()),
+                FloatOp::Sigmoid => {
+                    kernels::map1::<T, T>(plan, move |x| one.div(one.add(x.neg().exp())))
+                }
+                FloatOp::Gelu => kernels::map1::<T, T>(plan, move |x| {
+                    x.mul(half).mul(one.add(x.mul(inv_sqrt2).erf()))
+                }),
+                FloatOp::Silu => {
+                    kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp())))
+                }
+            }
+        }
+    }
+}
+
+fn float_op_dtype(op: &'static str, f: FloatOp, input: DType) -> Result<DType> {
+    if input.is_floating() {
+        return Ok(input);
+    }
+    match f {
+        // Activations PyTorch defines for floating inputs only.
+        FloatOp::Gelu | FloatOp::Silu => Err(Error::dtype(
+            op,
+            format!("{op} needs a floating tensor, got {input}"),
+            Some("convert first with .to(DType::F32)"),
+        )),
+        _ => Ok(DType::F32),
+    }
+}
+
+fn run_float(plan: &Plan, f: FloatOp, compute: DType) {
+    // `compute` is floating here: float_op_dtype guarantees it.
+    let _ = dispatch_float(compute, FloatKernel(plan, f));
+}
+
+/// A unary op that keeps the dtype.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum SameOp {
+    Neg,
+    Abs,
+    Relu,
+    Clamp(Option<Scalar>, Option<Scalar>),
+}
+
+struct SameKernel<'a>(&'a Plan, SameOp);
+
+impl DTypeFn for SameKernel<'_> {
+    type Output = ();
+    fn call<T: Element>(self) {
+        let plan = self.0;
+        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
+        unsafe {
+            match self.1 {
+                SameOp::Neg => kernels::map1::<T, T>(plan, |x| x.neg()),
+                SameOp::Abs => kernels::map1::<T, T>(plan, |x| x.abs()),
+                SameOp::Relu => kernels::map1::<T, T>(plan, |x| {
+                    if x.is_nan() || x > T::ZERO {
+                        x
+                    } else {
+                        T::ZERO
+                    }
+                }),
+                SameOp::Clamp(lo, hi) => {
+                    let lo: Option<T> = lo.map(Scalar::to);
+                    let hi: Option<T> = hi.map(Scalar::to);
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let x = match lo {
+                            Some(l) => x.maximum_nan(l),
+                            None => x,
+                        };
+                        match hi {
+                            Some(h) => x.minimum_nan(h),
+                            None => x,
+                        }
+                    })
+                }
+            }
+        }
+    }
+}
+
+fn same_op_dtype(op: &'static str, s: SameOp, a: &Tensor) -> Result<DType> {
+    let d = a.dtype();
+    match s {
+        SameOp::Neg if d == DType::Bool => Err(Error::dtype(
+            op,
+            "negation of a bool tensor is not supported",
+            Some("use logical_not() to invert a mask"),
+        )),
+        SameOp::Relu if d == DType::Bool => Err(Error::dtype(
+            op,
+            "relu is not defined for bool tensors",
+            Some("convert first with .to(DType::U8) or .to(DType::F32)"),
+        )),
+        SameOp::Clamp(None, None) => Err(Error::argument(
+            op,
+            "at least one of min and max must be given",
+            Some("pass a lower bound, an upper bound, or both"),
+        )),
+        SameOp::Clamp(lo, hi) => {
+            let mut args = vec![Arg::Tensor(a)];
+            args.extend(lo.map(Arg::Scalar));
+            args.extend(hi.map(Arg::Scalar));
+            let r = result_type(&args);
+            if r == DType::Bool {
+                return Err(Error::dtype(
+                    op,
+                    "clamp is not defined for bool tensors",
+                    Some("convert first with .to(DType::U8)"),
+                ));
+            }
+            Ok(r)
+        }
+        _ => Ok(d),
+    }
+}
+
+fn run_same(plan: &Plan, s: SameOp, compute: DType) {
+    dispatch(compute_dtype(compute), SameKernel(plan, s));
+}
+
+impl Tensor {
+    fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
+        let out = float_op_dtype(ctx.op(), f, self.dtype())?;
+        ElementwiseSpec::new(Output::New(out), vec![self])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| run_float(plan, f, out))
+    }
+
+    fn float_unary_(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
+        let result = float_op_dtype(ctx.op(), f, self.dtype())?;
+        check_cast(ctx.op(), result, self.dtype())?;
+        ElementwiseSpec::new(Output::Existing(self), vec![self])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| run_float(plan, f, result))
+    }
+
+    fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
+        let out = same_op_dtype(ctx.op(), s, self)?;
+        ElementwiseSpec::new(Output::New(out), vec![self])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| run_same(plan, s, out))
+    }
+
+    fn same_unary_(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
+        let result = same_op_dtype(ctx.op(), s, self)?;
+        check_cast(ctx.op(), result, self.dtype())?;
+        ElementwiseSpec::new(Output::Existing(self), vec![self])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| run_same(plan, s, result))
+    }
+
+    /// `-self`.
+    #[track_caller]
+    pub fn neg(&self) -> Result<Tensor> {
+        let ctx = OpContext::enter("neg");
+        self.same_unary(&ctx, SameOp::Neg)
+    }
+
+    /// `|self|`.
+    #[track_caller]
+    pub fn abs(&self) -> Result<Tensor> {
+        let ctx = OpContext::enter("abs");
+        self.same_unary(&ctx, SameOp::Abs)
+    }
+
+    /// `max(self, 0)`.
+    #[track_caller]
+    pub fn relu(&self) -> Result<Tensor> {
+        let ctx = OpContext::enter("relu");
+        self.same_unary(&ctx, SameOp::Relu)
+    }
+
+    /// In place `max(self, 0)`.
+    #[track_caller]
+    pub fn relu_(&self) -> Result<Tensor> {
+        let ctx = OpContext::enter("relu_");
+        self.same_unary_(&ctx, SameOp::Relu)
+    }
+
+    /// Limits every element to `[min, max]` (either bound may be absent). Numbers promote
+    /// like operands: an integer tensor clamped with a float bound becomes floating.
+    #[track_caller]
+    pub fn clamp(&self, min: Option<Scalar>, max: Option<Scalar>) -> Result<Tensor> {
+        let ctx = OpContext::enter("clamp");
+        self.same_unary(&ctx, SameOp::Clamp(min, max))
+    }
+
+    /// In-place [`Tensor::clamp`].
+    #[track_caller]
+    pub fn clamp_(&self, min: Option<Scalar>, max: Option<Scalar>) -> Result<Tensor> {
+        let ctx = OpContext::enter("clamp_");
+        self.same_unary_(&ctx, SameOp::Clamp(min, max))
+    }
+
+    /// In place `e^self`.
+    #[track_caller]
+    pub fn exp_(&self) -> Result<Tensor> {
+        let ctx = OpContext::enter("exp_");
+        self.float_unary_(&ctx, FloatOp::Exp)
+    }
+}
+
+macro_rules! float_methods {
+    ($($name:ident, $op:expr, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`", $doc, "` element-wise; integer tensors give f32.")]
+                #[track_caller]
+                pub fn $name(&self) -> Result<Tensor> {
+                    let ctx = OpContext::enter(stringify!($name));
+                    self.float_unary(&ctx, $op)
+                }
+            )*
+        }
+    };
+}
+
+float_methods! {
+    exp, FloatOp::Exp, "e^x";
+    log, FloatOp::Log, "ln(x)";
+    sqrt, FloatOp::Sqrt, "sqrt(x)";
+    rsqrt, FloatOp::Rsqrt, "1/sqrt(x)";
+    sin, FloatOp::Sin, "sin(x)";
+    cos, FloatOp::Cos, "cos(x)";
+    tanh, FloatOp::Tanh, "tanh(x)";
+    sigmoid, FloatOp::Sigmoid, "1/(1+e^-x)";
+    gelu, FloatOp::Gelu, "x/2 * (1 + erf(x/sqrt(2)))";
+    silu, FloatOp::Silu, "x * sigmoid(x)";
+}

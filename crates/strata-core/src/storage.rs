@@ -1,0 +1,314 @@
+//! Storage: untyped bytes shared by every view of them, with the version counter and the lock
+//! that makes concurrent ops sound.
+//!
+//! This is one of the few modules with `unsafe`: it hands out raw pointers to the bytes, and
+//! only while the storage is locked by [`lock_storages`].
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use strata_alloc::{Block, DeviceAllocator};
+
+use crate::Device;
+
+/// Something that owns a region of memory and releases it when dropped: an allocator block,
+/// a memory-mapped file, a vector.
+pub trait DataOwner: Send + Sync + 'static {}
+impl<T: Send + Sync + 'static> DataOwner for T {}
+
+/// A block from a device allocator, returned to that allocator when dropped.
+#[derive(Debug)]
+pub struct AllocatorBlock {
+    allocator: Arc<dyn DeviceAllocator>,
+    block: Option<Block>,
+}
+
+impl AllocatorBlock {
+    /// Takes ownership of `block`, which `allocator` produced.
+    pub fn new(allocator: Arc<dyn DeviceAllocator>, block: Block) -> Self {
+        AllocatorBlock {
+            allocator,
+            block: Some(block),
+        }
+    }
+
+    /// The allocator the block goes back to.
+    pub fn allocator(&self) -> &Arc<dyn DeviceAllocator> {
+        &self.allocator
+    }
+}
+
+impl Drop for AllocatorBlock {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            // SAFETY: the block came from this allocator (constructor contract) and the
+            // storage that owned it is being dropped, so nothing can use it any more.
+            unsafe { self.allocator.deallocate(block) };
+        }
+    }
+}
+
+/// Untyped bytes on one device.
+///
+/// The bytes can be replaced by a larger block (an `out=` op resizing its output), which keeps
+/// the storage's identity, as PyTorch's resizable storages do; the address and size are read
+/// atomically and only change under the write lock.
+pub struct Storage {
+    id: u64,
+    ptr: AtomicPtr<u8>,
+    nbytes: AtomicUsize,
+    device: Device,
+    owner: Mutex<Box<dyn Any + Send + Sync>>,
+    version: AtomicU32,
+    lock: RwLock<()>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("id", &self.id)
+            .field("nbytes", &self.nbytes)
+            .field("device", &self.device)
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+// SAFETY: the bytes behind `ptr` are owned by `owner` (Send + Sync) and every access to them
+// goes through `lock_storages`, which takes the storage's read or write lock.
+unsafe impl Send for Storage {}
+// SAFETY: as above; shared references only read metadata or take the lock.
+unsafe impl Sync for Storage {}
+
+static NEXT_STORAGE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Storage {
+    /// Storage over memory owned by `owner`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `nbytes` bytes, aligned for any element type, that stay valid and
+    /// are not accessed by anything else for as long as `owner` is alive.
+    pub unsafe fn from_owner(
+        ptr: NonNull<u8>,
+        nbytes: usize,
+        device: Device,
+        owner: Box<dyn Any + Send + Sync>,
+    ) -> Self {
+        Storage {
+            id: NEXT_STORAGE_ID.fetch_add(1, Ordering::Relaxed),
+            ptr: AtomicPtr::new(ptr.as_ptr()),
+            nbytes: AtomicUsize::new(nbytes),
+            device,
+            owner: Mutex::new(owner),
+            version: AtomicU32::new(0),
+            lock: RwLock::new(()),
+        }
+    }
+
+    /// Storage over an allocator block.
+    pub fn from_block(allocator: Arc<dyn DeviceAllocator>, block: Block, device: Device) -> Self {
+        let (ptr, nbytes) = (block.ptr(), block.size());
+        // SAFETY: the block is `nbytes` bytes aligned to BLOCK_ALIGN, owned by the
+        // AllocatorBlock until it is dropped together with this storage.
+        unsafe {
+            Storage::from_owner(
+                ptr,
+                nbytes,
+                device,
+                Box::new(AllocatorBlock::new(allocator, block)),
+            )
+        }
+    }
+
+    /// A unique identity; two tensors share memory exactly when their storage ids are equal.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.nbytes.load(Ordering::Acquire)
+    }
+
+    /// The device the bytes live on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Address of the first byte.
+    pub fn data_ptr(&self) -> *const u8 {
+        self.ptr.load(Ordering::Acquire)
+    }
+
+    /// The allocator the bytes return to, when they came from one.
+    pub fn allocator(&self) -> Option<Arc<dyn DeviceAllocator>> {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        owner
+            .downcast_ref::<AllocatorBlock>()
+            .map(|b| b.allocator().clone())
+    }
+
+    /// The in-place version counter shared by every view of this storage.
+    pub fn version(&self) -> u32 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Records one in-place modification.
+    pub fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// How an op uses a storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Written (and maybe read).
+    Write,
+}
+
+enum Guard<'a> {
+    Read(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Write(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// The locks an op holds on its storages, and the raw pointers it may use while it does.
+pub struct StorageGuards<'a> {
+    storages: Vec<(&'a Storage, Access)>,
+    _guards: Vec<Guard<'a>>,
+}
+
+impl StorageGuards<'_> {
+    /// Base address of `storage`'s bytes for reading. The storage must be one of the locked
+    /// ones.
+    pub fn read_ptr(&self, storage: &Storage) -> *const u8 {
+        debug_assert!(self.storages.iter().any(|(s, _)| s.id == storage.id));
+        storage.ptr.load(Ordering::Acquire)
+    }
+
+    /// Base address of `storage`'s bytes for writing. The storage must have been locked with
+    /// [`Access::Write`].
+    pub fn write_ptr(&self, storage: &Storage) -> *mut u8 {
+        debug_assert!(self.is_write_locked(storage));
+        storage.ptr.load(Ordering::Acquire)
+    }
+
+    fn is_write_locked(&self, storage: &Storage) -> bool {
+        self.storages
+            .iter()
+            .any(|(s, a)| s.id == storage.id && *a == Access::Write)
+    }
+
+    /// Moves `storage`'s contents into `block` (a larger allocation): the old bytes are
+    /// copied to the start of the block, the rest of the block is zeroed, and the old memory is
+    /// released. The storage keeps its identity and version. It must be write-locked here.
+    pub fn grow(
+        &self,
+        storage: &Storage,
+        allocator: Arc<dyn DeviceAllocator>,
+        block: Block,
+    ) -> Result<(), Block> {
+        if !self.is_write_locked(storage) || block.size() < storage.nbytes() {
+            return Err(block);
+        }
+        let old_ptr = storage.ptr.load(Ordering::Acquire);
+        let old_len = storage.nbytes();
+        let new_ptr = block.ptr().as_ptr();
+        let new_len = block.size();
+        // SAFETY: the old bytes are valid for `old_len` bytes (write lock held, so nothing else
+        // touches them), the new block is valid for `new_len >= old_len` bytes and is a
+        // distinct allocation, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(old_ptr, new_ptr, old_len);
+            std::ptr::write_bytes(new_ptr.add(old_len), 0, new_len - old_len);
+        }
+        let new_owner: Box<dyn Any + Send + Sync> =
+            Box::new(AllocatorBlock::new(allocator, block));
+        let old_owner = {
+            let mut owner = storage.owner.lock().unwrap_or_else(|p| p.into_inner());
+            storage.ptr.store(new_ptr, Ordering::Release);
+            storage.nbytes.store(new_len, Ordering::Release);
+            std::mem::replace(&mut *owner, new_owner)
+        };
+        drop(old_owner);
+        Ok(())
+    }
+}
+
+/// Locks every storage an op touches: each distinct storage once (so an op that reads and
+/// writes the same storage does not deadlock on itself), with a write lock if any operand on it
+/// is written, in increasing id order (so `a.copy_(b)` and `b.copy_(a)` on two threads cannot
+/// wait on each other).
+pub fn lock_storages<'a>(operands: &[(&'a Storage, Access)]) -> StorageGuards<'a> {
+    let mut merged: Vec<(&'a Storage, Access)> = Vec::with_capacity(operands.len());
+    for &(s, a) in operands {
+        match merged.iter_mut().find(|(m, _)| m.id == s.id) {
+            Some(entry) => {
+                if a == Access::Write {
+                    entry.1 = Access::Write;
+                }
+            }
+            None => merged.push((s, a)),
+        }
+    }
+    merged.sort_by_key(|(s, _)| s.id);
+    // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
+    let guards = merged
+        .iter()
+        .map(|(s, a)| match a {
+            Access::Read => Guard::Read(s.lock.read().unwrap_or_else(|p| p.into_inner())),
+            Access::Write => Guard::Write(s.lock.write().unwrap_or_else(|p| p.into_inner())),
+        })
+        .collect();
+    StorageGuards {
+        storages: merged,
+        _guards: guards,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_alloc::{HostAllocator, Site};
+
+    fn storage(alloc: &Arc<HostAllocator>, n: usize) -> Storage {
+        let a: Arc<dyn DeviceAllocator> = alloc.clone();
+        let block = a.allocate(n, &Site::unknown("test")).unwrap();
+        Storage::from_block(a, block, Device::Cpu)
+    }
+
+    #[test]
+    fn drop_returns_memory() {
+        let alloc = Arc::new(HostAllocator::new());
+        let s = storage(&alloc, 256);
+        assert_eq!(alloc.memory_allocated(), 256);
+        assert!(s.allocator().is_some());
+        drop(s);
+        assert_eq!(alloc.memory_allocated(), 0);
+    }
+
+    #[test]
+    fn locking_the_same_storage_twice_does_not_deadlock() {
+        let alloc = Arc::new(HostAllocator::new());
+        let s = storage(&alloc, 64);
+        let g = lock_storages(&[(&s, Access::Read), (&s, Access::Write)]);
+        let p = g.write_ptr(&s);
+        // SAFETY: 64 bytes are allocated and we hold the write lock.
+        unsafe { p.write(7) };
+        assert_eq!(unsafe { *g.read_ptr(&s) }, 7);
+    }
+
+    #[test]
+    fn ids_are_unique_and_versions_count() {
+        let alloc = Arc::new(HostAllocator::new());
+        let (a, b) = (storage(&alloc, 8), storage(&alloc, 8));
+        assert_ne!(a.id(), b.id());
+        a.bump_version();
+        a.bump_version();
+        assert_eq!(a.version(), 2);
+        assert_eq!(b.version(), 0);
+    }
+}

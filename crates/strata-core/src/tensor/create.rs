@@ -1,0 +1,330 @@
+//! Creating tensors: filled, ranges, identity, from Rust data, random.
+
+use std::sync::Arc;
+
+use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::layout::{checked_numel, Layout};
+use crate::op::OpContext;
+use crate::random::{global_generator, Generator};
+use crate::storage::{lock_storages, Access, Storage};
+use crate::{DType, Device, Error, Result, Scalar, Tensor};
+
+/// Allocates storage for a layout of `dtype`; the bytes are not initialised, so the caller
+/// must write every element of the storage before anything reads it.
+pub(crate) fn alloc_for(
+    ctx: &OpContext,
+    layout: &Layout,
+    dtype: DType,
+    device: Device,
+) -> Result<Arc<Storage>> {
+    let extent = layout.validate(dtype.size()).ok_or_else(|| {
+        Error::shape(
+            ctx.op(),
+            format!(
+                "a tensor of shape {:?} with elements of {} bytes is too large to address",
+                layout.sizes(),
+                dtype.size()
+            ),
+            vec![layout.sizes().to_vec()],
+        )
+    })?;
+    ctx.allocate(extent * dtype.size(), device)
+}
+
+/// A new contiguous tensor whose elements are produced by `f(i)` in row-major order.
+pub(crate) fn from_fn<T: Element>(
+    ctx: &OpContext,
+    shape: &[usize],
+    f: impl Fn(usize) -> T,
+) -> Result<Tensor> {
+    let layout = Layout::contiguous(shape, 0);
+    let storage = alloc_for(ctx, &layout, T::DTYPE, Device::Cpu)?;
+    let n = layout.numel();
+    {
+        let guards = lock_storages(&[(&storage, Access::Write)]);
+        let p = guards.write_ptr(&storage) as *mut T;
+        for i in 0..n {
+            // SAFETY: the storage holds `n` elements of T (allocated for this layout) and is
+            // write-locked.
+            unsafe { p.add(i).write(f(i)) };
+        }
+    }
+    Ok(Tensor::from_parts(storage, layout, T::DTYPE, None))
+}
+
+struct Fill<'a> {
+    ctx: &'a OpContext,
+    shape: &'a [usize],
+    value: Scalar,
+}
+
+impl DTypeFn for Fill<'_> {
+    type Output = Result<Tensor>;
+    fn call<T: Element>(self) -> Result<Tensor> {
+        let v: T = self.value.to();
+        from_fn(self.ctx, self.shape, |_| v)
+    }
+}
+
+struct Arange<'a> {
+    ctx: &'a OpContext,
+    n: usize,
+}
+
+impl DTypeFn for Arange<'_> {
+    type Output = Result<Tensor>;
+    fn call<T: Element>(self) -> Result<Tensor> {
+        from_fn(self.ctx, &[self.n], |i| cast::<i64, T>(i as i64))
+    }
+}
+
+struct Eye<'a> {
+    ctx: &'a OpContext,
+    n: usize,
+}
+
+impl DTypeFn for Eye<'_> {
+    type Output = Result<Tensor>;
+    fn call<T: Element>(self) -> Result<Tensor> {
+        let n = self.n;
+        from_fn(self.ctx, &[n, n], |i| if i / n == i % n { T::ONE } else { T::ZERO })
+    }
+}
+
+enum Distribution {
+    Uniform,
+    Normal,
+}
+
+struct Random<'a> {
+    ctx: &'a OpContext,
+    shape: &'a [usize],
+    generator: &'a mut Generator,
+    distribution: Distribution,
+}
+
+impl DTypeFn for Random<'_> {
+    type Output = Result<Tensor>;
+    fn call<T: Element>(self) -> Result<Tensor> {
+        let g = std::cell::RefCell::new(self.generator);
+        let f = |_| {
+            let mut g = g.borrow_mut();
+            let v = match self.distribution {
+                Distribution::Uniform if T::DTYPE == DType::F64 => g.next_f64(),
+                Distribution::Uniform => g.next_f32() as f64,
+                Distribution::Normal => g.next_normal(),
+            };
+            cast::<f64, T>(v)
+        };
+        from_fn(self.ctx, self.shape, f)
+    }
+}
+
+fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
+    match checked_numel(shape) {
+        Some(_) => Ok(()),
+        None => Err(Error::shape(
+            op,
+            format!("shape {shape:?} has more elements than can be addressed"),
+            vec![shape.to_vec()],
+        )),
+    }
+}
+
+fn check_floating(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_floating() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            op,
+            format!("random values need a floating dtype, got {dtype}"),
+            Some("use DType::F32 or DType::F64"),
+        ))
+    }
+}
+
+impl Tensor {
+    /// A tensor of `shape` filled with zeros. (strata never hands out uninitialised memory:
+    /// reading it would be undefined behaviour, so there is no separate `empty`.)
+    #[track_caller]
+    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("zeros");
+        check_shape(ctx.op(), shape)?;
+        dispatch(
+            dtype,
+            Fill {
+                ctx: &ctx,
+                shape,
+                value: Scalar::Int(0),
+            },
+        )
+    }
+
+    /// A new tensor of `shape`, contents zero; PyTorch's `empty` with defined contents.
+    #[track_caller]
+    pub fn empty(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("empty");
+        check_shape(ctx.op(), shape)?;
+        dispatch(
+            dtype,
+            Fill {
+                ctx: &ctx,
+                shape,
+                value: Scalar::Int(0),
+            },
+        )
+    }
+
+    /// A tensor of `shape` filled with ones.
+    #[track_caller]
+    pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("ones");
+        check_shape(ctx.op(), shape)?;
+        dispatch(
+            dtype,
+            Fill {
+                ctx: &ctx,
+                shape,
+                value: Scalar::Int(1),
+            },
+        )
+    }
+
+    /// A tensor of `shape` filled with `value` (converted to `dtype`).
+    #[track_caller]
+    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("full");
+        check_shape(ctx.op(), shape)?;
+        dispatch(
+            dtype,
+            Fill {
+                ctx: &ctx,
+                shape,
+                value: value.into(),
+            },
+        )
+    }
+
+    /// `[0, 1, ..., n-1]` as a 1-d tensor.
+    #[track_caller]
+    pub fn arange(n: usize, dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("arange");
+        dispatch(dtype, Arange { ctx: &ctx, n })
+    }
+
+    /// The `n`×`n` identity matrix.
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("eye");
+        check_shape(ctx.op(), &[n, n])?;
+        dispatch(dtype, Eye { ctx: &ctx, n })
+    }
+
+    /// A tensor of `shape` holding `data` in row-major order (copied into strata's memory).
+    ///
+    /// ```
+    /// use strata_core::Tensor;
+    /// let t = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2])?;
+    /// assert_eq!(t.shape(), vec![2, 2]);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        let ctx = OpContext::enter("from_vec");
+        Self::from_slice_in(&ctx, &data, shape)
+    }
+
+    /// A tensor of `shape` holding a copy of `data` in row-major order.
+    #[track_caller]
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let ctx = OpContext::enter("from_slice");
+        Self::from_slice_in(&ctx, data, shape)
+    }
+
+    fn from_slice_in<T: Element>(ctx: &OpContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        if checked_numel(shape) != Some(data.len()) {
+            return Err(Error::shape(
+                ctx.op(),
+                format!(
+                    "{} values cannot fill a tensor of shape {shape:?}",
+                    data.len()
+                ),
+                vec![shape.to_vec()],
+            )
+            .with_hint("the product of the shape must equal the number of values"));
+        }
+        from_fn(ctx, shape, |i| data[i])
+    }
+
+    /// A 0-d tensor holding one number.
+    #[track_caller]
+    pub fn scalar(value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        let ctx = OpContext::enter("scalar_tensor");
+        dispatch(
+            dtype,
+            Fill {
+                ctx: &ctx,
+                shape: &[],
+                value: value.into(),
+            },
+        )
+    }
+
+    /// Uniform samples in `[0, 1)` drawn from `generator`.
+    #[track_caller]
+    pub fn rand_with(shape: &[usize], dtype: DType, generator: &mut Generator) -> Result<Tensor> {
+        let ctx = OpContext::enter("rand");
+        check_shape(ctx.op(), shape)?;
+        check_floating(ctx.op(), dtype)?;
+        dispatch(
+            dtype,
+            Random {
+                ctx: &ctx,
+                shape,
+                generator,
+                distribution: Distribution::Uniform,
+            },
+        )
+    }
+
+    /// Standard normal samples drawn from `generator`.
+    #[track_caller]
+    pub fn randn_with(shape: &[usize], dtype: DType, generator: &mut Generator) -> Result<Tensor> {
+        let ctx = OpContext::enter("randn");
+        check_shape(ctx.op(), shape)?;
+        check_floating(ctx.op(), dtype)?;
+        dispatch(
+            dtype,
+            Random {
+                ctx: &ctx,
+                shape,
+                generator,
+                distribution: Distribution::Normal,
+            },
+        )
+    }
+
+    /// Uniform samples in `[0, 1)` from the global generator (see [`crate::manual_seed`]).
+    #[track_caller]
+    pub fn rand(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let mut g = global_generator();
+        Tensor::rand_with(shape, dtype, &mut g)
+    }
+
+    /// Standard normal samples from the global generator.
+    #[track_caller]
+    pub fn randn(shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let mut g = global_generator();
+        Tensor::randn_with(shape, dtype, &mut g)
+    }
+
+    /// A fresh tensor with `layout` (offset 0, dense), for ops that write every element.
+    pub(crate) fn uninit_with_layout(
+        ctx: &OpContext,
+        layout: Layout,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let storage = alloc_for(ctx, &layout, dtype, Device::Cpu)?;
+        Ok(Tensor::from_parts(storage, layout, dtype, None))
+    }
+}

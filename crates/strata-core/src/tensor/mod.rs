@@ -1,0 +1,209 @@
+//! `Tensor`: a cheap, shareable handle to a strided view of a storage.
+//!
+//! Rust's `Clone` on a `Tensor` copies the *handle*: both handles are the same tensor, as two
+//! Python names for one tensor are. PyTorch's data-copying `clone()` is
+//! [`Tensor::deep_clone`].
+
+mod create;
+mod display;
+mod read;
+mod resize;
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use crate::layout::Layout;
+use crate::storage::Storage;
+use crate::{DType, Device};
+
+pub(crate) use create::from_fn as create_from_fn;
+pub(crate) use read::read_elements;
+
+/// How a view was made, needed by autograd to treat in-place writes through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewCreation {
+    /// An ordinary view.
+    Plain,
+    /// One of several outputs of one op (`split`, `chunk`, `unbind`).
+    MultiOutput,
+}
+
+/// Where a view came from: its base (the tensor that owns the memory, never itself a view)
+/// and the op that made it.
+#[derive(Debug, Clone)]
+pub struct ViewInfo {
+    /// The root tensor this view aliases.
+    pub base: Tensor,
+    /// The op that made the view (`"transpose"`, `"narrow"`, ...).
+    pub op: &'static str,
+    /// How it was made.
+    pub creation: ViewCreation,
+}
+
+/// The storage and layout of a tensor at one moment.
+#[derive(Debug, Clone)]
+pub(crate) struct Body {
+    pub storage: Arc<Storage>,
+    pub layout: Layout,
+}
+
+#[derive(Debug)]
+pub(crate) struct TensorImpl {
+    // Storage and layout change only when an `out=` op resizes its output.
+    body: RwLock<Body>,
+    dtype: DType,
+    view: Option<ViewInfo>,
+}
+
+/// A tensor: a handle (`Arc`) to a strided view onto shared storage.
+///
+/// `Send + Sync`; every op takes `&self`. Memory is returned to its allocator when the last
+/// handle to the last view of a storage drops.
+///
+/// ```
+/// use strata_core::{Tensor, DType};
+/// let x = Tensor::arange(6, DType::F32)?.view(&[2, 3])?;
+/// let t = x.t()?;                       // a view: no copy
+/// assert!(t.shares_storage(&x));
+/// assert_eq!(t.stride(), vec![1, 3]);
+/// t.add_scalar_(1.0)?;                  // writes through the view
+/// assert_eq!(x.to_vec::<f32>()?, vec![1., 2., 3., 4., 5., 6.]);
+/// assert_eq!(x.version(), 1);           // the version counter is shared by all views
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Tensor(Arc<TensorImpl>);
+
+impl Tensor {
+    pub(crate) fn from_parts(
+        storage: Arc<Storage>,
+        layout: Layout,
+        dtype: DType,
+        view: Option<ViewInfo>,
+    ) -> Tensor {
+        Tensor(Arc::new(TensorImpl {
+            body: RwLock::new(Body { storage, layout }),
+            dtype,
+            view,
+        }))
+    }
+
+    fn read_body(&self) -> RwLockReadGuard<'_, Body> {
+        // Body updates are single assignments; a poisoned lock still holds a consistent body.
+        self.0.body.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn set_layout(&self, layout: Layout) {
+        self.0.body.write().unwrap_or_else(|p| p.into_inner()).layout = layout;
+    }
+
+    /// A snapshot of storage and layout.
+    pub(crate) fn body(&self) -> Body {
+        self.read_body().clone()
+    }
+
+    /// The sizes of each dimension.
+    pub fn shape(&self) -> Vec<usize> {
+        self.read_body().layout.sizes().to_vec()
+    }
+
+    /// The strides of each dimension, in elements.
+    pub fn stride(&self) -> Vec<usize> {
+        self.read_body().layout.strides().to_vec()
+    }
+
+    /// Offset of the first element in the storage, in elements.
+    pub fn storage_offset(&self) -> usize {
+        self.read_body().layout.offset()
+    }
+
+    /// A copy of the full layout (sizes, strides, offset).
+    pub fn layout(&self) -> Layout {
+        self.read_body().layout.clone()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.read_body().layout.numel()
+    }
+
+    /// Number of dimensions.
+    pub fn dim(&self) -> usize {
+        self.read_body().layout.ndim()
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// Device of the storage.
+    pub fn device(&self) -> Device {
+        self.read_body().storage.device()
+    }
+
+    /// Bytes per element.
+    pub fn element_size(&self) -> usize {
+        self.0.dtype.size()
+    }
+
+    /// Bytes the elements of this view cover (`numel * element_size`), not the storage size.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.element_size()
+    }
+
+    /// PyTorch's `is_contiguous()`.
+    pub fn is_contiguous(&self) -> bool {
+        self.read_body().layout.is_contiguous()
+    }
+
+    /// Address of the first element (for identity checks; reading through it is unsafe).
+    pub fn data_ptr(&self) -> usize {
+        let b = self.read_body();
+        b.storage.data_ptr() as usize + b.layout.offset() * self.element_size()
+    }
+
+    /// A number identifying the storage: equal for tensors that share memory.
+    pub fn storage_id(&self) -> u64 {
+        self.read_body().storage.id()
+    }
+
+    /// Size of the whole storage in bytes.
+    pub fn storage_nbytes(&self) -> usize {
+        self.read_body().storage.nbytes()
+    }
+
+    /// True when both tensors view the same storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        self.storage_id() == other.storage_id()
+    }
+
+    /// True when both handles are the very same tensor (not merely the same storage).
+    pub fn is_same(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The in-place version counter, shared by every view of the storage: it counts writes by
+    /// in-place and `out=` ops.
+    pub fn version(&self) -> u32 {
+        self.read_body().storage.version()
+    }
+
+    /// Whether this tensor is a view of another, and of which.
+    pub fn view_info(&self) -> Option<&ViewInfo> {
+        self.0.view.as_ref()
+    }
+
+    /// The tensor this one is a view of (the root owner of the memory), if it is a view.
+    pub fn base(&self) -> Option<&Tensor> {
+        self.0.view.as_ref().map(|v| &v.base)
+    }
+
+    /// Number of handles to this tensor (not counting views).
+    pub fn handle_count(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
+    pub(crate) fn bump_version(&self) {
+        self.read_body().storage.bump_version();
+    }
+}

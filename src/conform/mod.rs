@@ -1,0 +1,173 @@
+//! `strata conform`: runs conformance programs (the protocol in the project's conformance
+//! suite) with strata and reports what it observed, for comparison with PyTorch.
+//!
+//! The runner never crashes on a program: unknown ops, unbound names, bad arguments, absurd
+//! sizes and anything strata refuses become that program's error, and the next program runs.
+
+mod args;
+mod observe;
+mod ops;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+use strata_alloc::{DeviceAllocator, HostAllocator};
+
+use crate::prelude::*;
+use args::Args;
+use observe::{observe, StorageNumbers};
+
+/// Most bytes one program may hold at once; beyond it allocations fail as out-of-memory.
+pub const PROGRAM_MEMORY_LIMIT: usize = 2 << 30;
+
+/// What a step produced.
+pub enum Produced {
+    /// Nothing (`backward`, `grad_mode`, ...).
+    Nothing,
+    /// One tensor.
+    One(Tensor),
+    /// Several tensors (`split`, `max` with a dim, ...).
+    Many(Vec<Tensor>),
+}
+
+/// Why a programs file cannot be run at all.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file is not valid JSON.
+    Json(serde_json::Error),
+    /// The JSON does not have the protocol's shape.
+    Shape(String),
+}
+
+impl std::error::Error for LoadError {}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Json(e) => write!(f, "the programs file is not valid JSON: {e}"),
+            LoadError::Shape(m) => write!(f, "the programs file does not follow the protocol: {m}"),
+        }
+    }
+}
+
+/// Runs every program in a programs document and returns the results document.
+pub fn run_document(text: &str) -> Result<Value, LoadError> {
+    let doc: Value = serde_json::from_str(text).map_err(LoadError::Json)?;
+    let programs = doc
+        .get("programs")
+        .and_then(Value::as_array)
+        .ok_or_else(|| LoadError::Shape("expected an object with a \"programs\" list".into()))?;
+    let mut results = Vec::with_capacity(programs.len());
+    for (i, p) in programs.iter().enumerate() {
+        let id = p
+            .get("id")
+            .cloned()
+            .ok_or_else(|| LoadError::Shape(format!("program {i} has no \"id\"")))?;
+        let steps = p
+            .get("steps")
+            .and_then(Value::as_array)
+            .ok_or_else(|| LoadError::Shape(format!("program {id} has no \"steps\" list")))?;
+        results.push(run_program(id, steps));
+    }
+    Ok(json!({ "results": results }))
+}
+
+/// Runs one program on its own allocator (so its memory is bounded and returned) with the
+/// generator seeded with 0.
+pub fn run_program(id: Value, steps: &[Value]) -> Value {
+    let allocator: Arc<dyn DeviceAllocator> =
+        Arc::new(HostAllocator::with_limit(PROGRAM_MEMORY_LIMIT));
+    let mut observations = Vec::new();
+    let error = with_allocator(&allocator, || {
+        manual_seed(0);
+        let mut state = ProgramState::default();
+        for (i, step) in steps.iter().enumerate() {
+            let outcome = catch_unwind(AssertUnwindSafe(|| state.step(step, &mut observations)));
+            let message = match outcome {
+                Ok(Ok(())) => continue,
+                Ok(Err(m)) => m,
+                Err(panic) => format!(
+                    "internal error in strata: {}",
+                    panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("panic")
+                ),
+            };
+            return Some(json!({ "step": i, "message": message }));
+        }
+        None
+    });
+    json!({ "id": id, "observations": observations, "error": error })
+}
+
+/// Variables and open modes of one running program.
+#[derive(Default)]
+pub struct ProgramState {
+    env: HashMap<String, Tensor>,
+    storages: StorageNumbers,
+}
+
+impl ProgramState {
+    fn step(&mut self, step: &Value, observations: &mut Vec<Value>) -> Result<(), String> {
+        let op = step
+            .get("op")
+            .and_then(Value::as_str)
+            .ok_or("a step needs an \"op\" string")?;
+        let names: Vec<&str> = match step.get("in") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().ok_or("\"in\" must be a list of names"))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("\"in\" must be a list of names".into()),
+        };
+        let inputs: Vec<Tensor> = names
+            .iter()
+            .map(|n| {
+                self.env
+                    .get(*n)
+                    .cloned()
+                    .ok_or_else(|| format!("unknown variable: {n}"))
+            })
+            .collect::<Result<_, _>>()?;
+        if op == "observe" {
+            for (n, t) in names.iter().zip(&inputs) {
+                observations.push(observe(n, t, &mut self.storages)?);
+            }
+            return Ok(());
+        }
+        let empty = Map::new();
+        let args = match step.get("args") {
+            None | Some(Value::Null) => Args(&empty),
+            Some(Value::Object(m)) => Args(m),
+            Some(_) => return Err("\"args\" must be an object".into()),
+        };
+        let produced = ops::run(op, &inputs, &args)?;
+        self.bind(op, step.get("let"), produced)
+    }
+
+    fn bind(&mut self, op: &str, target: Option<&Value>, produced: Produced) -> Result<(), String> {
+        match (target, produced) {
+            (None | Some(Value::Null), _) => Ok(()),
+            (Some(Value::String(n)), Produced::One(t)) => {
+                self.env.insert(n.clone(), t);
+                Ok(())
+            }
+            (Some(Value::Array(names)), Produced::Many(ts)) if names.len() == ts.len() => {
+                for (n, t) in names.iter().zip(ts) {
+                    let n = n.as_str().ok_or("\"let\" names must be strings")?;
+                    self.env.insert(n.to_owned(), t);
+                }
+                Ok(())
+            }
+            (Some(Value::Array(names)), _) => {
+                Err(format!("{op} does not return {} tensors", names.len()))
+            }
+            (Some(_), _) => Err(format!("{op} does not return one tensor")),
+        }
+    }
+}

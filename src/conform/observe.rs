@@ -1,0 +1,73 @@
+//! Turning a tensor into the protocol's observation record.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use crate::prelude::*;
+
+/// Numbers storages in the order a program first observes them, keeping each observed
+/// storage alive so its identity is never reused within the program.
+#[derive(Default)]
+pub struct StorageNumbers {
+    seen: HashMap<u64, (usize, Tensor)>,
+}
+
+impl StorageNumbers {
+    fn number(&mut self, t: &Tensor) -> usize {
+        let next = self.seen.len();
+        self.seen
+            .entry(t.storage_id())
+            .or_insert_with(|| (next, t.clone()))
+            .0
+    }
+}
+
+fn float_value(v: f64) -> Value {
+    if v.is_nan() {
+        json!("nan")
+    } else if v.is_infinite() {
+        json!(if v > 0.0 { "inf" } else { "-inf" })
+    } else {
+        json!(v)
+    }
+}
+
+/// The values of `t` as protocol JSON: numbers in row-major order, bool as 0/1, NaN and
+/// infinities as strings.
+pub fn values(t: &Tensor) -> Result<Value, String> {
+    let dtype = t.dtype();
+    let vals: Vec<Value> = if dtype.is_floating() {
+        t.to_vec::<f64>().map_err(|e| e.to_string())?.into_iter().map(float_value).collect()
+    } else {
+        t.to_vec::<i64>().map_err(|e| e.to_string())?.into_iter().map(|v| json!(v)).collect()
+    };
+    Ok(Value::Array(vals))
+}
+
+/// Most elements the runner will print for one observation.
+pub const MAX_OBSERVED: usize = 1 << 24;
+
+/// One observation record.
+pub fn observe(name: &str, t: &Tensor, storages: &mut StorageNumbers) -> Result<Value, String> {
+    if t.numel() > MAX_OBSERVED {
+        return Err(format!(
+            "cannot observe {name}: {} elements is more than the runner prints ({MAX_OBSERVED})",
+            t.numel()
+        ));
+    }
+    Ok(json!({
+        "var": name,
+        "dtype": t.dtype().name(),
+        "shape": t.shape(),
+        "strides": t.stride(),
+        "offset": t.storage_offset(),
+        "contiguous": t.is_contiguous(),
+        "values": values(t)?,
+        "storage": storages.number(t),
+        "version": t.version(),
+        "requires_grad": false,
+        "is_leaf": true,
+        "grad": Value::Null,
+    }))
+}

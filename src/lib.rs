@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+//!
+//! This facade re-exports the layers below it; most programs need only the [`prelude`].
+
+pub mod bench;
+pub mod conform;
+pub mod demo;
+
+pub use strata_alloc as alloc;
+pub use strata_core as core;
+pub use strata_core::{Error, Result};
+
+/// The names most programs use.
+pub mod prelude {
+    pub use strata_core::{
+        manual_seed, memory_allocated, with_allocator, DType, Device, Error, Generator, Other,
+        Result, Scalar, SplitSize, Tensor,
+    };
+}
