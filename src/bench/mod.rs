@@ -1,0 +1,196 @@
+//! `strata bench`: strata's op costs beside baselines measured in the same run — a
+//! memory-copy bandwidth probe (the limit for element-wise work) and, when a PyTorch is
+//! importable by `python3`, PyTorch on the same shapes with the same thread count.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::prelude::*;
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// What was measured.
+    pub name: String,
+    /// strata's figure.
+    pub strata: f64,
+    /// The baseline's figure (PyTorch when available, else the named probe), if any.
+    pub baseline: Option<f64>,
+    /// Which baseline.
+    pub baseline_name: String,
+    /// strata / baseline, oriented so that > 1 means strata is better.
+    pub ratio: Option<f64>,
+    /// Unit of the figures.
+    pub unit: String,
+}
+
+/// Median wall time of `reps` runs of `f` after one warm-up run.
+fn median(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut ts: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    ts.sort();
+    ts[ts.len() / 2]
+}
+
+fn gbs(bytes: usize, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64() / 1e9
+}
+
+/// The memory-copy probe: GB/s moved (read + write) by copying 64 MiB, split over the
+/// machine's threads like strata's kernels.
+pub fn copy_bandwidth(reps: usize) -> f64 {
+    let n = 64 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let threads = strata_core::engine::pool::num_threads();
+    let t = median(reps, || {
+        strata_core::engine::pool::pool().install(|| {
+            use rayon::prelude::*;
+            dst.par_chunks_mut(n.div_ceil(threads))
+                .zip(src.par_chunks(n.div_ceil(threads)))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        })
+    });
+    std::hint::black_box(&dst);
+    gbs(2 * n, t)
+}
+
+/// PyTorch's figures from the bundled script, if `python3 -c "import torch"` works.
+fn torch_figures(threads: usize, quick: bool) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let script = include_str!("torch_baseline.py");
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(threads.to_string())
+        .arg(if quick { "quick" } else { "full" })
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()?
+        .as_object()
+        .cloned()
+}
+
+/// Runs every benchmark. `quick` uses fewer repetitions (for tests).
+pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
+    let reps = if quick { 3 } else { 10 };
+    let threads = strata_core::engine::pool::num_threads();
+    let probe = copy_bandwidth(reps);
+    let torch = torch_figures(threads, quick);
+    let mut rows = Vec::new();
+    let mut push = |name: &str, strata: f64, unit: &str, lower_is_better: bool, probe_ok: bool| {
+        let from_torch = torch
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .and_then(serde_json::Value::as_f64);
+        let (baseline, baseline_name) = match from_torch {
+            Some(v) => (Some(v), "PyTorch".to_string()),
+            None if probe_ok => (Some(probe), "memory-copy probe".to_string()),
+            None => (None, "none".to_string()),
+        };
+        let ratio = baseline.map(|b| if lower_is_better { b / strata } else { strata / b });
+        rows.push(Row {
+            name: name.to_string(),
+            strata,
+            baseline,
+            baseline_name,
+            ratio,
+            unit: unit.to_string(),
+        });
+    };
+
+    // Per-op cost of a one-element add.
+    let (a1, b1) = (Tensor::ones(&[1], DType::F32)?, Tensor::ones(&[1], DType::F32)?);
+    let iters = if quick { 2_000 } else { 50_000 };
+    let t = Instant::now();
+    for _ in 0..iters {
+        std::hint::black_box(a1.add(&b1)?);
+    }
+    push(
+        "add 1 element (per op)",
+        t.elapsed().as_secs_f64() / iters as f64 * 1e9,
+        "ns",
+        true,
+        false,
+    );
+
+    let n = 1usize << 24;
+    let a = Tensor::rand(&[n], DType::F32)?;
+    let b = Tensor::rand(&[n], DType::F32)?;
+    let t = median(reps, || drop(a.add(&b)));
+    let add_new = gbs(3 * 4 * n, t);
+    push("add 16M f32, new output", add_new, "GB/s", false, true);
+    let out = Tensor::zeros(&[n], DType::F32)?;
+    let t = median(reps, || drop(a.add_out(&b, 1i64, &out)));
+    push("add 16M f32, out=", gbs(3 * 4 * n, t), "GB/s", false, true);
+    let t = median(reps, || drop(a.add_(&b)));
+    push("add_ 16M f32, in place", gbs(3 * 4 * n, t), "GB/s", false, true);
+
+    let m = Tensor::rand(&[4096, 4096], DType::F32)?;
+    let mt = Tensor::rand(&[4096, 4096], DType::F32)?.t()?;
+    let t = median(reps, || drop(m.add(&mt)));
+    push("add 4096² f32, one operand transposed", gbs(3 * 4 * n, t), "GB/s", false, true);
+    let t = median(reps, || drop(mt.contiguous()));
+    push("transpose copy 4096² f32", gbs(2 * 4 * n, t), "GB/s", false, true);
+    let t = median(reps, || drop(m.sum(Some(&[1]), false)));
+    push("sum 4096² f32 over last dim", gbs(4 * n, t), "GB/s", false, true);
+    let t = median(reps, || drop(m.sum(Some(&[0]), false)));
+    push("sum 4096² f32 over first dim", gbs(4 * n, t), "GB/s", false, true);
+    let s = Tensor::rand(&[4096, 1024], DType::F32)?;
+    let t = median(reps, || drop(s.softmax(1)));
+    push("softmax [4096, 1024] f32", gbs(2 * 4 * s.numel(), t), "GB/s", false, true);
+    for k in [512usize, 1024, 2048] {
+        let x = Tensor::rand(&[k, k], DType::F32)?;
+        let y = Tensor::rand(&[k, k], DType::F32)?;
+        let t = median(reps, || drop(x.matmul(&y)));
+        push(&format!("sgemm {k}"), 2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9, "GFLOP/s", false, false);
+    }
+    push("memory-copy probe", probe, "GB/s", false, false);
+    Ok(rows)
+}
+
+/// The rows as a plain-text table.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<40} {:>12} {:>12} {:>8}  {}\n",
+        "benchmark", "strata", "baseline", "ratio", "unit (baseline)"
+    );
+    for r in rows {
+        s += &format!(
+            "{:<40} {:>12.2} {:>12} {:>8}  {} ({})\n",
+            r.name,
+            r.strata,
+            r.baseline.map_or("-".into(), |b| format!("{b:.2}")),
+            r.ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            r.unit,
+            r.baseline_name
+        );
+    }
+    s
+}
+
+/// The rows as a Markdown table (for BENCHMARKS.md).
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from("| benchmark | strata | baseline | ratio (>1: strata better) | unit |\n|---|---:|---:|---:|---|\n");
+    for r in rows {
+        s += &format!(
+            "| {} | {:.2} | {} | {} | {} |\n",
+            r.name,
+            r.strata,
+            r.baseline.map_or("-".into(), |b| format!("{b:.2} ({})", r.baseline_name)),
+            r.ratio.map_or("-".into(), |x| format!("{x:.2}")),
+            r.unit
+        );
+    }
+    s
+}

@@ -1,0 +1,53 @@
+"""PyTorch's figures for `strata bench`: the same shapes, the same thread count.
+
+Prints one JSON object {row name: figure} with the same units as strata's rows.
+"""
+import json
+import sys
+import time
+
+import torch
+
+threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+quick = len(sys.argv) > 2 and sys.argv[2] == "quick"
+torch.set_num_threads(threads)
+REPS = 3 if quick else 10
+
+
+def median(f, reps=REPS):
+    f()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+out = {}
+one_a, one_b = torch.ones(1), torch.ones(1)
+n = 20000
+t = time.perf_counter()
+for _ in range(n):
+    torch.add(one_a, one_b)
+out["add 1 element (per op)"] = (time.perf_counter() - t) / n * 1e9
+
+N = 1 << 24
+a, b = torch.rand(N), torch.rand(N)
+out["add 16M f32, new output"] = 3 * 4 * N / median(lambda: torch.add(a, b)) / 1e9
+dst = torch.empty(N)
+out["add 16M f32, out="] = 3 * 4 * N / median(lambda: torch.add(a, b, out=dst)) / 1e9
+out["add_ 16M f32, in place"] = 3 * 4 * N / median(lambda: a.add_(b)) / 1e9
+m = torch.rand(4096, 4096)
+mt = torch.rand(4096, 4096).t()
+out["add 4096² f32, one operand transposed"] = 3 * 4 * N / median(lambda: torch.add(m, mt)) / 1e9
+out["transpose copy 4096² f32"] = 2 * 4 * N / median(lambda: mt.contiguous()) / 1e9
+out["sum 4096² f32 over last dim"] = 4 * N / median(lambda: m.sum(1)) / 1e9
+out["sum 4096² f32 over first dim"] = 4 * N / median(lambda: m.sum(0)) / 1e9
+s = torch.rand(4096, 1024)
+out["softmax [4096, 1024] f32"] = 2 * 4 * s.numel() / median(lambda: torch.softmax(s, 1)) / 1e9
+for k in (512, 1024, 2048):
+    x, y = torch.rand(k, k), torch.rand(k, k)
+    out[f"sgemm {k}"] = 2 * k ** 3 / median(lambda: torch.mm(x, y)) / 1e9
+print(json.dumps(out))
