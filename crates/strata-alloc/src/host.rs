@@ -83,7 +83,9 @@ impl DeviceAllocator for HostAllocator {
             return Ok(unsafe { Block::from_raw(dangling, 0, *site) });
         }
         let layout = Layout::from_size_align(size, BLOCK_ALIGN).map_err(|_| {
-            AllocError::Invalid(format!("{size} bytes is larger than the address space allows"))
+            AllocError::Invalid(format!(
+                "{size} bytes is larger than the address space allows"
+            ))
         })?;
         {
             let mut c = self.counters();
@@ -92,8 +94,12 @@ impl DeviceAllocator for HostAllocator {
                 requested: size,
                 allocated,
                 limit: self.memory_limit(),
+                report: None,
             };
-            let total = c.allocated.checked_add(size).ok_or_else(|| oom(c.allocated))?;
+            let total = c
+                .allocated
+                .checked_add(size)
+                .ok_or_else(|| oom(c.allocated))?;
             if let Some(limit) = self.memory_limit() {
                 if total > limit {
                     return Err(oom(c.allocated));
@@ -120,6 +126,7 @@ impl DeviceAllocator for HostAllocator {
                     requested: size,
                     allocated: c.allocated,
                     limit: self.memory_limit(),
+                    report: None,
                 })
             }
         }
@@ -185,7 +192,14 @@ mod tests {
         let s = Site::unknown("test");
         let b = a.allocate(600, &s).unwrap();
         let err = a.allocate(600, &s).unwrap_err();
-        assert!(matches!(err, AllocError::OutOfMemory { requested: 600, allocated: 600, .. }));
+        assert!(matches!(
+            err,
+            AllocError::OutOfMemory {
+                requested: 600,
+                allocated: 600,
+                ..
+            }
+        ));
         assert!(err.to_string().contains("out of memory"));
         assert_eq!(a.memory_allocated(), 600);
         unsafe { a.deallocate(b) };

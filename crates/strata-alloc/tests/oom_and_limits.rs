@@ -78,15 +78,26 @@ fn oom_leaves_allocated_bytes_unchanged_and_is_counted() {
 
     // Through the DeviceAllocator trait the error is the crate's AllocError.
     let e = a.allocate(40 * MIB, &at(41, "matmul")).unwrap_err();
-    assert_eq!(
-        e,
+    match &e {
         AllocError::OutOfMemory {
-            device: "virtual".into(),
-            requested: 40 * MIB,
-            allocated: 39 * MIB + 512,
-            limit: None
+            device,
+            requested,
+            allocated,
+            limit,
+            report: Some(full),
+        } => {
+            assert_eq!(
+                (device.as_str(), *requested, *allocated, *limit),
+                ("virtual", 40 * MIB, 39 * MIB + 512, None)
+            );
+            assert_eq!(
+                e.to_string(),
+                full.to_string(),
+                "the message is the full report"
+            );
         }
-    );
+        other => panic!("expected an out-of-memory with its report, got {other:?}"),
+    }
     assert_eq!(a.memory_stats().num_ooms, 2);
 
     // After freeing, the same request succeeds.

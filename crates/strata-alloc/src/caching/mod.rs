@@ -39,6 +39,7 @@ mod expandable;
 mod history;
 mod inspect;
 mod oom;
+mod pickle;
 mod release;
 mod snapshot;
 mod state;
@@ -87,10 +88,11 @@ impl From<CachingError> for AllocError {
     fn from(e: CachingError) -> AllocError {
         match e {
             CachingError::OutOfMemory(r) => AllocError::OutOfMemory {
-                device: r.device,
+                device: r.device.clone(),
                 requested: r.requested,
                 allocated: r.allocated,
                 limit: r.limit,
+                report: Some(r),
             },
             CachingError::Invalid(m) => AllocError::Invalid(m),
             CachingError::Device(d) => AllocError::Invalid(d.to_string()),
@@ -319,6 +321,13 @@ impl<B: Backing> CachingAllocator<B> {
     /// `torch.cuda.memory._snapshot()`. Records a `snapshot` trace entry.
     pub fn snapshot(&self) -> Snapshot {
         self.lock().snapshot()
+    }
+
+    /// Takes a [`snapshot`](Self::snapshot) and writes it to `path` as a pickle, as PyTorch's
+    /// `torch.cuda.memory._dump_snapshot(filename)` does: the file PyTorch's memory tools
+    /// (`python -m torch.cuda._memory_viz`, `pytorch.org/memory_viz`) read.
+    pub fn dump_snapshot(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+        self.snapshot().save_pickle(path)
     }
 
     /// Every segment with its blocks, in creation order: the allocator's exact layout.

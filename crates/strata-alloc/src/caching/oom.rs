@@ -117,7 +117,11 @@ impl fmt::Display for OomReport {
         if self.limit.is_some() {
             write!(f, ", or raise the memory limit")?;
         }
-        write!(f, ".")?;
+        write!(
+            f,
+            ". This allocator already returned its wholly free cached segments before failing; \
+             if other allocators share the device, empty_cache() on them frees theirs."
+        )?;
         if !self.expandable_segments
             && self.reserved_unallocated > 0
             && self.reserved_unallocated >= self.rounded.min(self.reserved / 4).max(1)

@@ -1,5 +1,6 @@
 //! Snapshots: the allocator's segments, blocks and trace, in the structure of PyTorch's
-//! `torch.cuda.memory._snapshot()`, serialisable to JSON.
+//! `torch.cuda.memory._snapshot()`, serialisable to JSON and (in `pickle.rs`) to the pickle
+//! PyTorch's memory tools read.
 
 use std::collections::BTreeMap;
 
@@ -158,6 +159,17 @@ impl Snapshot {
     /// Reads a snapshot written by [`to_json`](Self::to_json).
     pub fn from_json(s: &str) -> Result<Snapshot, serde_json::Error> {
         serde_json::from_str(s)
+    }
+
+    /// Writes [`to_json`](Self::to_json) to `path`, replacing any file there.
+    pub fn save_json(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+        std::fs::write(path, self.to_json())
+    }
+
+    /// Reads a snapshot file written by [`save_json`](Self::save_json).
+    pub fn load_json(path: impl AsRef<std::path::Path>) -> std::io::Result<Snapshot> {
+        let text = std::fs::read_to_string(path)?;
+        Snapshot::from_json(&text).map_err(std::io::Error::from)
     }
 
     /// Sum of `total_size` over all segments.
