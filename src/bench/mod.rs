@@ -2,6 +2,8 @@
 //! memory-copy bandwidth probe (the limit for element-wise work) and, when a PyTorch is
 //! importable by `python3`, PyTorch on the same shapes with the same thread count.
 
+pub mod alloc;
+
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -26,7 +28,7 @@ pub struct Row {
 }
 
 /// Median wall time of `reps` runs of `f` after one warm-up run.
-fn median(reps: usize, mut f: impl FnMut()) -> Duration {
+pub(crate) fn median(reps: usize, mut f: impl FnMut()) -> Duration {
     f();
     let mut ts: Vec<Duration> = (0..reps)
         .map(|_| {
@@ -39,7 +41,7 @@ fn median(reps: usize, mut f: impl FnMut()) -> Duration {
     ts[ts.len() / 2]
 }
 
-fn gbs(bytes: usize, t: Duration) -> f64 {
+pub(crate) fn gbs(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64() / 1e9
 }
 
@@ -63,7 +65,10 @@ pub fn copy_bandwidth(reps: usize) -> f64 {
 }
 
 /// PyTorch's figures from the bundled script, if `python3 -c "import torch"` works.
-fn torch_figures(threads: usize, quick: bool) -> Option<serde_json::Map<String, serde_json::Value>> {
+fn torch_figures(
+    threads: usize,
+    quick: bool,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
     let script = include_str!("torch_baseline.py");
     let out = std::process::Command::new("python3")
         .arg("-c")
@@ -98,7 +103,13 @@ pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
             None if probe_ok => (Some(probe), "memory-copy probe".to_string()),
             None => (None, "none".to_string()),
         };
-        let ratio = baseline.map(|b| if lower_is_better { b / strata } else { strata / b });
+        let ratio = baseline.map(|b| {
+            if lower_is_better {
+                b / strata
+            } else {
+                strata / b
+            }
+        });
         rows.push(Row {
             name: name.to_string(),
             strata,
@@ -110,7 +121,10 @@ pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
     };
 
     // Per-op cost of a one-element add.
-    let (a1, b1) = (Tensor::ones(&[1], DType::F32)?, Tensor::ones(&[1], DType::F32)?);
+    let (a1, b1) = (
+        Tensor::ones(&[1], DType::F32)?,
+        Tensor::ones(&[1], DType::F32)?,
+    );
     let iters = if quick { 2_000 } else { 50_000 };
     let t = Instant::now();
     for _ in 0..iters {
@@ -134,28 +148,71 @@ pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
     let t = median(reps, || drop(a.add_out(&b, 1i64, &out)));
     push("add 16M f32, out=", gbs(3 * 4 * n, t), "GB/s", false, true);
     let t = median(reps, || drop(a.add_(&b)));
-    push("add_ 16M f32, in place", gbs(3 * 4 * n, t), "GB/s", false, true);
+    push(
+        "add_ 16M f32, in place",
+        gbs(3 * 4 * n, t),
+        "GB/s",
+        false,
+        true,
+    );
 
     let m = Tensor::rand(&[4096, 4096], DType::F32)?;
     let mt = Tensor::rand(&[4096, 4096], DType::F32)?.t()?;
     let t = median(reps, || drop(m.add(&mt)));
-    push("add 4096² f32, one operand transposed", gbs(3 * 4 * n, t), "GB/s", false, true);
+    push(
+        "add 4096² f32, one operand transposed",
+        gbs(3 * 4 * n, t),
+        "GB/s",
+        false,
+        true,
+    );
     let t = median(reps, || drop(mt.contiguous()));
-    push("transpose copy 4096² f32", gbs(2 * 4 * n, t), "GB/s", false, true);
+    push(
+        "transpose copy 4096² f32",
+        gbs(2 * 4 * n, t),
+        "GB/s",
+        false,
+        true,
+    );
     let t = median(reps, || drop(m.sum(Some(&[1]), false)));
-    push("sum 4096² f32 over last dim", gbs(4 * n, t), "GB/s", false, true);
+    push(
+        "sum 4096² f32 over last dim",
+        gbs(4 * n, t),
+        "GB/s",
+        false,
+        true,
+    );
     let t = median(reps, || drop(m.sum(Some(&[0]), false)));
-    push("sum 4096² f32 over first dim", gbs(4 * n, t), "GB/s", false, true);
+    push(
+        "sum 4096² f32 over first dim",
+        gbs(4 * n, t),
+        "GB/s",
+        false,
+        true,
+    );
     let s = Tensor::rand(&[4096, 1024], DType::F32)?;
     let t = median(reps, || drop(s.softmax(1)));
-    push("softmax [4096, 1024] f32", gbs(2 * 4 * s.numel(), t), "GB/s", false, true);
+    push(
+        "softmax [4096, 1024] f32",
+        gbs(2 * 4 * s.numel(), t),
+        "GB/s",
+        false,
+        true,
+    );
     for k in [512usize, 1024, 2048] {
         let x = Tensor::rand(&[k, k], DType::F32)?;
         let y = Tensor::rand(&[k, k], DType::F32)?;
         let t = median(reps, || drop(x.matmul(&y)));
-        push(&format!("sgemm {k}"), 2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9, "GFLOP/s", false, false);
+        push(
+            &format!("sgemm {k}"),
+            2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9,
+            "GFLOP/s",
+            false,
+            false,
+        );
     }
     push("memory-copy probe", probe, "GB/s", false, false);
+    rows.extend(alloc::rows(quick)?);
     Ok(rows)
 }
 
@@ -187,7 +244,8 @@ pub fn markdown(rows: &[Row]) -> String {
             "| {} | {:.2} | {} | {} | {} |\n",
             r.name,
             r.strata,
-            r.baseline.map_or("-".into(), |b| format!("{b:.2} ({})", r.baseline_name)),
+            r.baseline
+                .map_or("-".into(), |b| format!("{b:.2} ({})", r.baseline_name)),
             r.ratio.map_or("-".into(), |x| format!("{x:.2}")),
             r.unit
         );

@@ -24,6 +24,7 @@ pub mod caching;
 mod error;
 mod host;
 mod site;
+pub mod trace;
 
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
