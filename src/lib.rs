@@ -13,7 +13,7 @@ pub use strata_core::{Error, Result};
 /// The names most programs use.
 pub mod prelude {
     pub use strata_core::{
-        manual_seed, memory_allocated, with_allocator, DType, Device, Error, Generator, Other,
-        Result, Scalar, SplitSize, Tensor,
+        empty_cache, manual_seed, memory, memory_allocated, memory_reserved, memory_summary,
+        with_allocator, DType, Device, Error, Generator, Other, Result, Scalar, SplitSize, Tensor,
     };
 }

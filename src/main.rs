@@ -38,6 +38,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Settle STRATA_ALLOC_CONF before any work, so a bad setting stops the run at once.
+    if let Err(e) = strata::core::routing::default_host_allocator() {
+        eprintln!("strata: {e}");
+        return ExitCode::FAILURE;
+    }
     match cli.command.unwrap_or(Command::Demo) {
         Command::Demo => match strata::demo::run(&mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,7 @@ pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod layout;
+pub mod memory;
 pub mod op;
 pub mod ops;
 pub mod random;
@@ -30,12 +31,14 @@ pub mod tensor;
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use memory::{
+    empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
+    memory_summary, reset_peak_memory_stats,
+};
 pub use op::OpContext;
 pub use ops::binary::Other;
 pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};
-pub use routing::{
-    max_memory_allocated, memory_allocated, reset_peak_memory_stats, with_allocator,
-};
+pub use routing::with_allocator;
 pub use scalar::Scalar;
 pub use tensor::{Tensor, ViewCreation, ViewInfo};

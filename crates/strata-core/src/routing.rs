@@ -4,7 +4,8 @@
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
-use strata_alloc::{DeviceAllocator, HostAllocator};
+use strata_alloc::caching::ENV_VAR;
+use strata_alloc::{ConfigError, DeviceAllocator, HostCachingAllocator};
 
 use crate::{Device, Error, Result};
 
@@ -12,23 +13,37 @@ thread_local! {
     static OVERRIDES: RefCell<Vec<Arc<dyn DeviceAllocator>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The process-wide default allocator for host memory.
-pub fn default_host_allocator() -> &'static Arc<dyn DeviceAllocator> {
-    static HOST: OnceLock<Arc<dyn DeviceAllocator>> = OnceLock::new();
-    HOST.get_or_init(|| Arc::new(HostAllocator::new()))
+/// The process-wide default host allocator: PyTorch's caching algorithm over mmap'd host
+/// memory, configured by `STRATA_ALLOC_CONF` when it is first used.
+///
+/// An invalid `STRATA_ALLOC_CONF` is an error (naming the key) from every host allocation and
+/// memory query, rather than a silently ignored setting.
+pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
+    static HOST: OnceLock<std::result::Result<Arc<HostCachingAllocator>, ConfigError>> =
+        OnceLock::new();
+    HOST.get_or_init(|| HostCachingAllocator::host().map(Arc::new))
+        .as_ref()
+        .map_err(|e| Error::Argument {
+            op: "allocate",
+            message: format!("{ENV_VAR}: {e}"),
+            hint: Some(format!(
+                "fix or unset {ENV_VAR} (for example `expandable_segments:True,max_split_size_mb:128`)"
+            )),
+        })
 }
 
 /// The allocator a new storage on `device` takes its memory from on this thread.
 pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
     match device {
-        Device::Cpu => Ok(OVERRIDES
-            .with(|o| o.borrow().last().cloned())
-            .unwrap_or_else(|| default_host_allocator().clone())),
+        Device::Cpu => Ok(OVERRIDES.with(|o| o.borrow().last().cloned()).map_or_else(
+            || default_host_allocator().map(|a| a.clone() as Arc<dyn DeviceAllocator>),
+            Ok,
+        )?),
         other => Err(no_allocator(other)),
     }
 }
 
-fn no_allocator(device: Device) -> Error {
+pub(crate) fn no_allocator(device: Device) -> Error {
     let message = match device {
         Device::Cuda(_) => "strata was not compiled with CUDA support; use Device::Cpu",
         _ => "the meta device holds no data; use Device::Cpu",
@@ -65,25 +80,10 @@ pub fn with_allocator<R>(allocator: &Arc<dyn DeviceAllocator>, f: impl FnOnce() 
     f()
 }
 
-/// Bytes allocated to live tensors on `device` by its default allocator.
-pub fn memory_allocated(device: Device) -> Result<usize> {
-    Ok(default_allocator(device)?.memory_allocated())
-}
-
-/// The peak of [`memory_allocated`] since start or the last reset.
-pub fn max_memory_allocated(device: Device) -> Result<usize> {
-    Ok(default_allocator(device)?.max_memory_allocated())
-}
-
-/// Restarts peak tracking on `device`'s default allocator.
-pub fn reset_peak_memory_stats(device: Device) -> Result<()> {
-    default_allocator(device)?.reset_peak_memory_stats();
-    Ok(())
-}
-
-fn default_allocator(device: Device) -> Result<&'static Arc<dyn DeviceAllocator>> {
+/// The default caching allocator of `device`.
+pub(crate) fn device_allocator(device: Device) -> Result<&'static Arc<HostCachingAllocator>> {
     match device {
-        Device::Cpu => Ok(default_host_allocator()),
+        Device::Cpu => default_host_allocator(),
         other => Err(no_allocator(other)),
     }
 }

@@ -1,0 +1,160 @@
+//! The memory API of a device, named as PyTorch's `torch.cuda` memory functions: statistics,
+//! peaks, the summary table, `empty_cache`, limits, history and snapshots.
+//!
+//! Every function asks the *default* allocator of `device` (on the CPU: PyTorch's caching
+//! algorithm over host memory, see [`strata_alloc::CachingAllocator`]). Allocations routed
+//! elsewhere with [`with_allocator`](crate::with_allocator) are counted by that allocator,
+//! not here.
+//!
+//! On the host, "reserved" means address space mapped for cached segments. Pages of a
+//! fresh segment become resident when first written; once a segment has been used its pages
+//! stay resident while it is cached, which is why a reused block takes no page faults.
+//!
+//! ```
+//! use strata_core::{memory, DType, Device, Tensor};
+//! let before = memory::memory_allocated(Device::Cpu)?;
+//! let t = Tensor::zeros(&[1024], DType::F32)?;           // 4 KiB
+//! assert!(memory::memory_allocated(Device::Cpu)? >= before + 4096);
+//! drop(t);                                               // back to the cache at once
+//! assert!(memory::memory_reserved(Device::Cpu)? >= memory::memory_allocated(Device::Cpu)?);
+//! println!("{}", memory::memory_summary(Device::Cpu, true)?);
+//! # Ok::<(), strata_core::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+
+use strata_alloc::BackingError;
+use strata_alloc::{ConfigError, DeviceAllocator, MemoryStats, RecordContext, SiteUsage, Snapshot};
+
+use crate::routing::device_allocator;
+use crate::{Device, Error, Result};
+
+fn config_error(op: &'static str, e: ConfigError) -> Error {
+    Error::Argument {
+        op,
+        message: e.to_string(),
+        hint: Some(format!("check the value given for `{}`", e.key)),
+    }
+}
+
+fn backing_error(op: &'static str, e: BackingError) -> Error {
+    Error::Unsupported {
+        op,
+        message: format!("the device refused to release memory: {e}"),
+    }
+}
+
+/// Bytes of blocks handed out to live tensors (`allocated_bytes.all.current`); sizes are
+/// rounded up to the allocator's 512-byte granularity, as PyTorch counts them.
+pub fn memory_allocated(device: Device) -> Result<usize> {
+    Ok(device_allocator(device)?.memory_allocated())
+}
+
+/// The peak of [`memory_allocated`] since start or the last [`reset_peak_memory_stats`].
+pub fn max_memory_allocated(device: Device) -> Result<usize> {
+    Ok(device_allocator(device)?.max_memory_allocated())
+}
+
+/// Bytes held by the allocator: live blocks plus the cache (`reserved_bytes.all.current`).
+pub fn memory_reserved(device: Device) -> Result<usize> {
+    Ok(device_allocator(device)?.memory_reserved())
+}
+
+/// The peak of [`memory_reserved`] since start or the last [`reset_peak_memory_stats`].
+pub fn max_memory_reserved(device: Device) -> Result<usize> {
+    Ok(device_allocator(device)?.max_memory_reserved())
+}
+
+/// Restarts every peak (`*.peak`) from its current value.
+pub fn reset_peak_memory_stats(device: Device) -> Result<()> {
+    device_allocator(device)?.reset_peak_memory_stats();
+    Ok(())
+}
+
+/// Zeroes the accumulated totals (`*.allocated`, `*.freed`) and the event counters
+/// (`num_ooms`, `num_alloc_retries`, ...).
+pub fn reset_accumulated_memory_stats(device: Device) -> Result<()> {
+    device_allocator(device)?.reset_accumulated_memory_stats();
+    Ok(())
+}
+
+/// Every statistic, typed.
+pub fn memory_stats(device: Device) -> Result<MemoryStats> {
+    Ok(device_allocator(device)?.memory_stats())
+}
+
+/// Every statistic under PyTorch's key names (`allocated_bytes.all.current`,
+/// `reserved_bytes.large_pool.peak`, `num_alloc_retries`, `num_ooms`, ...).
+pub fn memory_stats_map(device: Device) -> Result<BTreeMap<String, i64>> {
+    Ok(device_allocator(device)?.memory_stats_map())
+}
+
+/// A readable table of the statistics, laid out like PyTorch's `memory_summary`
+/// (`abbreviated` leaves out the per-pool rows).
+pub fn memory_summary(device: Device, abbreviated: bool) -> Result<String> {
+    Ok(device_allocator(device)?.memory_summary(abbreviated))
+}
+
+/// Returns every wholly free cached segment to the system. Live tensors are untouched;
+/// segments that still hold a live block keep their free pieces.
+pub fn empty_cache(device: Device) -> Result<()> {
+    device_allocator(device)?
+        .empty_cache()
+        .map_err(|e| backing_error("empty_cache", e))
+}
+
+/// Limits reserved memory on `device` to `bytes` (`None` lifts the limit), so that
+/// out-of-memory is reachable on purpose, on the CPU too.
+pub fn set_memory_limit(bytes: Option<usize>, device: Device) -> Result<()> {
+    device_allocator(device)?.set_memory_limit(bytes);
+    Ok(())
+}
+
+/// The limit on reserved memory, if any.
+pub fn memory_limit(device: Device) -> Result<Option<usize>> {
+    Ok(device_allocator(device)?.memory_limit())
+}
+
+/// Limits reserved memory to `fraction` (in `[0, 1]`) of the device's total memory.
+pub fn set_per_process_memory_fraction(fraction: f64, device: Device) -> Result<()> {
+    device_allocator(device)?
+        .set_per_process_memory_fraction(fraction)
+        .map_err(|e| config_error("set_per_process_memory_fraction", e))
+}
+
+/// `(free, total)` bytes of the device.
+pub fn mem_get_info(device: Device) -> Result<(usize, usize)> {
+    Ok(device_allocator(device)?.mem_get_info())
+}
+
+/// Replaces the allocator settings at run time (the `STRATA_ALLOC_CONF` syntax); an invalid
+/// setting is an error naming its key and changes nothing.
+pub fn set_allocator_settings(settings: &str, device: Device) -> Result<()> {
+    device_allocator(device)?
+        .set_allocator_settings(settings)
+        .map_err(|e| config_error("set_allocator_settings", e))
+}
+
+/// Live bytes and blocks grouped by the source line and op that allocated them, largest
+/// first: the first place to look when memory grows.
+pub fn live_allocations(device: Device) -> Result<Vec<SiteUsage>> {
+    Ok(device_allocator(device)?.live_allocations())
+}
+
+/// Starts (`enabled`) or stops recording allocation history into a ring buffer of the newest
+/// `max_entries` events; see [`snapshot`].
+pub fn record_memory_history(
+    enabled: bool,
+    context: RecordContext,
+    max_entries: usize,
+    device: Device,
+) -> Result<()> {
+    device_allocator(device)?.record_memory_history(enabled, context, max_entries);
+    Ok(())
+}
+
+/// Segments, blocks and the recorded history, in the structure of PyTorch's
+/// `torch.cuda.memory._snapshot()`; save it with [`Snapshot::to_json`].
+pub fn snapshot(device: Device) -> Result<Snapshot> {
+    Ok(device_allocator(device)?.snapshot())
+}
