@@ -60,16 +60,31 @@ fn differences(expected: &Value, got: &Value) -> Vec<String> {
         why.push(format!("error expected at step {}, got {ge}", ee["step"]));
     }
     let (eo, go) = (
-        expected["observations"].as_array().cloned().unwrap_or_default(),
+        expected["observations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
         got["observations"].as_array().cloned().unwrap_or_default(),
     );
     if eo.len() != go.len() {
-        why.push(format!("{} observations expected, got {}", eo.len(), go.len()));
+        why.push(format!(
+            "{} observations expected, got {}",
+            eo.len(),
+            go.len()
+        ));
     }
     for (e, g) in eo.iter().zip(&go) {
         for k in [
-            "var", "dtype", "shape", "strides", "offset", "contiguous", "storage", "version",
-            "requires_grad", "is_leaf",
+            "var",
+            "dtype",
+            "shape",
+            "strides",
+            "offset",
+            "contiguous",
+            "storage",
+            "version",
+            "requires_grad",
+            "is_leaf",
         ] {
             if e[k] != g[k] {
                 why.push(format!("{}.{k}: expected {}, got {}", e["var"], e[k], g[k]));
@@ -136,7 +151,10 @@ fn remaining_suites_run_to_the_end() {
     for suite in ["ops", "autograd", "nn"] {
         let (passed, failures) = run_suite(suite);
         for f in &failures {
-            assert!(!f.contains("internal error"), "{suite}: a step panicked: {f}");
+            assert!(
+                !f.contains("internal error"),
+                "{suite}: a step panicked: {f}"
+            );
         }
         eprintln!("{suite}: {passed} passed, {} failed", failures.len());
     }
@@ -160,13 +178,19 @@ fn junk_programs_are_program_errors_not_crashes() {
     ]}"#;
     // A program without a steps list is a malformed document.
     assert!(strata::conform::run_document(doc).is_err());
-    let doc = doc.replace(r#"{"id": "j", "steps": "nonsense"}"#, r#"{"id": "j", "steps": []}"#);
+    let doc = doc.replace(
+        r#"{"id": "j", "steps": "nonsense"}"#,
+        r#"{"id": "j", "steps": []}"#,
+    );
     let out = strata::conform::run_document(&doc).expect("valid document");
     let results = out["results"].as_array().unwrap();
     assert_eq!(results.len(), 10);
     let steps: Vec<Value> = results.iter().map(|r| r["error"]["step"].clone()).collect();
     assert_eq!(steps[0], 0);
-    assert!(results[0]["error"]["message"].as_str().unwrap().contains("unsupported op: no_such_op"));
+    assert!(results[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unsupported op: no_such_op"));
     assert_eq!(steps[1], 0);
     assert_eq!(steps[2], 0);
     assert_eq!(steps[3], 0);

@@ -1,7 +1,7 @@
 //! Reading a step's `args` object: typed getters whose errors name the argument.
 
-use serde_json::{Map, Value};
 use crate::prelude::*;
+use serde_json::{Map, Value};
 
 /// A step's arguments.
 pub struct Args<'a>(pub &'a Map<String, Value>);
@@ -124,7 +124,9 @@ impl Args<'_> {
     /// A list of integers (a shape with possible -1s, or dims).
     pub fn ints(&self, name: &str) -> Result<Vec<i64>, String> {
         let v = self.get(name)?;
-        let list = v.as_array().ok_or_else(|| bad(name, "a list of integers", v))?;
+        let list = v
+            .as_array()
+            .ok_or_else(|| bad(name, "a list of integers", v))?;
         list.iter()
             .map(|x| x.as_i64().ok_or_else(|| bad(name, "a list of integers", v)))
             .collect()

@@ -38,9 +38,17 @@ fn float_value(v: f64) -> Value {
 pub fn values(t: &Tensor) -> Result<Value, String> {
     let dtype = t.dtype();
     let vals: Vec<Value> = if dtype.is_floating() {
-        t.to_vec::<f64>().map_err(|e| e.to_string())?.into_iter().map(float_value).collect()
+        t.to_vec::<f64>()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(float_value)
+            .collect()
     } else {
-        t.to_vec::<i64>().map_err(|e| e.to_string())?.into_iter().map(|v| json!(v)).collect()
+        t.to_vec::<i64>()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|v| json!(v))
+            .collect()
     };
     Ok(Value::Array(vals))
 }

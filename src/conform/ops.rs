@@ -34,12 +34,18 @@ fn other<'a>(xs: &'a [Tensor], a: &Args<'_>) -> Result<Other<'a>, String> {
 fn tensor_from_data(a: &Args<'_>) -> Result<Tensor, String> {
     let dtype = a.dtype()?;
     let data = a.raw("data")?;
-    let list = data.as_array().ok_or("argument 'data' must be a flat list of numbers")?;
+    let list = data
+        .as_array()
+        .ok_or("argument 'data' must be a flat list of numbers")?;
     let shape = a.ints("shape")?;
     let flat = if dtype.is_floating() {
         let v: Vec<f64> = list
             .iter()
-            .map(|x| scalar_of(x).map(|s| s.to_f64()).ok_or("'data' must hold numbers"))
+            .map(|x| {
+                scalar_of(x)
+                    .map(|s| s.to_f64())
+                    .ok_or("'data' must hold numbers")
+            })
             .collect::<Result<_, _>>()?;
         Tensor::from_vec(v, &[list.len()]).and_then(|t| t.to(dtype))
     } else {
@@ -69,15 +75,23 @@ fn strided(a: &Args<'_>) -> Result<Tensor, String> {
     let need = if shape.contains(&0) {
         Some(offset)
     } else {
-        shape.iter().zip(&strides).try_fold(offset.checked_add(1), |acc, (&s, &st)| {
-            Some(acc.and_then(|acc| acc.checked_add((s - 1).checked_mul(st)?)))
-        })
-        .flatten()
+        shape
+            .iter()
+            .zip(&strides)
+            .try_fold(offset.checked_add(1), |acc, (&s, &st)| {
+                Some(acc.and_then(|acc| acc.checked_add((s - 1).checked_mul(st)?)))
+            })
+            .flatten()
     }
     .ok_or("the strided layout is too large to address")?;
-    let n = if a.has("storage") { a.usize("storage")? } else { need.max(1) };
+    let n = if a.has("storage") {
+        a.usize("storage")?
+    } else {
+        need.max(1)
+    };
     let base = Tensor::arange(n, dtype).map_err(|e| e.to_string())?;
-    base.as_strided(&shape, &strides, Some(offset)).map_err(|e| e.to_string())
+    base.as_strided(&shape, &strides, Some(offset))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs protocol op `op` on `xs` with arguments `a`.
@@ -85,9 +99,26 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
     if let Some(big) = xs.iter().find(|t| t.numel() > MAX_INPUT_ELEMENTS) {
         let is_view_op = matches!(
             op,
-            "view" | "reshape" | "transpose" | "t" | "permute" | "narrow" | "slice" | "select"
-                | "expand" | "broadcast_to" | "squeeze" | "unsqueeze" | "as_strided"
-                | "diagonal" | "unfold" | "movedim" | "split" | "chunk" | "alias" | "detach"
+            "view"
+                | "reshape"
+                | "transpose"
+                | "t"
+                | "permute"
+                | "narrow"
+                | "slice"
+                | "select"
+                | "expand"
+                | "broadcast_to"
+                | "squeeze"
+                | "unsqueeze"
+                | "as_strided"
+                | "diagonal"
+                | "unfold"
+                | "movedim"
+                | "split"
+                | "chunk"
+                | "alias"
+                | "detach"
         );
         if !is_view_op {
             return Err(format!(
@@ -104,7 +135,11 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         "tensor" => tensor_from_data(a).map(Produced::One),
         "zeros" => one(Tensor::zeros(&a.usizes("shape")?, a.dtype()?)),
         "ones" => one(Tensor::ones(&a.usizes("shape")?, a.dtype()?)),
-        "full" => one(Tensor::full(&a.usizes("shape")?, a.scalar("value")?, a.dtype()?)),
+        "full" => one(Tensor::full(
+            &a.usizes("shape")?,
+            a.scalar("value")?,
+            a.dtype()?,
+        )),
         "eye" => one(Tensor::eye(a.usize("n")?, a.dtype()?)),
         "strided" => strided(a).map(Produced::One),
         // views and layout
@@ -119,20 +154,33 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
             if step <= 0 {
                 return Err("slice step must be positive".into());
             }
-            one(x0()?.slice(a.int("dim")?, a.opt_int("start")?, a.opt_int("end")?, step as usize))
+            one(x0()?.slice(
+                a.int("dim")?,
+                a.opt_int("start")?,
+                a.opt_int("end")?,
+                step as usize,
+            ))
         }
         "select" => one(x0()?.select(a.int("dim")?, a.int("index")?)),
         "expand" => one(x0()?.expand(&a.ints("shape")?)),
         "broadcast_to" => one(x0()?.broadcast_to(&a.ints("shape")?)),
         "squeeze" => {
-            let dims = if a.has("dim") { Some(a.int_or_ints("dim")?) } else { None };
+            let dims = if a.has("dim") {
+                Some(a.int_or_ints("dim")?)
+            } else {
+                None
+            };
             one(x0()?.squeeze(dims.as_deref()))
         }
         "unsqueeze" => one(x0()?.unsqueeze(a.int("dim")?)),
         "flatten" => one(x0()?.flatten(a.int_or("start_dim", 0)?, a.int_or("end_dim", -1)?)),
         "unflatten" => one(x0()?.unflatten(a.int("dim")?, &a.ints("sizes")?)),
         "as_strided" => {
-            let offset = if a.has("offset") { Some(a.usize("offset")?) } else { Some(0) };
+            let offset = if a.has("offset") {
+                Some(a.usize("offset")?)
+            } else {
+                Some(0)
+            };
             one(x0()?.as_strided(&a.usizes("shape")?, &a.usizes("strides")?, offset))
         }
         "diagonal" => one(x0()?.diagonal(
@@ -244,7 +292,11 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         }
         // reductions
         "sum" | "mean" | "prod" | "amax" | "amin" | "logsumexp" => {
-            let dims = if a.has("dim") { Some(a.int_or_ints("dim")?) } else { None };
+            let dims = if a.has("dim") {
+                Some(a.int_or_ints("dim")?)
+            } else {
+                None
+            };
             let keep = a.bool_or("keepdim", false)?;
             let x = x0()?;
             let d = dims.as_deref();
@@ -259,15 +311,27 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         }
         "max" | "min" => {
             let (dim, keep) = (a.int("dim")?, a.bool_or("keepdim", false)?);
-            let r = if op == "max" { x0()?.max_dim(dim, keep) } else { x0()?.min_dim(dim, keep) };
+            let r = if op == "max" {
+                x0()?.max_dim(dim, keep)
+            } else {
+                x0()?.min_dim(dim, keep)
+            };
             many(r.map(|(v, i)| vec![v, i]))
         }
         "argmax" | "argmin" => {
             let (dim, keep) = (a.opt_int("dim")?, a.bool_or("keepdim", false)?);
-            one(if op == "argmax" { x0()?.argmax(dim, keep) } else { x0()?.argmin(dim, keep) })
+            one(if op == "argmax" {
+                x0()?.argmax(dim, keep)
+            } else {
+                x0()?.argmin(dim, keep)
+            })
         }
         "var" | "std" => {
-            let dims = if a.has("dim") { Some(a.int_or_ints("dim")?) } else { None };
+            let dims = if a.has("dim") {
+                Some(a.int_or_ints("dim")?)
+            } else {
+                None
+            };
             let c = a.float_or("correction", 1.0)?;
             let keep = a.bool_or("keepdim", false)?;
             one(if op == "var" {
@@ -286,7 +350,11 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
                 },
                 Some(_) => a.float_or("p", 2.0)?,
             };
-            let dims = if a.has("dim") { Some(a.int_or_ints("dim")?) } else { None };
+            let dims = if a.has("dim") {
+                Some(a.int_or_ints("dim")?)
+            } else {
+                None
+            };
             one(x0()?.norm(p, dims.as_deref(), a.bool_or("keepdim", false)?))
         }
         "softmax" => one(x0()?.softmax(a.int("dim")?)),
@@ -348,10 +416,13 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         "cat" | "stack" => {
             let refs: Vec<&Tensor> = xs.iter().collect();
             let dim = a.int_or("dim", 0)?;
-            one(if op == "cat" { Tensor::cat(&refs, dim) } else { Tensor::stack(&refs, dim) })
+            one(if op == "cat" {
+                Tensor::cat(&refs, dim)
+            } else {
+                Tensor::stack(&refs, dim)
+            })
         }
         // [indexing ops]
         _ => Err(format!("unsupported op: {op}")),
     }
 }
-

@@ -252,7 +252,13 @@ macro_rules! float_element {
             }
             #[inline(always)]
             fn abs(self) -> Self {
-                if self < Self::ZERO { -self } else if self == Self::ZERO { Self::ZERO } else { self }
+                if self < Self::ZERO {
+                    -self
+                } else if self == Self::ZERO {
+                    Self::ZERO
+                } else {
+                    self
+                }
             }
             #[inline(always)]
             fn is_nan(self) -> bool {
@@ -295,7 +301,11 @@ macro_rules! int_element {
             }
             #[inline(always)]
             fn div(self, o: Self) -> Self {
-                if o == 0 { 0 } else { self.wrapping_div(o) }
+                if o == 0 {
+                    0
+                } else {
+                    self.wrapping_div(o)
+                }
             }
             #[inline(always)]
             fn pow(self, o: Self) -> Self {
@@ -304,7 +314,13 @@ macro_rules! int_element {
                     // Integer powers with negative exponents: only 1 and -1 survive.
                     return match self as i64 {
                         1 => 1,
-                        -1 => if e % 2 == 0 { 1 } else { self },
+                        -1 => {
+                            if e % 2 == 0 {
+                                1
+                            } else {
+                                self
+                            }
+                        }
                         _ => 0,
                     };
                 }
@@ -328,16 +344,35 @@ macro_rules! int_element {
             #[inline(always)]
             #[allow(unused_comparisons)]
             fn abs(self) -> Self {
-                if self < 0 { (0 as $t).wrapping_sub(self) } else { self }
+                if self < 0 {
+                    (0 as $t).wrapping_sub(self)
+                } else {
+                    self
+                }
             }
         }
     };
 }
 
-float_element!(f32, DType::F32, 0.0, 1.0, |v: f32| v as f64, |v: f64| v as f32);
+float_element!(f32, DType::F32, 0.0, 1.0, |v: f32| v as f64, |v: f64| v
+    as f32);
 float_element!(f64, DType::F64, 0.0, 1.0, |v: f64| v, |v: f64| v);
-float_element!(f16, DType::F16, f16::ZERO, f16::ONE, f16::to_f64, f16::from_f64);
-float_element!(bf16, DType::BF16, bf16::ZERO, bf16::ONE, bf16::to_f64, bf16::from_f64);
+float_element!(
+    f16,
+    DType::F16,
+    f16::ZERO,
+    f16::ONE,
+    f16::to_f64,
+    f16::from_f64
+);
+float_element!(
+    bf16,
+    DType::BF16,
+    bf16::ZERO,
+    bf16::ONE,
+    bf16::to_f64,
+    bf16::from_f64
+);
 int_element!(u8, DType::U8);
 int_element!(i32, DType::I32);
 int_element!(i64, DType::I64);

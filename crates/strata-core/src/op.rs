@@ -89,12 +89,13 @@ impl OpContext {
     /// A new storage of `nbytes` on `device`, attributed to this op's site.
     pub fn allocate(&self, nbytes: usize, device: Device) -> Result<Arc<Storage>> {
         let allocator = self.allocator(device)?;
-        let block = allocator
-            .allocate(nbytes, &self.site())
-            .map_err(|source| Error::OutOfMemory {
-                op: self.op,
-                source,
-            })?;
+        let block =
+            allocator
+                .allocate(nbytes, &self.site())
+                .map_err(|source| Error::OutOfMemory {
+                    op: self.op,
+                    source,
+                })?;
         Ok(Arc::new(Storage::from_block(allocator, block, device)))
     }
 }

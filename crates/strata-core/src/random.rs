@@ -77,7 +77,10 @@ impl Generator {
         let bytes: [u8; STATE_BYTES] = state.try_into().map_err(|_| {
             Error::argument(
                 "Generator::set_state",
-                format!("a generator state is {STATE_BYTES} bytes, got {}", state.len()),
+                format!(
+                    "a generator state is {STATE_BYTES} bytes, got {}",
+                    state.len()
+                ),
                 Some("pass bytes returned by get_state()"),
             )
         })?;
@@ -155,7 +158,9 @@ pub struct GlobalGenerator(MutexGuard<'static, Option<Generator>>);
 impl std::ops::Deref for GlobalGenerator {
     type Target = Generator;
     fn deref(&self) -> &Generator {
-        self.0.as_ref().unwrap_or_else(|| unreachable!("initialised on lock"))
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("initialised on lock"))
     }
 }
 

@@ -225,8 +225,7 @@ impl StorageGuards<'_> {
             std::ptr::copy_nonoverlapping(old_ptr, new_ptr, old_len);
             std::ptr::write_bytes(new_ptr.add(old_len), 0, new_len - old_len);
         }
-        let new_owner: Box<dyn Any + Send + Sync> =
-            Box::new(AllocatorBlock::new(allocator, block));
+        let new_owner: Box<dyn Any + Send + Sync> = Box::new(AllocatorBlock::new(allocator, block));
         let old_owner = {
             let mut owner = storage.owner.lock().unwrap_or_else(|p| p.into_inner());
             storage.ptr.store(new_ptr, Ordering::Release);

@@ -20,13 +20,20 @@ fn copy_onto_itself_is_a_no_op_that_counts_as_a_write() {
 
 #[test]
 fn full_overlap_is_allowed_partial_is_refused() {
-    let x = Tensor::arange(9, DType::F32).unwrap().view(&[3, 3]).unwrap();
+    let x = Tensor::arange(9, DType::F32)
+        .unwrap()
+        .view(&[3, 3])
+        .unwrap();
     x.add_(&x).unwrap();
     assert_eq!(x.to_vec::<f32>().unwrap()[8], 16.0);
     let before = x.to_vec::<f32>().unwrap();
     let err = x.add_(&x.t().unwrap()).unwrap_err();
     assert!(matches!(err, Error::Overlap { .. }), "{err}");
-    assert_eq!(x.to_vec::<f32>().unwrap(), before, "nothing written after the error");
+    assert_eq!(
+        x.to_vec::<f32>().unwrap(),
+        before,
+        "nothing written after the error"
+    );
     assert_eq!(x.version(), 1, "a refused op does not count as a write");
 }
 
@@ -34,7 +41,10 @@ fn full_overlap_is_allowed_partial_is_refused() {
 fn writing_into_an_expanded_tensor_is_refused_but_fill_is_not() {
     let x = Tensor::arange(3, DType::F32).unwrap();
     let e = x.expand(&[4, 3]).unwrap();
-    assert!(matches!(e.add_scalar_(1.0).unwrap_err(), Error::Overlap { .. }));
+    assert!(matches!(
+        e.add_scalar_(1.0).unwrap_err(),
+        Error::Overlap { .. }
+    ));
     e.fill_(7.0).unwrap();
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![7., 7., 7.]);
 }
@@ -44,11 +54,23 @@ fn type_promotion_follows_pytorch_priorities() {
     let i = Tensor::arange(3, DType::I32).unwrap();
     assert_eq!(i.add(2i64).unwrap().dtype(), DType::I32);
     assert_eq!(i.add(2.0).unwrap().dtype(), DType::F32);
-    assert_eq!(i.div(&i).unwrap().dtype(), DType::F32, "int / int is true division");
+    assert_eq!(
+        i.div(&i).unwrap().dtype(),
+        DType::F32,
+        "int / int is true division"
+    );
     let h = Tensor::ones(&[2], DType::F16).unwrap();
     let d0 = Tensor::scalar(1.0, DType::F64).unwrap();
-    assert_eq!(h.add(&d0).unwrap().dtype(), DType::F16, "0-d tensors rank below dimensioned");
-    assert_eq!(i.add(&d0).unwrap().dtype(), DType::F64, "but win on category");
+    assert_eq!(
+        h.add(&d0).unwrap().dtype(),
+        DType::F16,
+        "0-d tensors rank below dimensioned"
+    );
+    assert_eq!(
+        i.add(&d0).unwrap().dtype(),
+        DType::F64,
+        "but win on category"
+    );
 }
 
 #[test]
@@ -67,7 +89,10 @@ fn to_same_dtype_is_the_same_tensor() {
     assert!(x.to(DType::F32).unwrap().is_same(&x));
     assert!(!x.to(DType::F64).unwrap().shares_storage(&x));
     let c = x.contiguous().unwrap();
-    assert!(c.is_same(&x), "contiguous() of a contiguous tensor is itself");
+    assert!(
+        c.is_same(&x),
+        "contiguous() of a contiguous tensor is itself"
+    );
 }
 
 #[test]
@@ -75,7 +100,10 @@ fn views_record_their_base() {
     let x = Tensor::arange(6, DType::F32).unwrap();
     let v = x.view(&[2, 3]).unwrap();
     let t = v.t().unwrap();
-    assert!(t.base().unwrap().is_same(&x), "a view of a view points at the root");
+    assert!(
+        t.base().unwrap().is_same(&x),
+        "a view of a view points at the root"
+    );
     assert_eq!(t.view_info().unwrap().op, "t");
     assert!(x.base().is_none());
     let parts = x.split(strata_core::SplitSize::Size(2), 0).unwrap();
@@ -95,7 +123,11 @@ fn memory_returns_the_moment_the_last_view_drops() {
     });
     assert_eq!(a.memory_allocated(), 1024);
     drop(x);
-    assert_eq!(a.memory_allocated(), 1024, "the view keeps the storage alive");
+    assert_eq!(
+        a.memory_allocated(),
+        1024,
+        "the view keeps the storage alive"
+    );
     drop(v);
     assert_eq!(a.memory_allocated(), 0);
 }
@@ -158,7 +190,10 @@ fn allocation_sites_name_the_user_line() {
 
 #[test]
 fn display_prints_like_pytorch() {
-    let x = Tensor::arange(6, DType::I64).unwrap().view(&[2, 3]).unwrap();
+    let x = Tensor::arange(6, DType::I64)
+        .unwrap()
+        .view(&[2, 3])
+        .unwrap();
     assert_eq!(x.to_string(), "tensor([[0, 1, 2],\n        [3, 4, 5]])");
 }
 

@@ -37,7 +37,8 @@ impl<T: Element> DTypeFn for Load<'_, T> {
         for (i, d) in self.dst.iter_mut().enumerate() {
             // SAFETY: `load` callers pass a run start and stride inside a locked storage, and
             // `dst.len()` elements of dtype S at that stride lie within it.
-            let v = unsafe { std::ptr::read(self.src.offset(i as isize * self.stride) as *const S) };
+            let v =
+                unsafe { std::ptr::read(self.src.offset(i as isize * self.stride) as *const S) };
             d.write(cast::<S, T>(v));
         }
     }
@@ -68,7 +69,12 @@ impl<T: Element> DTypeFn for Store<'_, T> {
 ///
 /// # Safety
 /// The elements must be readable (inside a storage the caller holds locked).
-unsafe fn load<T: Element>(src: *const u8, stride: isize, dtype: DType, dst: &mut [MaybeUninit<T>]) {
+unsafe fn load<T: Element>(
+    src: *const u8,
+    stride: isize,
+    dtype: DType,
+    dst: &mut [MaybeUninit<T>],
+) {
     dispatch(dtype, Load { src, stride, dst });
 }
 
@@ -135,7 +141,11 @@ pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Syn
             unsafe {
                 let a = input_block(plan, 1, p[1], s[1], start, m, &mut abuf);
                 let o_at = p[0].wrapping_offset(start as isize * s[0]);
-                let o = if out_direct { o_at as *mut O } else { obuf.as_mut_ptr() as *mut O };
+                let o = if out_direct {
+                    o_at as *mut O
+                } else {
+                    obuf.as_mut_ptr() as *mut O
+                };
                 for i in 0..m {
                     *o.add(i) = f(*a.add(i));
                 }
@@ -166,7 +176,11 @@ pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + 
                 let a = input_block(plan, 1, p[1], s[1], start, m, &mut abuf);
                 let b = input_block(plan, 2, p[2], s[2], start, m, &mut bbuf);
                 let o_at = p[0].wrapping_offset(start as isize * s[0]);
-                let o = if out_direct { o_at as *mut O } else { obuf.as_mut_ptr() as *mut O };
+                let o = if out_direct {
+                    o_at as *mut O
+                } else {
+                    obuf.as_mut_ptr() as *mut O
+                };
                 for i in 0..m {
                     *o.add(i) = f(*a.add(i), *b.add(i));
                 }
@@ -199,7 +213,11 @@ pub unsafe fn map3<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I, I) -> O
                 let b = input_block(plan, 2, p[2], s[2], start, m, &mut bbuf);
                 let c = input_block(plan, 3, p[3], s[3], start, m, &mut cbuf);
                 let o_at = p[0].wrapping_offset(start as isize * s[0]);
-                let o = if out_direct { o_at as *mut O } else { obuf.as_mut_ptr() as *mut O };
+                let o = if out_direct {
+                    o_at as *mut O
+                } else {
+                    obuf.as_mut_ptr() as *mut O
+                };
                 for i in 0..m {
                     *o.add(i) = f(*a.add(i), *b.add(i), *c.add(i));
                 }

@@ -40,7 +40,9 @@ impl Plan {
             .iter()
             .map(|op| {
                 let size = op.dtype.size() as isize;
-                perm.iter().map(|&d| op.strides[d] as isize * size).collect()
+                perm.iter()
+                    .map(|&d| op.strides[d] as isize * size)
+                    .collect()
             })
             .collect();
         if dims.is_empty() {

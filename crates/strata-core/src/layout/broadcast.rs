@@ -77,6 +77,9 @@ mod tests {
 
     #[test]
     fn strides() {
-        assert_eq!(broadcast_strides(&[3, 1], &[1, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(
+            broadcast_strides(&[3, 1], &[1, 1], &[2, 3, 4]),
+            vec![0, 1, 0]
+        );
     }
 }

@@ -94,7 +94,9 @@ impl Layout {
     pub fn validate(&self, itemsize: usize) -> Option<usize> {
         checked_numel(&self.sizes)?;
         let extent = self.checked_extent()?;
-        extent.checked_mul(itemsize).filter(|b| *b <= isize::MAX as usize)?;
+        extent
+            .checked_mul(itemsize)
+            .filter(|b| *b <= isize::MAX as usize)?;
         Some(extent)
     }
 
@@ -251,7 +253,9 @@ mod tests {
         let l = Layout::new(vec![2, 3], vec![3, 1], 2);
         assert_eq!(l.storage_extent(), 8);
         assert_eq!(Layout::new(vec![0, 3], vec![3, 1], 2).storage_extent(), 2);
-        assert!(Layout::new(vec![usize::MAX, 2], vec![1, 1], 0).validate(4).is_none());
+        assert!(Layout::new(vec![usize::MAX, 2], vec![1, 1], 0)
+            .validate(4)
+            .is_none());
     }
 
     #[test]

@@ -32,7 +32,11 @@ pub fn internal_overlap(l: &Layout) -> InternalOverlap {
     if l.is_non_overlapping_and_dense() {
         return InternalOverlap::No;
     }
-    if l.sizes().iter().zip(l.strides()).any(|(&s, &st)| s > 1 && st == 0) {
+    if l.sizes()
+        .iter()
+        .zip(l.strides())
+        .any(|(&s, &st)| s > 1 && st == 0)
+    {
         return InternalOverlap::Yes;
     }
     InternalOverlap::TooHard

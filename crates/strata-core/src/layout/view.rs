@@ -62,9 +62,7 @@ pub fn compute_stride(
             || (old_sizes[tensor_d - 1] != 1
                 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
         if chunk_ends {
-            while view_d >= 0
-                && (view_numel < tensor_numel || new_sizes[view_d as usize] == 1)
-            {
+            while view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d as usize] == 1) {
                 new_strides[view_d as usize] = view_numel * chunk_base_stride;
                 view_numel *= new_sizes[view_d as usize];
                 view_d -= 1;

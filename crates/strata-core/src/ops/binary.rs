@@ -100,7 +100,10 @@ fn compute_type(
         {
             Err(Error::dtype(
                 op_name,
-                format!("alpha {} is a float but the inputs are {common}", alpha.to_f64()),
+                format!(
+                    "alpha {} is a float but the inputs are {common}",
+                    alpha.to_f64()
+                ),
                 Some("use an integer alpha for integer tensors"),
             ))
         }
@@ -181,7 +184,11 @@ pub(crate) fn binary(
     op: BinaryOp,
 ) -> Result<Tensor> {
     let compute = compute_type(ctx.op(), op, a, &other)?;
-    let out_dtype = if op.is_comparison() { DType::Bool } else { compute };
+    let out_dtype = if op.is_comparison() {
+        DType::Bool
+    } else {
+        compute
+    };
     let mut inputs = vec![a];
     if let Other::Tensor(t) = other {
         inputs.push(t);
@@ -212,7 +219,11 @@ pub(crate) fn binary_inplace(
     bump_version: bool,
 ) -> Result<Tensor> {
     let compute = compute_type(ctx.op(), op, a, &other)?;
-    let result = if op.is_comparison() { DType::Bool } else { compute };
+    let result = if op.is_comparison() {
+        DType::Bool
+    } else {
+        compute
+    };
     check_cast(ctx.op(), result, a.dtype())?;
     let mut inputs = vec![a];
     if let Other::Tensor(t) = other {
@@ -236,7 +247,11 @@ pub(crate) fn binary_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     let compute = compute_type(ctx.op(), op, a, &other)?;
-    let result = if op.is_comparison() { DType::Bool } else { compute };
+    let result = if op.is_comparison() {
+        DType::Bool
+    } else {
+        compute
+    };
     check_cast(ctx.op(), result, out.dtype())?;
     let mut inputs = vec![a];
     if let Other::Tensor(t) = other {
@@ -255,7 +270,9 @@ pub(crate) fn check_cast(op: &'static str, result: DType, dest: DType) -> Result
     }
     Err(Error::dtype(
         op,
-        format!("the result has dtype {result}, which cannot be stored in a tensor of dtype {dest}"),
+        format!(
+            "the result has dtype {result}, which cannot be stored in a tensor of dtype {dest}"
+        ),
         Some("use the out-of-place op, or convert the destination first with .to(dtype)"),
     ))
 }
@@ -293,21 +310,33 @@ binary_methods! {
 impl Tensor {
     /// `self + alpha * other`.
     #[track_caller]
-    pub fn add_scaled<'a>(&self, other: impl Into<Other<'a>>, alpha: impl Into<Scalar>) -> Result<Tensor> {
+    pub fn add_scaled<'a>(
+        &self,
+        other: impl Into<Other<'a>>,
+        alpha: impl Into<Scalar>,
+    ) -> Result<Tensor> {
         let ctx = OpContext::enter("add");
         binary(&ctx, self, other.into(), BinaryOp::Add(alpha.into()))
     }
 
     /// In place: `self += alpha * other`.
     #[track_caller]
-    pub fn add_scaled_<'a>(&self, other: impl Into<Other<'a>>, alpha: impl Into<Scalar>) -> Result<Tensor> {
+    pub fn add_scaled_<'a>(
+        &self,
+        other: impl Into<Other<'a>>,
+        alpha: impl Into<Scalar>,
+    ) -> Result<Tensor> {
         let ctx = OpContext::enter("add_");
         binary_(&ctx, self, other.into(), BinaryOp::Add(alpha.into()))
     }
 
     /// `self - alpha * other`.
     #[track_caller]
-    pub fn sub_scaled<'a>(&self, other: impl Into<Other<'a>>, alpha: impl Into<Scalar>) -> Result<Tensor> {
+    pub fn sub_scaled<'a>(
+        &self,
+        other: impl Into<Other<'a>>,
+        alpha: impl Into<Scalar>,
+    ) -> Result<Tensor> {
         let ctx = OpContext::enter("sub");
         binary(&ctx, self, other.into(), BinaryOp::Sub(alpha.into()))
     }
@@ -329,7 +358,12 @@ impl Tensor {
     #[track_caller]
     pub fn add_scalar_(&self, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("add_");
-        binary_(&ctx, self, Other::Scalar(value.into()), BinaryOp::Add(Scalar::Int(1)))
+        binary_(
+            &ctx,
+            self,
+            Other::Scalar(value.into()),
+            BinaryOp::Add(Scalar::Int(1)),
+        )
     }
 
     /// The larger of each pair of elements (NaN if either is NaN).

@@ -33,13 +33,11 @@ impl Tensor {
     pub fn copy_(&self, src: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("copy_");
         let (a, b) = (self.body(), src.body());
-        if a.storage.id() == b.storage.id() && a.layout == b.layout && self.dtype() == src.dtype()
-        {
+        if a.storage.id() == b.storage.id() && a.layout == b.layout && self.dtype() == src.dtype() {
             self.bump_version();
             return Ok(self.clone());
         }
-        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![src])
-        .infer(ctx.op())?;
+        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![src]).infer(ctx.op())?;
         // SAFETY: `execute` locks the storages and passes a plan valid for them.
         prepared.execute(&ctx, |plan| unsafe { kernels::copy(plan) })
     }
@@ -56,7 +54,11 @@ impl Tensor {
         } else {
             infer_dense_strides(l.sizes(), l.strides())
         };
-        self.copy_into_new(&ctx, Layout::new(l.sizes().to_vec(), strides, 0), self.dtype())
+        self.copy_into_new(
+            &ctx,
+            Layout::new(l.sizes().to_vec(), strides, 0),
+            self.dtype(),
+        )
     }
 
     /// This tensor itself when it is already contiguous, else a contiguous copy.
@@ -92,7 +94,7 @@ impl Tensor {
 
     fn copy_into_new(&self, ctx: &OpContext, layout: Layout, dtype: DType) -> Result<Tensor> {
         let prepared = ElementwiseSpec::new(Output::NewWithLayout(dtype, layout), vec![self])
-        .infer(ctx.op())?;
+            .infer(ctx.op())?;
         // SAFETY: `execute` locks the storages and passes a plan valid for them.
         prepared.execute(ctx, |plan| unsafe { kernels::copy(plan) })
     }

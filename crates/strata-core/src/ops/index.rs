@@ -17,9 +17,7 @@ impl DTypeFn for MaskedFill<'_> {
         let v: T = self.1.to();
         // Operands: (out, self, mask); the mask is read converted to T (0 or 1).
         // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-        unsafe {
-            kernels::map2::<T, T>(self.0, move |x, m| if m != T::ZERO { v } else { x })
-        }
+        unsafe { kernels::map2::<T, T>(self.0, move |x, m| if m != T::ZERO { v } else { x }) }
     }
 }
 
@@ -46,7 +44,10 @@ fn indices(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<
     if index.dim() > 1 {
         return Err(Error::shape(
             op,
-            format!("the index must be 0-d or 1-d, got shape {:?}", index.shape()),
+            format!(
+                "the index must be 0-d or 1-d, got shape {:?}",
+                index.shape()
+            ),
             vec![index.shape()],
         ));
     }
@@ -55,7 +56,12 @@ fn indices(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<
         .map(|i| {
             let j = if i < 0 { i + size as i64 } else { i };
             if j < 0 || j >= size as i64 {
-                Err(Error::Index { op, index: i, dim, size })
+                Err(Error::Index {
+                    op,
+                    index: i,
+                    dim,
+                    size,
+                })
             } else {
                 Ok(j as usize)
             }
@@ -89,8 +95,8 @@ impl Tensor {
         check_mask(ctx.op(), mask)?;
         let value = value.into();
         ElementwiseSpec::new(Output::Existing(self), vec![self, mask])
-        .infer(ctx.op())?
-        .execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
+            .infer(ctx.op())?
+            .execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
     }
 
     /// Adds `alpha * source[i]` to `self[index[i]]` along `dim`, in place; repeated indices
@@ -118,7 +124,11 @@ impl Tensor {
         let (shape, src_shape) = (self.shape(), source.shape());
         let self_size = if ndim == 0 { 1 } else { shape[d] };
         let idx = indices(op, index, d, self_size)?;
-        let src_len = if src_shape.is_empty() { 1 } else { src_shape[d.min(src_shape.len() - 1)] };
+        let src_len = if src_shape.is_empty() {
+            1
+        } else {
+            src_shape[d.min(src_shape.len() - 1)]
+        };
         let same_rank = src_shape.len() == ndim || (ndim <= 1 && src_shape.len() <= 1);
         let others_match = (0..ndim).all(|k| k == d || src_shape.get(k) == shape.get(k));
         if !same_rank || !others_match || src_len != idx.len() {
@@ -136,13 +146,16 @@ impl Tensor {
         if !alpha_fits(alpha, self.dtype()) {
             return Err(Error::dtype(
                 op,
-                format!("alpha {} does not fit dtype {}", alpha.to_f64(), self.dtype()),
+                format!(
+                    "alpha {} does not fit dtype {}",
+                    alpha.to_f64(),
+                    self.dtype()
+                ),
                 Some("use an integer alpha for integer tensors"),
             ));
         }
         // Validate the destination once (overlap) before writing anything.
-        ElementwiseSpec::new(Output::Existing(self), vec![])
-        .infer(op)?;
+        ElementwiseSpec::new(Output::Existing(self), vec![]).infer(op)?;
         for (i, &j) in idx.iter().enumerate() {
             let (dst, src) = if ndim == 0 {
                 (self.clone(), source.clone())

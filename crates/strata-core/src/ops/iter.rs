@@ -126,7 +126,10 @@ impl ElementwiseSpec<'_> {
         let mut shape: Vec<usize> = match (&out_body, &self.output) {
             (Some(b), _) => b.layout.sizes().to_vec(),
             (None, Output::NewWithLayout(_, l)) => l.sizes().to_vec(),
-            (None, _) => bodies.first().map(|b| b.layout.sizes().to_vec()).unwrap_or_default(),
+            (None, _) => bodies
+                .first()
+                .map(|b| b.layout.sizes().to_vec())
+                .unwrap_or_default(),
         };
         for b in &bodies {
             shape = broadcast_shapes(&shape, b.layout.sizes())
@@ -191,9 +194,7 @@ impl ElementwiseSpec<'_> {
             .iter()
             .map(|b| broadcast_strides(b.layout.sizes(), b.layout.strides(), &shape))
             .collect();
-        let out_strides_existing = out_body
-            .as_ref()
-            .map(|b| b.layout.strides().to_vec());
+        let out_strides_existing = out_body.as_ref().map(|b| b.layout.strides().to_vec());
         let mut order_ops: Vec<OrderOperand<'_>> = Vec::new();
         if let Some(s) = &out_strides_existing {
             order_ops.push(OrderOperand {
@@ -267,7 +268,10 @@ impl ElementwiseSpec<'_> {
     /// shape; the resize itself happens in `execute`.
     fn infer_out(self, op: &'static str, out: &Tensor) -> Result<Prepared> {
         let bodies: Vec<Body> = self.inputs.iter().map(|t| t.body()).collect();
-        let mut shape = bodies.first().map(|b| b.layout.sizes().to_vec()).unwrap_or_default();
+        let mut shape = bodies
+            .first()
+            .map(|b| b.layout.sizes().to_vec())
+            .unwrap_or_default();
         for b in &bodies {
             shape = broadcast_shapes(&shape, b.layout.sizes())
                 .map_err(|m| shape_error(op, &shape, b.layout.sizes(), m.describe()))?;
@@ -283,7 +287,10 @@ impl ElementwiseSpec<'_> {
         }
         for b in &bodies {
             if b.storage.id() == ob.storage.id()
-                && matches!(overlap(&ob.layout, &b.layout), Overlap::Partial | Overlap::Full)
+                && matches!(
+                    overlap(&ob.layout, &b.layout),
+                    Overlap::Partial | Overlap::Full
+                )
                 && ob.layout.sizes() != shape.as_slice()
             {
                 return Err(Error::Overlap {
@@ -301,7 +308,10 @@ impl ElementwiseSpec<'_> {
         }
         Ok(Prepared {
             shape,
-            out: OutPlan::Resize(out.clone(), self.inputs.iter().map(|t| (*t).clone()).collect()),
+            out: OutPlan::Resize(
+                out.clone(),
+                self.inputs.iter().map(|t| (*t).clone()).collect(),
+            ),
             inputs: vec![],
             perm: vec![],
             parallel: true,
@@ -344,7 +354,11 @@ impl Prepared {
         };
         {
             let mut locks = vec![(&*out_body.storage, Access::Write)];
-            locks.extend(self.inputs.iter().map(|(b, _, _)| (&*b.storage, Access::Read)));
+            locks.extend(
+                self.inputs
+                    .iter()
+                    .map(|(b, _, _)| (&*b.storage, Access::Read)),
+            );
             let guards = lock_storages(&locks);
             let mut operands = vec![Operand {
                 ptr: guards
@@ -357,7 +371,8 @@ impl Prepared {
                 operands.push(Operand {
                     ptr: guards
                         .read_ptr(&b.storage)
-                        .wrapping_add(b.layout.offset() * dtype.size()) as *mut u8,
+                        .wrapping_add(b.layout.offset() * dtype.size())
+                        as *mut u8,
                     strides: strides.clone(),
                     dtype: *dtype,
                 });

@@ -4,9 +4,9 @@
 pub mod binary;
 pub mod copy;
 pub mod index;
+pub(crate) mod iter;
 pub mod joining;
 pub mod matmul;
-pub(crate) mod iter;
 pub mod promote;
 pub mod reduce;
 pub mod ternary;

@@ -61,14 +61,23 @@ mod tests {
     #[test]
     fn priority_and_categories() {
         let i32v = t(&[2], I32);
-        assert_eq!(result_type(&[Arg::Tensor(&i32v), Arg::Scalar(Scalar::Int(2))]), I32);
-        assert_eq!(result_type(&[Arg::Tensor(&i32v), Arg::Scalar(Scalar::Float(2.0))]), F32);
+        assert_eq!(
+            result_type(&[Arg::Tensor(&i32v), Arg::Scalar(Scalar::Int(2))]),
+            I32
+        );
+        assert_eq!(
+            result_type(&[Arg::Tensor(&i32v), Arg::Scalar(Scalar::Float(2.0))]),
+            F32
+        );
         let f16v = t(&[2], F16);
         let f64s = t(&[], F64);
         assert_eq!(result_type(&[Arg::Tensor(&f16v), Arg::Tensor(&f64s)]), F16);
         assert_eq!(result_type(&[Arg::Tensor(&i32v), Arg::Tensor(&f64s)]), F64);
         let b = t(&[2], Bool);
-        assert_eq!(result_type(&[Arg::Tensor(&b), Arg::Scalar(Scalar::Int(1))]), I64);
+        assert_eq!(
+            result_type(&[Arg::Tensor(&b), Arg::Scalar(Scalar::Int(1))]),
+            I64
+        );
         let u8v = t(&[2], U8);
         let i64s = t(&[], I64);
         assert_eq!(result_type(&[Arg::Tensor(&u8v), Arg::Tensor(&i64s)]), U8);

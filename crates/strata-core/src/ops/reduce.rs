@@ -33,12 +33,19 @@ impl Reduction {
         let n = shape.len();
         let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
         for &d in dims.unwrap_or(&[]) {
-            let w = wrap_dim(d, n).ok_or(Error::Dim { op, dim: d, ndim: n })?;
+            let w = wrap_dim(d, n).ok_or(Error::Dim {
+                op,
+                dim: d,
+                ndim: n,
+            })?;
             if n > 0 {
                 if mask[w] {
                     return Err(Error::argument(
                         op,
-                        format!("dimension {w} appears more than once in {:?}", dims.unwrap_or(&[])),
+                        format!(
+                            "dimension {w} appears more than once in {:?}",
+                            dims.unwrap_or(&[])
+                        ),
                         Some("list each dimension once"),
                     ));
                 }
@@ -54,7 +61,12 @@ impl Reduction {
                 (true, false) => None,
             })
             .collect();
-        let count = shape.iter().zip(&mask).filter(|(_, &m)| m).map(|(&s, _)| s).product();
+        let count = shape
+            .iter()
+            .zip(&mask)
+            .filter(|(_, &m)| m)
+            .map(|(&s, _)| s)
+            .product();
         Ok(Reduction {
             shape,
             mask,
@@ -70,7 +82,9 @@ impl Reduction {
                 format!("cannot reduce over dimension {d}, which has size 0"),
                 vec![self.shape.clone()],
             )
-            .with_hint("there is no maximum or minimum of nothing; check the tensor is not empty"));
+            .with_hint(
+                "there is no maximum or minimum of nothing; check the tensor is not empty",
+            ));
         }
         Ok(())
     }
@@ -96,7 +110,13 @@ impl Reduction {
 
     /// Runs `plan_fn` over a plan with operands `extra` (accumulators) followed by `x` and
     /// `trailing` (read-only buffers), ordered so the reduced dimensions are innermost.
-    fn run(&self, x: &Tensor, accs: &mut [(*mut u8, DType)], trailing: &[Operand], f: impl FnOnce(&Plan)) {
+    fn run(
+        &self,
+        x: &Tensor,
+        accs: &mut [(*mut u8, DType)],
+        trailing: &[Operand],
+        f: impl FnOnce(&Plan),
+    ) {
         let body = x.body();
         let acc_strides = self.acc_strides();
         let in_strides = body.layout.strides().to_vec();
@@ -137,7 +157,9 @@ impl Reduction {
         let ptr = acc.as_mut_ptr() as *mut u8;
         // SAFETY: `acc` is our own buffer of out_numel elements of A, addressed by strides
         // that stay inside it; the input is read-locked by `run`; the plan is sequential.
-        self.run(x, &mut [(ptr, A::DTYPE)], &[], |plan| unsafe { reduce::fold(plan, f) });
+        self.run(x, &mut [(ptr, A::DTYPE)], &[], |plan| unsafe {
+            reduce::fold(plan, f)
+        });
         acc
     }
 
@@ -166,15 +188,23 @@ impl Reduction {
         // SAFETY: value and index buffers are ours (out_numel elements each), the positions
         // buffer holds shape[dim] elements read with stride 1 along dim only, the input is
         // read-locked by `run`, and the plan is sequential.
-        self.run(x, &mut [(vp, A::DTYPE), (ip, DType::I64)], &trailing, |plan| unsafe {
-            reduce::arg_fold(plan, better)
-        });
+        self.run(
+            x,
+            &mut [(vp, A::DTYPE), (ip, DType::I64)],
+            &trailing,
+            |plan| unsafe { reduce::arg_fold(plan, better) },
+        );
         (vals, idx)
     }
 }
 
 /// A new contiguous tensor of `shape` and `dtype` from accumulated values.
-fn finish<A: Element>(ctx: &OpContext, values: &[A], shape: &[usize], dtype: DType) -> Result<Tensor> {
+fn finish<A: Element>(
+    ctx: &OpContext,
+    values: &[A],
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Tensor> {
     struct Finish<'a, A>(&'a OpContext, &'a [A], &'a [usize]);
     impl<A: Element> DTypeFn for Finish<'_, A> {
         type Output = Result<Tensor>;
@@ -221,15 +251,30 @@ impl Tensor {
         if self.dtype().is_floating() {
             finish(ctx, &r.fold(self, 0.0f64, |a, x| a + x), &r.out_shape, out)
         } else {
-            finish(ctx, &r.fold(self, 0i64, |a, x| a.wrapping_add(x)), &r.out_shape, out)
+            finish(
+                ctx,
+                &r.fold(self, 0i64, |a, x| a.wrapping_add(x)),
+                &r.out_shape,
+                out,
+            )
         }
     }
 
-    fn amax_in(&self, ctx: &OpContext, dims: Option<&[i64]>, keepdim: bool, max: bool) -> Result<Tensor> {
+    fn amax_in(
+        &self,
+        ctx: &OpContext,
+        dims: Option<&[i64]>,
+        keepdim: bool,
+        max: bool,
+    ) -> Result<Tensor> {
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
         r.refuse_empty(ctx.op())?;
         if self.dtype().is_floating() {
-            let init = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+            let init = if max {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            };
             let v = if max {
                 r.fold(self, init, |a: f64, x| a.maximum_nan(x))
             } else {
@@ -238,7 +283,11 @@ impl Tensor {
             finish(ctx, &v, &r.out_shape, self.dtype())
         } else {
             let init = if max { i64::MIN } else { i64::MAX };
-            let v = r.fold(self, init, move |a: i64, x| if max { a.max(x) } else { a.min(x) });
+            let v = r.fold(
+                self,
+                init,
+                move |a: i64, x| if max { a.max(x) } else { a.min(x) },
+            );
             finish(ctx, &v, &r.out_shape, self.dtype())
         }
     }
@@ -257,7 +306,11 @@ impl Tensor {
         floating_only(ctx.op(), self)?;
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
         let n = r.count as f64;
-        let v: Vec<f64> = r.fold(self, 0.0f64, |a, x| a + x).into_iter().map(|s| s / n).collect();
+        let v: Vec<f64> = r
+            .fold(self, 0.0f64, |a, x| a + x)
+            .into_iter()
+            .map(|s| s / n)
+            .collect();
         finish(&ctx, &v, &r.out_shape, self.dtype())
     }
 
@@ -270,7 +323,12 @@ impl Tensor {
         if self.dtype().is_floating() {
             finish(&ctx, &r.fold(self, 1.0f64, |a, x| a * x), &r.out_shape, out)
         } else {
-            finish(&ctx, &r.fold(self, 1i64, |a, x| a.wrapping_mul(x)), &r.out_shape, out)
+            finish(
+                &ctx,
+                &r.fold(self, 1i64, |a, x| a.wrapping_mul(x)),
+                &r.out_shape,
+                out,
+            )
         }
     }
 
@@ -288,9 +346,19 @@ impl Tensor {
         self.amax_in(&ctx, dims, keepdim, false)
     }
 
-    fn arg_reduce(&self, ctx: &OpContext, dim: i64, keepdim: bool, max: bool) -> Result<(Tensor, Tensor)> {
+    fn arg_reduce(
+        &self,
+        ctx: &OpContext,
+        dim: i64,
+        keepdim: bool,
+        max: bool,
+    ) -> Result<(Tensor, Tensor)> {
         let n = self.dim();
-        let d = wrap_dim(dim, n).ok_or(Error::Dim { op: ctx.op(), dim, ndim: n })?;
+        let d = wrap_dim(dim, n).ok_or(Error::Dim {
+            op: ctx.op(),
+            dim,
+            ndim: n,
+        })?;
         if n == 0 {
             let v = self.deep_clone()?;
             return Ok((v, Tensor::zeros(&[], DType::I64)?));
@@ -300,10 +368,16 @@ impl Tensor {
         let better = if max { nan_max } else { nan_min };
         if self.dtype().is_floating() {
             let (v, i) = r.arg_fold::<f64>(self, d, better);
-            Ok((finish(ctx, &v, &r.out_shape, self.dtype())?, finish(ctx, &i, &r.out_shape, DType::I64)?))
+            Ok((
+                finish(ctx, &v, &r.out_shape, self.dtype())?,
+                finish(ctx, &i, &r.out_shape, DType::I64)?,
+            ))
         } else {
             let (v, i) = r.arg_fold::<i64>(self, d, move |c, b| if max { c > b } else { c < b });
-            Ok((finish(ctx, &v, &r.out_shape, self.dtype())?, finish(ctx, &i, &r.out_shape, DType::I64)?))
+            Ok((
+                finish(ctx, &v, &r.out_shape, self.dtype())?,
+                finish(ctx, &i, &r.out_shape, DType::I64)?,
+            ))
         }
     }
 
@@ -321,7 +395,13 @@ impl Tensor {
         self.arg_reduce(&ctx, dim, keepdim, false)
     }
 
-    fn arg_index(&self, ctx: &OpContext, dim: Option<i64>, keepdim: bool, max: bool) -> Result<Tensor> {
+    fn arg_index(
+        &self,
+        ctx: &OpContext,
+        dim: Option<i64>,
+        keepdim: bool,
+        max: bool,
+    ) -> Result<Tensor> {
         match dim {
             Some(d) => Ok(self.arg_reduce(ctx, d, keepdim, max)?.1),
             None => {
@@ -366,7 +446,13 @@ impl Tensor {
         self.var_in(&ctx, dims, correction, keepdim)?.sqrt()
     }
 
-    fn var_in(&self, ctx: &OpContext, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
+    fn var_in(
+        &self,
+        ctx: &OpContext,
+        dims: Option<&[i64]>,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<Tensor> {
         floating_only(ctx.op(), self)?;
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
         let x64 = self.to(DType::F64)?;
@@ -398,7 +484,10 @@ impl Tensor {
         } else if p == 1.0 {
             r.fold(&a, 0.0f64, |acc, x| acc + x)
         } else if p == 2.0 {
-            r.fold(&a, 0.0f64, |acc, x| acc + x * x).into_iter().map(f64::sqrt).collect()
+            r.fold(&a, 0.0f64, |acc, x| acc + x * x)
+                .into_iter()
+                .map(f64::sqrt)
+                .collect()
         } else {
             r.fold(&a, 0.0f64, move |acc, x| acc + x.powf(p))
                 .into_iter()
@@ -412,7 +501,11 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("logsumexp");
-        let x = if self.dtype().is_floating() { self.clone() } else { self.to(DType::F32)? };
+        let x = if self.dtype().is_floating() {
+            self.clone()
+        } else {
+            self.to(DType::F32)?
+        };
         let r = Reduction::new(ctx.op(), &x, dims, keepdim)?;
         let keep = Reduction::new(ctx.op(), &x, dims, true)?;
         // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
@@ -433,7 +526,11 @@ impl Tensor {
 
     fn softmax_in(&self, ctx: &OpContext, dim: i64, log: bool) -> Result<Tensor> {
         floating_only(ctx.op(), self)?;
-        let d = wrap_dim(dim, self.dim()).ok_or(Error::Dim { op: ctx.op(), dim, ndim: self.dim() })?;
+        let d = wrap_dim(dim, self.dim()).ok_or(Error::Dim {
+            op: ctx.op(),
+            dim,
+            ndim: self.dim(),
+        })?;
         let dims = [d as i64];
         let keep = Reduction::new(ctx.op(), self, Some(&dims), true)?;
         let x = self.to(DType::F64)?;
@@ -447,7 +544,11 @@ impl Tensor {
         let e = shifted.exp()?;
         let s = keep.fold(&e, 0.0f64, |a, v| a + v);
         let st = finish(ctx, &s, &keep.out_shape, DType::F64)?;
-        let r = if log { shifted.sub(&st.log()?)? } else { e.div(&st)? };
+        let r = if log {
+            shifted.sub(&st.log()?)?
+        } else {
+            e.div(&st)?
+        };
         r.to(self.dtype())?.contiguous()
     }
 
@@ -470,9 +571,17 @@ impl Tensor {
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("cumsum");
         let n = self.dim();
-        let d = wrap_dim(dim, n).ok_or(Error::Dim { op: ctx.op(), dim, ndim: n })?;
+        let d = wrap_dim(dim, n).ok_or(Error::Dim {
+            op: ctx.op(),
+            dim,
+            ndim: n,
+        })?;
         let out_dtype = sum_dtype(self.dtype());
-        let wide = if out_dtype.is_floating() { DType::F64 } else { DType::I64 };
+        let wide = if out_dtype.is_floating() {
+            DType::F64
+        } else {
+            DType::I64
+        };
         let acc = self.to(wide)?.contiguous()?.deep_clone()?;
         if n > 0 {
             for i in 1..self.shape()[d] {

@@ -37,7 +37,10 @@ impl Tensor {
         if condition.dtype() != DType::Bool {
             return Err(Error::dtype(
                 ctx.op(),
-                format!("the condition must be a bool tensor, got {}", condition.dtype()),
+                format!(
+                    "the condition must be a bool tensor, got {}",
+                    condition.dtype()
+                ),
                 Some("build it with a comparison, or convert with .to(DType::Bool)"),
             ));
         }
@@ -56,12 +59,17 @@ impl Tensor {
         if !dtype.is_floating() && matches!(value, Scalar::Float(_)) {
             return Err(Error::dtype(
                 ctx.op(),
-                format!("value {} is a float but the tensors are {dtype}", value.to_f64()),
+                format!(
+                    "value {} is a float but the tensors are {dtype}",
+                    value.to_f64()
+                ),
                 Some("use an integer value for integer tensors"),
             ));
         }
         ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
             .infer(ctx.op())?
-            .execute(&ctx, |plan| dispatch(compute_dtype(dtype), AddCMul(plan, value)))
+            .execute(&ctx, |plan| {
+                dispatch(compute_dtype(dtype), AddCMul(plan, value))
+            })
     }
 }

@@ -166,31 +166,31 @@ impl Tensor {
     fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let out = float_op_dtype(ctx.op(), f, self.dtype())?;
         ElementwiseSpec::new(Output::New(out), vec![self])
-        .infer(ctx.op())?
-        .execute(ctx, |plan| run_float(plan, f, out))
+            .infer(ctx.op())?
+            .execute(ctx, |plan| run_float(plan, f, out))
     }
 
     fn float_unary_(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let result = float_op_dtype(ctx.op(), f, self.dtype())?;
         check_cast(ctx.op(), result, self.dtype())?;
         ElementwiseSpec::new(Output::Existing(self), vec![self])
-        .infer(ctx.op())?
-        .execute(ctx, |plan| run_float(plan, f, result))
+            .infer(ctx.op())?
+            .execute(ctx, |plan| run_float(plan, f, result))
     }
 
     fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let out = same_op_dtype(ctx.op(), s, self)?;
         ElementwiseSpec::new(Output::New(out), vec![self])
-        .infer(ctx.op())?
-        .execute(ctx, |plan| run_same(plan, s, out))
+            .infer(ctx.op())?
+            .execute(ctx, |plan| run_same(plan, s, out))
     }
 
     fn same_unary_(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let result = same_op_dtype(ctx.op(), s, self)?;
         check_cast(ctx.op(), result, self.dtype())?;
         ElementwiseSpec::new(Output::Existing(self), vec![self])
-        .infer(ctx.op())?
-        .execute(ctx, |plan| run_same(plan, s, result))
+            .infer(ctx.op())?
+            .execute(ctx, |plan| run_same(plan, s, result))
     }
 
     /// `-self`.

@@ -120,7 +120,10 @@ impl Tensor {
         if l.ndim() > 2 {
             return Err(Error::shape(
                 ctx.op(),
-                format!("t() needs a tensor with at most 2 dimensions, got {}", l.ndim()),
+                format!(
+                    "t() needs a tensor with at most 2 dimensions, got {}",
+                    l.ndim()
+                ),
                 vec![l.sizes().to_vec()],
             )
             .with_hint("use transpose(dim0, dim1) or permute(dims) for more dimensions"));
@@ -184,7 +187,11 @@ impl Tensor {
         }
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         let size = l.sizes()[d];
-        let s = if start < 0 { start + size as i64 } else { start };
+        let s = if start < 0 {
+            start + size as i64
+        } else {
+            start
+        };
         if s < 0 || s as usize > size {
             return Err(Error::Index {
                 op: ctx.op(),
@@ -282,7 +289,11 @@ impl Tensor {
         }
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         let size = l.sizes()[d];
-        let i = if index < 0 { index + size as i64 } else { index };
+        let i = if index < 0 {
+            index + size as i64
+        } else {
+            index
+        };
         if i < 0 || i >= size as i64 {
             return Err(Error::Index {
                 op: ctx.op(),
@@ -448,7 +459,10 @@ impl Tensor {
         let ctx = OpContext::enter("flatten");
         let l = self.layout();
         let n = l.ndim();
-        let (s, e) = (dim_arg(ctx.op(), start_dim, n)?, dim_arg(ctx.op(), end_dim, n)?);
+        let (s, e) = (
+            dim_arg(ctx.op(), start_dim, n)?,
+            dim_arg(ctx.op(), end_dim, n)?,
+        );
         if s > e {
             return Err(Error::argument(
                 ctx.op(),
@@ -475,7 +489,11 @@ impl Tensor {
         let l = self.layout();
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         if l.ndim() == 0 {
-            return Err(Error::shape(ctx.op(), "cannot unflatten a 0-d tensor", vec![vec![]]));
+            return Err(Error::shape(
+                ctx.op(),
+                "cannot unflatten a 0-d tensor",
+                vec![vec![]],
+            ));
         }
         if sizes.is_empty() {
             return Err(Error::argument(
@@ -487,7 +505,10 @@ impl Tensor {
         let inner = infer_size(sizes, l.sizes()[d]).map_err(|m| {
             Error::shape(
                 ctx.op(),
-                format!("sizes {sizes:?} do not multiply to the size of dimension {d} ({}): {m}", l.sizes()[d]),
+                format!(
+                    "sizes {sizes:?} do not multiply to the size of dimension {d} ({}): {m}",
+                    l.sizes()[d]
+                ),
                 vec![l.sizes().to_vec()],
             )
         })?;
@@ -518,9 +539,9 @@ impl Tensor {
         let offset = offset.unwrap_or(body.layout.offset());
         let layout = Layout::new(shape.to_vec(), strides.to_vec(), offset);
         let itemsize = self.element_size();
-        let fits = layout
-            .validate(itemsize)
-            .is_some_and(|extent| layout.numel() == 0 || extent * itemsize <= body.storage.nbytes());
+        let fits = layout.validate(itemsize).is_some_and(|extent| {
+            layout.numel() == 0 || extent * itemsize <= body.storage.nbytes()
+        });
         if !fits {
             return Err(Error::shape(
                 ctx.op(),
@@ -576,7 +597,11 @@ impl Tensor {
         }
         sizes.push(diag);
         strides.push(l.strides()[d1] + l.strides()[d2]);
-        Ok(self.make_view(ctx.op(), Layout::new(sizes, strides, off), ViewCreation::Plain))
+        Ok(self.make_view(
+            ctx.op(),
+            Layout::new(sizes, strides, off),
+            ViewCreation::Plain,
+        ))
     }
 
     /// Sliding windows of `size` elements, `step` apart, along `dim`, as a new last
@@ -627,12 +652,22 @@ impl Tensor {
         if source.len() != destination.len() {
             return Err(Error::argument(
                 ctx.op(),
-                format!("{} source dims but {} destinations", source.len(), destination.len()),
+                format!(
+                    "{} source dims but {} destinations",
+                    source.len(),
+                    destination.len()
+                ),
                 Some("give one destination per source"),
             ));
         }
-        let src: Vec<usize> = source.iter().map(|&d| dim_arg(ctx.op(), d, n)).collect::<Result<_>>()?;
-        let dst: Vec<usize> = destination.iter().map(|&d| dim_arg(ctx.op(), d, n)).collect::<Result<_>>()?;
+        let src: Vec<usize> = source
+            .iter()
+            .map(|&d| dim_arg(ctx.op(), d, n))
+            .collect::<Result<_>>()?;
+        let dst: Vec<usize> = destination
+            .iter()
+            .map(|&d| dim_arg(ctx.op(), d, n))
+            .collect::<Result<_>>()?;
         let unique = |v: &[usize]| (0..v.len()).all(|i| !v[..i].contains(&v[i]));
         if !unique(&src) || !unique(&dst) {
             return Err(Error::argument(
@@ -669,7 +704,11 @@ impl Tensor {
     fn split_in(&self, ctx: &OpContext, size: SplitSize, dim: i64) -> Result<Vec<Tensor>> {
         let l = self.layout();
         if l.ndim() == 0 {
-            return Err(Error::shape(ctx.op(), "cannot split a 0-d tensor", vec![vec![]]));
+            return Err(Error::shape(
+                ctx.op(),
+                "cannot split a 0-d tensor",
+                vec![vec![]],
+            ));
         }
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         let dim_size = l.sizes()[d];
@@ -682,14 +721,22 @@ impl Tensor {
                         Some("use a positive split size"),
                     ));
                 }
-                let pieces = if s == 0 { 1 } else { dim_size.div_ceil(s).max(1) };
-                (0..pieces).map(|i| s.min(dim_size - (i * s).min(dim_size))).collect()
+                let pieces = if s == 0 {
+                    1
+                } else {
+                    dim_size.div_ceil(s).max(1)
+                };
+                (0..pieces)
+                    .map(|i| s.min(dim_size - (i * s).min(dim_size)))
+                    .collect()
             }
             SplitSize::Sizes(v) => {
                 if v.iter().sum::<usize>() != dim_size {
                     return Err(Error::argument(
                         ctx.op(),
-                        format!("split sizes {v:?} do not add up to dimension {d} of size {dim_size}"),
+                        format!(
+                            "split sizes {v:?} do not add up to dimension {d} of size {dim_size}"
+                        ),
                         Some("the sizes must sum to the dimension's size"),
                     ));
                 }
@@ -725,7 +772,11 @@ impl Tensor {
         }
         let l = self.layout();
         if l.ndim() == 0 {
-            return Err(Error::shape(ctx.op(), "cannot chunk a 0-d tensor", vec![vec![]]));
+            return Err(Error::shape(
+                ctx.op(),
+                "cannot chunk a 0-d tensor",
+                vec![vec![]],
+            ));
         }
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         let dim_size = l.sizes()[d];
@@ -742,7 +793,11 @@ impl Tensor {
         let ctx = OpContext::enter("unbind");
         let l = self.layout();
         if l.ndim() == 0 {
-            return Err(Error::shape(ctx.op(), "cannot unbind a 0-d tensor", vec![vec![]]));
+            return Err(Error::shape(
+                ctx.op(),
+                "cannot unbind a 0-d tensor",
+                vec![vec![]],
+            ));
         }
         let d = dim_arg(ctx.op(), dim, l.ndim())?;
         (0..l.sizes()[d])
@@ -764,6 +819,11 @@ impl Tensor {
     pub fn detach(&self) -> Result<Tensor> {
         let _ctx = OpContext::enter("detach");
         let body = self.body();
-        Ok(Tensor::from_parts(body.storage, body.layout, self.dtype(), None))
+        Ok(Tensor::from_parts(
+            body.storage,
+            body.layout,
+            self.dtype(),
+            None,
+        ))
     }
 }

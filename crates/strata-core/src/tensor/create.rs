@@ -87,7 +87,13 @@ impl DTypeFn for Eye<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
         let n = self.n;
-        from_fn(self.ctx, &[n, n], |i| if i / n == i % n { T::ONE } else { T::ZERO })
+        from_fn(self.ctx, &[n, n], |i| {
+            if i / n == i % n {
+                T::ONE
+            } else {
+                T::ZERO
+            }
+        })
     }
 }
 

@@ -22,7 +22,11 @@ fn float_style(values: &[f64]) -> FloatStyle {
             FloatStyle::Integral
         };
     }
-    let nonzero: Vec<f64> = finite.iter().map(|v| v.abs()).filter(|&v| v != 0.0).collect();
+    let nonzero: Vec<f64> = finite
+        .iter()
+        .map(|v| v.abs())
+        .filter(|&v| v != 0.0)
+        .collect();
     let max = nonzero.iter().fold(0.0f64, |m, &v| m.max(v));
     let min = nonzero.iter().fold(f64::INFINITY, |m, &v| m.min(v));
     if max / min > 1000.0 || max > 1e8 || min < 1e-4 {
@@ -123,7 +127,15 @@ impl fmt::Display for Tensor {
             write_nested(f, &cells, &shape, width, "tensor(".len())?;
         }
         if values.is_empty() && shape != [0] {
-            write!(f, ", size=({})", shape.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))?;
+            write!(
+                f,
+                ", size=({})",
+                shape
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
         }
         if !matches!(dtype, DType::F32 | DType::I64 | DType::Bool) {
             write!(f, ", dtype={}", dtype.torch_name())?;
@@ -138,7 +150,10 @@ mod tests {
 
     #[test]
     fn prints_like_pytorch() {
-        let t = Tensor::arange(4, DType::F32).unwrap().view(&[2, 2]).unwrap();
+        let t = Tensor::arange(4, DType::F32)
+            .unwrap()
+            .view(&[2, 2])
+            .unwrap();
         assert_eq!(t.to_string(), "tensor([[0., 1.],\n        [2., 3.]])");
         let t = Tensor::from_vec(vec![1.5f32, -2.25], &[2]).unwrap();
         assert_eq!(t.to_string(), "tensor([ 1.5000, -2.2500])");

@@ -93,7 +93,11 @@ impl Tensor {
     }
 
     pub(crate) fn set_layout(&self, layout: Layout) {
-        self.0.body.write().unwrap_or_else(|p| p.into_inner()).layout = layout;
+        self.0
+            .body
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .layout = layout;
     }
 
     /// A snapshot of storage and layout.

@@ -16,7 +16,11 @@ impl Tensor {
         if body.layout.sizes() == shape {
             return Ok(());
         }
-        let layout = Layout::new(shape.to_vec(), contiguous_strides(shape), body.layout.offset());
+        let layout = Layout::new(
+            shape.to_vec(),
+            contiguous_strides(shape),
+            body.layout.offset(),
+        );
         let itemsize = self.element_size();
         let extent = layout.validate(itemsize).ok_or_else(|| {
             Error::shape(
@@ -31,12 +35,13 @@ impl Tensor {
                 Some(a) => a,
                 None => ctx.allocator(body.storage.device())?,
             };
-            let block = allocator
-                .allocate(needed, &ctx.site())
-                .map_err(|source| Error::OutOfMemory {
-                    op: ctx.op(),
-                    source,
-                })?;
+            let block =
+                allocator
+                    .allocate(needed, &ctx.site())
+                    .map_err(|source| Error::OutOfMemory {
+                        op: ctx.op(),
+                        source,
+                    })?;
             let guards = lock_storages(&[(&body.storage, Access::Write)]);
             if let Err(block) = guards.grow(&body.storage, allocator.clone(), block) {
                 // Another thread grew it meanwhile: ours is not needed.
