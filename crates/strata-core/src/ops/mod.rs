@@ -9,6 +9,7 @@ pub mod joining;
 pub mod matmul;
 pub mod promote;
 pub mod reduce;
+pub mod softmax;
 pub mod ternary;
 pub mod unary;
 pub mod views;

@@ -1,6 +1,5 @@
 //! Reductions: `sum`, `mean`, `prod`, `amax`, `amin`, `max`/`min` with indices,
-//! `argmax`/`argmin`, `var`/`std`, `norm`, `logsumexp`, and the dimension-wise `softmax`,
-//! `log_softmax` and `cumsum`.
+//! `argmax`/`argmin`, `var`/`std`, `norm`, `logsumexp`, and the dimension-wise `cumsum`.
 //!
 //! Every reduction runs through the element-wise engine with an accumulator whose strides are
 //! 0 along the reduced dimensions. Floating inputs accumulate in f64 and integers in i64, so
@@ -522,48 +521,6 @@ impl Tensor {
         let s = r.fold(&e, 0.0f64, |a, v| a + v);
         let out: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
         finish(&ctx, &out, &r.out_shape, x.dtype())
-    }
-
-    fn softmax_in(&self, ctx: &OpContext, dim: i64, log: bool) -> Result<Tensor> {
-        floating_only(ctx.op(), self)?;
-        let d = wrap_dim(dim, self.dim()).ok_or(Error::Dim {
-            op: ctx.op(),
-            dim,
-            ndim: self.dim(),
-        })?;
-        let dims = [d as i64];
-        let keep = Reduction::new(ctx.op(), self, Some(&dims), true)?;
-        let x = self.to(DType::F64)?;
-        let m: Vec<f64> = if self.numel() == 0 {
-            vec![0.0; keep.out_numel()]
-        } else {
-            keep.fold(&x, f64::NEG_INFINITY, |a: f64, v| a.maximum_nan(v))
-        };
-        let mt = finish(ctx, &m, &keep.out_shape, DType::F64)?;
-        let shifted = x.sub(&mt)?;
-        let e = shifted.exp()?;
-        let s = keep.fold(&e, 0.0f64, |a, v| a + v);
-        let st = finish(ctx, &s, &keep.out_shape, DType::F64)?;
-        let r = if log {
-            shifted.sub(&st.log()?)?
-        } else {
-            e.div(&st)?
-        };
-        r.to(self.dtype())?.contiguous()
-    }
-
-    /// `exp(x) / sum(exp(x))` along `dim`, stable around the maximum; contiguous result.
-    #[track_caller]
-    pub fn softmax(&self, dim: i64) -> Result<Tensor> {
-        let ctx = OpContext::enter("softmax");
-        self.softmax_in(&ctx, dim, false)
-    }
-
-    /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`.
-    #[track_caller]
-    pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
-        let ctx = OpContext::enter("log_softmax");
-        self.softmax_in(&ctx, dim, true)
     }
 
     /// Running sums along `dim` (integers and bools accumulate in i64); contiguous result.
