@@ -9,12 +9,16 @@ pub mod order;
 pub mod overlap;
 pub mod view;
 
+/// Sizes or strides of one layout: up to six dimensions are stored inline, so copying a
+/// layout (which every op does to read a tensor without holding its lock) never allocates.
+type Dims = smallvec::SmallVec<[usize; 6]>;
+
 /// Where a tensor's elements are in its storage: element `(i0, i1, ...)` lives at
 /// `offset + Σ i_k * strides[k]`, counted in elements.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Layout {
-    sizes: Vec<usize>,
-    strides: Vec<usize>,
+    sizes: Dims,
+    strides: Dims,
     offset: usize,
 }
 
@@ -51,17 +55,32 @@ pub fn checked_numel(sizes: &[usize]) -> Option<usize> {
 impl Layout {
     /// A layout from parts. Callers check that the parts are consistent ([`Layout::validate`]).
     pub fn new(sizes: Vec<usize>, strides: Vec<usize>, offset: usize) -> Self {
+        Layout::from_slices(&sizes, &strides, offset)
+    }
+
+    /// A layout from borrowed parts (no allocation up to six dimensions).
+    pub fn from_slices(sizes: &[usize], strides: &[usize], offset: usize) -> Self {
         debug_assert_eq!(sizes.len(), strides.len());
         Layout {
-            sizes,
-            strides,
+            sizes: Dims::from_slice(sizes),
+            strides: Dims::from_slice(strides),
             offset,
         }
     }
 
     /// A row-major layout of `sizes` starting at `offset`.
     pub fn contiguous(sizes: &[usize], offset: usize) -> Self {
-        Layout::new(sizes.to_vec(), contiguous_strides(sizes), offset)
+        let mut strides = Dims::from_elem(0, sizes.len());
+        let mut acc = 1usize;
+        for d in (0..sizes.len()).rev() {
+            strides[d] = acc;
+            acc = acc.saturating_mul(sizes[d].max(1));
+        }
+        Layout {
+            sizes: Dims::from_slice(sizes),
+            strides,
+            offset,
+        }
     }
 
     /// The sizes of each dimension.
