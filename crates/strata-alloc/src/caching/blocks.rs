@@ -143,12 +143,14 @@ impl Arena {
 
 impl std::ops::Index<BlockId> for Arena {
     type Output = BlockInfo;
+    #[inline]
     fn index(&self, id: BlockId) -> &BlockInfo {
         self.slots[id].as_ref().expect("block id is live")
     }
 }
 
 impl std::ops::IndexMut<BlockId> for Arena {
+    #[inline]
     fn index_mut(&mut self, id: BlockId) -> &mut BlockInfo {
         self.slots[id].as_mut().expect("block id is live")
     }

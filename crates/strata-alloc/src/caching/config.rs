@@ -45,6 +45,7 @@ impl PoolKind {
         }
     }
 
+    #[inline]
     pub(crate) fn index(self) -> usize {
         match self {
             PoolKind::Small => 0,
@@ -464,11 +465,13 @@ impl AllocatorConfig {
     }
 
     /// `max_split_size` in bytes, `usize::MAX` when unlimited.
+    #[inline]
     pub fn max_split_size_bytes(&self) -> usize {
         self.max_split_size.unwrap_or(usize::MAX)
     }
 
     /// The `roundup_power2_divisions` setting that applies to a request of `size` bytes.
+    #[inline]
     pub fn roundup_divisions(&self, size: usize) -> usize {
         let log = usize::BITS as usize - 1 - size.max(1).leading_zeros() as usize;
         let idx = log.saturating_sub(20).min(ROUNDUP_INTERVALS - 1);
@@ -478,6 +481,7 @@ impl AllocatorConfig {
     /// PyTorch's `round_size`: what a request of `n` bytes occupies. At least 512 bytes; a
     /// multiple of 512, or, where `roundup_power2_divisions` applies, the next of `d` equal
     /// steps between two powers of two (a power of two itself is kept).
+    #[inline]
     pub fn round_size(&self, n: usize) -> usize {
         if n < MIN_BLOCK_SIZE {
             return MIN_BLOCK_SIZE;

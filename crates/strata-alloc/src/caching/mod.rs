@@ -36,6 +36,7 @@
 mod blocks;
 mod config;
 mod expandable;
+mod hash;
 mod history;
 mod inspect;
 mod oom;
@@ -155,7 +156,17 @@ impl<B: Backing> CachingAllocator<B> {
         Ok(Self::with_config(backing, AllocatorConfig::from_env()?))
     }
 
+    /// The state, with any free that `malloc`/`free` left pending completed: what every
+    /// operation but those two and the statistics readers works on.
     fn lock(&self) -> MutexGuard<'_, State> {
+        let mut st = self.lock_raw();
+        st.settle();
+        st
+    }
+
+    /// The state as it is, possibly with a pending free (see `State::settle`): for `malloc`,
+    /// `free`, and reading or resetting statistics, which are always up to date.
+    fn lock_raw(&self) -> MutexGuard<'_, State> {
         // A panic while the lock is held is a bug in this module; the state is still the best
         // record of which memory is in use, so keep going with it.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -198,7 +209,7 @@ impl<B: Backing> CachingAllocator<B> {
             return Ok(unsafe { Block::from_raw(dangling, 0, *site) });
         }
         let addr = {
-            let mut st = self.lock();
+            let mut st = self.lock_raw();
             let id = st.malloc(&self.backing, size, stream, *site)?;
             st.heap.blocks[id].addr
         };
@@ -223,27 +234,27 @@ impl<B: Backing> CachingAllocator<B> {
 
     /// Bytes held from the backing (`reserved_bytes.all.current`).
     pub fn memory_reserved(&self) -> usize {
-        self.lock().reserved
+        self.lock_raw().reserved
     }
 
     /// Highest `memory_reserved` since creation or the last peak reset.
     pub fn max_memory_reserved(&self) -> usize {
-        self.lock().stats.reserved_bytes.all.peak.max(0) as usize
+        self.lock_raw().stats.reserved_bytes.all.peak.max(0) as usize
     }
 
     /// All statistics, typed.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.lock().stats.clone()
+        self.lock_raw().stats.clone()
     }
 
     /// All statistics under PyTorch's dotted key names (`allocated_bytes.all.current`, ...).
     pub fn memory_stats_map(&self) -> BTreeMap<String, i64> {
-        self.lock().stats.to_map()
+        self.lock_raw().stats.to_map()
     }
 
     /// Zeroes the `allocated`/`freed` totals and the event counters (`num_ooms`, ...).
     pub fn reset_accumulated_memory_stats(&self) {
-        self.lock().stats.reset_accumulated();
+        self.lock_raw().stats.reset_accumulated();
     }
 
     /// A 75-column table of the statistics, laid out like PyTorch's `memory_summary`.
@@ -252,7 +263,7 @@ impl<B: Backing> CachingAllocator<B> {
             "strata caching allocator memory summary, device {}",
             self.backing.device_name()
         );
-        summary::render(&self.lock().stats, &title, abbreviated)
+        summary::render(&self.lock_raw().stats, &title, abbreviated)
     }
 
     /// Returns every cached segment that is wholly free to the backing (after waiting for
@@ -360,6 +371,7 @@ impl<B: Backing> Drop for CachingAllocator<B> {
         // Give back what is cached; segments that still hold live blocks stay mapped because
         // their owners may still use them.
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        st.settle();
         let _ = st.release_cached_blocks(&self.backing);
     }
 }
@@ -387,8 +399,10 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
             return;
         }
         let addr = block.ptr().as_ptr() as usize;
-        let mut st = self.lock();
-        if !st.live.contains_key(&addr) {
+        let mut st = self.lock_raw();
+        // An error here can only be the backing refusing to take a segment back (system
+        // backend); the segment then stays cached, which is safe.
+        if let Ok(false) = st.free(&self.backing, addr) {
             drop(st);
             panic!(
                 "deallocate: the block at {addr:#x} ({} bytes) did not come from this caching \
@@ -396,21 +410,18 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
                 block.size()
             );
         }
-        // A failure here can only be the backing refusing to take a segment back (system
-        // backend); the segment then stays cached, which is safe.
-        let _ = st.free(&self.backing, addr);
     }
 
     fn memory_allocated(&self) -> usize {
-        self.lock().stats.allocated_bytes.all.current.max(0) as usize
+        self.lock_raw().stats.allocated_bytes.all.current.max(0) as usize
     }
 
     fn max_memory_allocated(&self) -> usize {
-        self.lock().stats.allocated_bytes.all.peak.max(0) as usize
+        self.lock_raw().stats.allocated_bytes.all.peak.max(0) as usize
     }
 
     fn reset_peak_memory_stats(&self) {
-        self.lock().stats.reset_peak();
+        self.lock_raw().stats.reset_peak();
     }
 
     fn name(&self) -> &str {

@@ -2,12 +2,13 @@
 //! cross-stream events. Releasing memory is in `release.rs`, expandable segments in
 //! `expandable.rs`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::blocks::{BlockId, BlockInfo, Heap, Segment};
 use super::config::{
     allocation_size, AllocatorConfig, Backend, PoolKind, MAX_REQUEST, MIN_BLOCK_SIZE, SMALL_SIZE,
 };
+use super::hash::AddrMap;
 use super::history::{History, TraceAction};
 use super::oom::OomReport;
 use super::stats::MemoryStats;
@@ -24,7 +25,7 @@ pub(crate) struct State {
     pub cfg: AllocatorConfig,
     pub heap: Heap,
     /// Blocks handed out, by address.
-    pub live: HashMap<usize, BlockId>,
+    pub live: AddrMap<usize, BlockId>,
     /// Outstanding events per stream, oldest first.
     pub events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
     pub stats: MemoryStats,
@@ -34,6 +35,47 @@ pub(crate) struct State {
     pub limit: Option<usize>,
     pub history: History,
     pub last_oom: Option<OomReport>,
+    /// The most recent cache hit, while nothing else has happened since (see [`Reuse`]).
+    reuse: Option<Reuse>,
+}
+
+/// The most recent cache hit, kept so that the free that undoes it, and then a request of the
+/// same rounded size on the same stream, skip the free-set and live-map updates.
+///
+/// A hit takes the free block `M` out of its free set and hands out its front `front`, leaving
+/// the remainder `rem` (if it was split) in the free set. Freeing `front` right afterwards
+/// merges it back into exactly `M`, so the allocator is back in the state the hit started
+/// from; the same request would then take `M` again and split it the same way. Instead of
+/// doing that merge and that split on the free set, the free only marks the record `pending`
+/// (every statistic and history entry is still updated as usual) and leaves `front` in
+/// `live`, and the repeated request hands `front` out again. Any other operation first
+/// [settles](State::settle) a pending record, doing what the free skipped, so everything else
+/// only ever sees the usual state. Anything but the hit's own free and the repeated request
+/// drops the record, so while it exists nothing else has changed: the blocks around `front`
+/// are as the hit left them.
+#[derive(Debug, Clone, Copy)]
+struct Reuse {
+    /// The block handed out.
+    front: BlockId,
+    /// Its address.
+    addr: usize,
+    /// The free remainder split off `M`, if it was split.
+    rem: Option<BlockId>,
+    /// The size of `rem` (0 without one).
+    rem_size: usize,
+    stream: StreamId,
+    pool: PoolKind,
+    /// The latest request for it, in bytes.
+    n: usize,
+    /// The rounded request size.
+    size: usize,
+    /// The size of `front` (larger than `size` when `M` was too close in size to split).
+    bsize: usize,
+    /// `M` was part of a split segment (it had a neighbour).
+    m_split: bool,
+    /// `front` was freed: it counts as merged back into `M` and cached, but the free set still
+    /// holds `rem` alone, `front` keeps its allocation-time extent and it is still in `live`.
+    pending: bool,
 }
 
 impl State {
@@ -41,13 +83,14 @@ impl State {
         let mut s = State {
             cfg: AllocatorConfig::default(),
             heap: Heap::default(),
-            live: HashMap::new(),
+            live: AddrMap::default(),
             events: BTreeMap::new(),
             stats: MemoryStats::default(),
             reserved: 0,
             limit: None,
             history: History::default(),
             last_oom: None,
+            reuse: None,
         };
         s.set_config(cfg);
         s
@@ -58,10 +101,12 @@ impl State {
         self.cfg = cfg;
     }
 
+    #[inline]
     pub fn gc_enabled(&self) -> bool {
         self.limit.is_some() && self.cfg.garbage_collection_threshold > 0.0
     }
 
+    #[inline]
     pub fn trace(
         &mut self,
         action: TraceAction,
@@ -70,10 +115,13 @@ impl State {
         stream: StreamId,
         site: Option<Site>,
     ) {
-        self.history.record(action, addr, size, stream, site);
+        if self.history.enabled {
+            self.history.record(action, addr, size, stream, site);
+        }
     }
 
     /// PyTorch's `malloc`: returns the block handed out.
+    #[inline]
     pub fn malloc<B: Backing>(
         &mut self,
         b: &B,
@@ -81,6 +129,22 @@ impl State {
         stream: StreamId,
         site: Site,
     ) -> Result<BlockId, CachingError> {
+        match self.reuse_alloc(n, stream, site) {
+            Some(id) => Ok(id),
+            None => self.malloc_general(b, n, stream, site),
+        }
+    }
+
+    /// `malloc` without a [`Reuse`].
+    #[inline(never)]
+    fn malloc_general<B: Backing>(
+        &mut self,
+        b: &B,
+        n: usize,
+        stream: StreamId,
+        site: Site,
+    ) -> Result<BlockId, CachingError> {
+        self.settle();
         if n >= MAX_REQUEST {
             return Err(CachingError::Invalid(format!(
                 "{n} bytes is more than the 1 EiB any device can hold"
@@ -96,6 +160,7 @@ impl State {
         } else {
             self.get_free_block(pool, stream, size)
         };
+        let hit = found.is_some();
         if found.is_none() {
             if self.gc_enabled() {
                 self.garbage_collect(b)?;
@@ -110,7 +175,7 @@ impl State {
             }
         }
         match found {
-            Some(id) => Ok(self.alloc_found_block(id, n, size, site)),
+            Some(id) => Ok(self.alloc_found_block(id, n, size, site, hit)),
             None => Err(CachingError::OutOfMemory(Box::new(
                 self.out_of_memory(b, n, size, alloc_size, stream),
             ))),
@@ -258,11 +323,19 @@ impl State {
     }
 
     /// Hands out `id` (not in any free set), splitting off the remainder when the split rules
-    /// allow.
-    fn alloc_found_block(&mut self, id: BlockId, n: usize, size: usize, site: Site) -> BlockId {
+    /// allow. `hit`: `id` came from the free set (a cache hit), so it may be [`Reuse`]d.
+    fn alloc_found_block(
+        &mut self,
+        id: BlockId,
+        n: usize,
+        size: usize,
+        site: Site,
+        hit: bool,
+    ) -> BlockId {
         let expandable = self.heap.is_expandable(id);
         let already_split = self.heap.blocks[id].is_split();
         let pool = self.heap.blocks[id].pool;
+        let mut split_rem = None;
         let id = if self.should_split(id, size) {
             let rem = id;
             let (addr, prev) = {
@@ -277,6 +350,7 @@ impl State {
             }
             let remaining = self.heap.blocks[rem].size;
             self.heap.insert_free(rem);
+            split_rem = Some(rem);
             if !expandable {
                 if already_split {
                     // An already split free block shrinks by `size`.
@@ -307,6 +381,38 @@ impl State {
             (blk.addr, blk.size, blk.stream)
         };
         self.live.insert(addr, id);
+        self.count_alloc(pool, bsize, n, oversize);
+        self.trace(TraceAction::Alloc, addr, n, stream, Some(site));
+        if hit && !expandable && self.cfg.backend == Backend::Native && !self.gc_enabled() {
+            let blk = &self.heap.blocks[id];
+            let (rem_size, m_next) = match split_rem {
+                Some(rem) => {
+                    let r = &self.heap.blocks[rem];
+                    (r.size, r.next)
+                }
+                None => (0, blk.next),
+            };
+            debug_assert!(!self.mergeable(blk.prev) && !self.mergeable(m_next));
+            self.reuse = Some(Reuse {
+                front: id,
+                addr,
+                rem: split_rem,
+                rem_size,
+                stream,
+                pool,
+                n,
+                size,
+                bsize,
+                m_split: blk.prev.is_some() || m_next.is_some(),
+                pending: false,
+            });
+        }
+        id
+    }
+
+    /// The statistics of handing out a block of `bsize` bytes for a request of `n`.
+    #[inline]
+    fn count_alloc(&mut self, pool: PoolKind, bsize: usize, n: usize, oversize: bool) {
         let st = &mut self.stats;
         st.allocation.increase(pool, 1);
         st.allocated_bytes.increase(pool, bsize);
@@ -316,16 +422,149 @@ impl State {
         if oversize {
             st.oversize_allocations.increase(1);
         }
-        self.trace(TraceAction::Alloc, addr, n, stream, Some(site));
-        id
     }
 
-    /// PyTorch's `free`: the owner gives the block at `addr` back.
-    pub fn free<B: Backing>(&mut self, b: &B, addr: usize) -> Fallible<()> {
+    /// Completes a pending [`Reuse`]: the merge, caching and `live` removal its free skipped.
+    /// Every operation but `malloc` and `free` (which handle the record themselves) runs after
+    /// this; it also drops the record, since the state it describes may change.
+    pub fn settle(&mut self) {
+        let Some(r) = self.reuse.take() else { return };
+        if !r.pending {
+            return;
+        }
+        let removed = self.live.remove(&r.addr);
+        debug_assert_eq!(removed, Some(r.front));
+        if let Some(rem) = r.rem {
+            let merged = self.try_merge(r.front, Some(rem));
+            debug_assert_eq!(
+                merged, r.rem_size,
+                "the remainder of a reused block stays free"
+            );
+        }
+        self.heap.insert_free(r.front);
+    }
+
+    /// Whether `src` would merge into a mapped, non-expandable neighbour.
+    fn mergeable(&self, src: Option<BlockId>) -> bool {
+        src.is_some_and(|src| {
+            let s = &self.heap.blocks[src];
+            !(s.active || s.allocated || s.event_count > 0 || !s.mapped)
+        })
+    }
+
+    /// A request repeating the one a pending [`Reuse`] undid: hands the same block out again,
+    /// with exactly the statistics and history that searching the free set and splitting
+    /// would give (they would pick and split the same block).
+    #[inline]
+    fn reuse_alloc(&mut self, n: usize, stream: StreamId, site: Site) -> Option<BlockId> {
+        let r = self.reuse.as_mut()?;
+        if !r.pending
+            || r.stream != stream
+            || !self.events.is_empty()
+            || (n != r.n && (n >= MAX_REQUEST || self.cfg.round_size(n) != r.size))
+        {
+            return None;
+        }
+        r.pending = false;
+        r.n = n;
+        let r = *r;
+        let pool = r.pool;
+        if let Some(rem) = r.rem {
+            // What re-caching the remainder would record.
+            self.heap.blocks[rem].gc_count_base = self.heap.free_calls[pool.index()];
+            if r.m_split {
+                self.stats.inactive_split_bytes.decrease(pool, r.size);
+            } else {
+                self.stats.inactive_split_bytes.increase(pool, r.rem_size);
+                self.stats.inactive_split.increase(pool, 1);
+            }
+        } else if r.m_split {
+            self.stats.inactive_split_bytes.decrease(pool, r.bsize);
+            self.stats.inactive_split.decrease(pool, 1);
+        }
+        let oversize = r.bsize >= self.cfg.max_split_size_bytes();
+        {
+            let blk = &mut self.heap.blocks[r.front];
+            debug_assert!(blk.size == r.bsize && blk.addr == r.addr && !blk.allocated);
+            blk.allocated = true;
+            blk.active = true;
+            blk.requested = n;
+            blk.site = Some(site);
+            blk.oversize = oversize;
+        }
+        self.count_alloc(pool, r.bsize, n, oversize);
+        self.trace(TraceAction::Alloc, r.addr, n, stream, Some(site));
+        Some(r.front)
+    }
+
+    /// The free of the block of the last hit, when nothing else happened since: every
+    /// statistic and history entry that `free` and `free_block` give, but the merge with the
+    /// remainder, the caching and the `live` removal are left pending. False (nothing done)
+    /// when the free is not such a one.
+    #[inline]
+    fn reuse_free(&mut self, addr: usize) -> bool {
+        let Some(r) = self.reuse.as_mut() else {
+            return false;
+        };
+        if r.pending || r.addr != addr {
+            return false;
+        }
+        let blk = &mut self.heap.blocks[r.front];
+        if !blk.stream_uses.is_empty() {
+            return false;
+        }
+        r.pending = true;
+        let r = *r;
+        let o = blk.oversize;
+        let site = blk.site.take();
+        blk.allocated = false;
+        blk.oversize = false;
+        blk.active = false;
+        let requested = std::mem::take(&mut blk.requested);
+        let (pool, size, stream) = (r.pool, r.bsize, r.stream);
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size);
+        if o {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        self.trace(TraceAction::FreeRequested, addr, requested, stream, site);
+        self.trace(TraceAction::FreeCompleted, addr, requested, stream, site);
+        // `front` merges with `rem` (its only free neighbour) back into `M`.
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        if r.rem.is_some() {
+            net_blocks -= 1;
+            net_bytes -= r.rem_size as i64;
+        }
+        if r.m_split {
+            net_blocks += 1;
+            net_bytes += (size + r.rem_size) as i64;
+        }
+        adjust(&mut self.stats.inactive_split, pool, net_blocks);
+        adjust(&mut self.stats.inactive_split_bytes, pool, net_bytes);
+        self.stats.active.decrease(pool, 1);
+        self.stats.active_bytes.decrease(pool, size);
+        self.stats.requested_bytes.decrease(pool, requested);
+        true
+    }
+
+    /// PyTorch's `free`: the owner gives the block at `addr` back. `Ok(false)` (and nothing
+    /// done) when no block this allocator handed out starts at `addr`.
+    #[inline]
+    pub fn free<B: Backing>(&mut self, b: &B, addr: usize) -> Fallible<bool> {
+        if self.reuse_free(addr) {
+            Ok(true)
+        } else {
+            self.free_general(b, addr)
+        }
+    }
+
+    /// `free` without a [`Reuse`].
+    #[inline(never)]
+    fn free_general<B: Backing>(&mut self, b: &B, addr: usize) -> Fallible<bool> {
+        self.settle();
         let Some(id) = self.live.remove(&addr) else {
-            return Err(BackingError::Fatal(format!(
-                "{addr:#x} is not the address of a block this allocator handed out"
-            )));
+            return Ok(false);
         };
         let (pool, size, requested, stream, site, oversize) = {
             let blk = &mut self.heap.blocks[id];
@@ -358,7 +597,7 @@ impl State {
         if pending == 0 {
             self.free_block(b, id)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Marks that `stream` (other than the block's own) uses the block at `addr`.
@@ -512,6 +751,7 @@ impl State {
     }
 }
 
+#[inline]
 fn adjust(stat: &mut super::stats::StatArray, pool: PoolKind, delta: i64) {
     if delta > 0 {
         stat.increase(pool, delta as usize);

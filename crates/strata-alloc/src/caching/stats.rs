@@ -19,6 +19,7 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     pub(crate) fn increase(&mut self, n: usize) {
         let n = n as i64;
         self.current += n;
@@ -26,6 +27,7 @@ impl Stat {
         self.allocated += n;
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, n: usize) {
         let n = n as i64;
         self.current -= n;
@@ -61,11 +63,13 @@ pub struct StatArray {
 }
 
 impl StatArray {
+    #[inline]
     pub(crate) fn increase(&mut self, pool: PoolKind, n: usize) {
         self.all.increase(n);
         self.pool_mut(pool).increase(n);
     }
 
+    #[inline]
     pub(crate) fn decrease(&mut self, pool: PoolKind, n: usize) {
         self.all.decrease(n);
         self.pool_mut(pool).decrease(n);
@@ -79,6 +83,7 @@ impl StatArray {
         }
     }
 
+    #[inline]
     fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
         match pool {
             PoolKind::Small => &mut self.small_pool,

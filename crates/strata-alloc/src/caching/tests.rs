@@ -433,3 +433,121 @@ fn dropping_the_allocator_releases_its_cache() {
     assert_eq!(backing.mapped_bytes(), 20 * MIB);
     let _ = c; // still allocated: a Block has no destructor
 }
+
+/// Runs one random sequence of operations, rich in frees of the newest block and repeated
+/// requests, on two allocators: `fast` as callers use it, and `plain` where an inspection after
+/// every operation completes any deferred free, so every free and request there takes the
+/// general path. Everything observable must agree.
+fn same_with_and_without_reuse(conf: &str, limit: Option<usize>, seed: u64) {
+    let fast = alloc(1 << 30, conf);
+    let plain = alloc(1 << 30, conf);
+    for a in [&fast, &plain] {
+        a.set_memory_limit(limit);
+        a.record_memory_history(true, RecordContext::All, 1 << 20);
+    }
+    let side = StreamId(7);
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let sizes = [
+        100,
+        512,
+        4000,
+        64 << 10,
+        MIB - 512,
+        MIB + 1,
+        3 * MIB,
+        4 * MIB,
+        12 * MIB,
+        19 * MIB + 600 * 1024,
+        25 * MIB,
+    ];
+    let mut held: Vec<(Block, Block)> = Vec::new();
+    let mut last = 512;
+    for step in 0..4000 {
+        let r = next();
+        match r % 16 {
+            0..=5 if held.len() < 40 => {
+                let n = if r % 3 == 0 {
+                    last
+                } else {
+                    sizes[(r >> 8) as usize % sizes.len()] + (r >> 20) as usize % 3 * 256
+                };
+                last = n;
+                let stream = StreamId((r >> 40) % 2);
+                let x = fast.allocate_on_stream(n, stream, &site());
+                let y = plain.allocate_on_stream(n, stream, &site());
+                let (x, y) = match (x, y) {
+                    (Ok(x), Ok(y)) => (x, y),
+                    (Err(_), Err(_)) => continue,
+                    (x, y) => panic!("step {step}: {} vs {}", x.is_ok(), y.is_ok()),
+                };
+                assert_eq!(x.ptr(), y.ptr(), "step {step}");
+                held.push((x, y));
+            }
+            0..=10 if !held.is_empty() => {
+                let k = if r % 4 == 0 {
+                    (r >> 8) as usize % held.len()
+                } else {
+                    held.len() - 1
+                };
+                let (x, y) = held.swap_remove(k);
+                unsafe {
+                    fast.deallocate(x);
+                    plain.deallocate(y);
+                }
+            }
+            11 if !held.is_empty() => {
+                let (x, y) = &held[(r >> 8) as usize % held.len()];
+                assert_eq!(fast.record_stream(x, side), plain.record_stream(y, side));
+            }
+            12 => {
+                for a in [&fast, &plain] {
+                    if r % 2 == 0 {
+                        a.backing().hold_stream(side);
+                    } else {
+                        a.backing().release_stream(side);
+                    }
+                }
+            }
+            13 if r % 8 == 0 => {
+                fast.empty_cache().unwrap();
+                plain.empty_cache().unwrap();
+            }
+            14 if r % 4 == 0 => {
+                assert_eq!(layout(&fast), layout(&plain), "step {step}");
+                fast.check_consistency().unwrap();
+            }
+            _ => {}
+        }
+        plain.check_consistency().unwrap();
+        assert_eq!(fast.memory_stats(), plain.memory_stats(), "step {step}");
+        assert_eq!(fast.memory_reserved(), plain.memory_reserved());
+    }
+    fast.check_consistency().unwrap();
+    assert_eq!(fast.segments(), plain.segments());
+    assert_eq!(fast.largest_free_block(), plain.largest_free_block());
+    let strip = |h: Vec<TraceEntry>| -> Vec<_> {
+        h.into_iter()
+            .map(|e| (e.action, e.addr, e.size, e.stream, e.site))
+            .collect()
+    };
+    assert_eq!(strip(fast.history()), strip(plain.history()));
+    assert_eq!(fast.memory_stats(), plain.memory_stats());
+}
+
+#[test]
+fn reusing_the_last_block_changes_nothing_observable() {
+    for seed in 1..=6 {
+        same_with_and_without_reuse("", None, seed);
+        same_with_and_without_reuse("max_split_size_mb:20", None, seed);
+        same_with_and_without_reuse("roundup_power2_divisions:4", None, seed);
+        same_with_and_without_reuse("expandable_segments:True", None, seed);
+        same_with_and_without_reuse("garbage_collection_threshold:0.5", Some(200 * MIB), seed);
+        same_with_and_without_reuse("", Some(60 * MIB), seed);
+    }
+}
