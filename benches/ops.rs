@@ -26,14 +26,15 @@ fn copy_probe(b: Bencher) {
     let src = vec![1u8; n];
     let mut dst = vec![0u8; n];
     let chunk = n.div_ceil(strata::core::engine::pool::num_threads());
-    b.counter(divan::counter::BytesCount::new(2 * n)).bench_local(|| {
-        strata::core::engine::pool::pool().install(|| {
-            dst.par_chunks_mut(chunk)
-                .zip(src.par_chunks(chunk))
-                .for_each(|(d, s)| d.copy_from_slice(s))
+    b.counter(divan::counter::BytesCount::new(2 * n))
+        .bench_local(|| {
+            strata::core::engine::pool::pool().install(|| {
+                dst.par_chunks_mut(chunk)
+                    .zip(src.par_chunks(chunk))
+                    .for_each(|(d, s)| d.copy_from_slice(s))
+            });
+            black_box(&dst);
         });
-        black_box(&dst);
-    });
 }
 
 #[divan::bench]

@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod copy;
+mod dense_sum;
 pub mod index;
 pub(crate) mod iter;
 pub mod joining;

@@ -10,6 +10,7 @@ use crate::engine::{reduce, Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::{contiguous_strides, wrap_dim};
 use crate::op::OpContext;
+use crate::ops::dense_sum::dense_sum;
 use crate::storage::{lock_storages, Access};
 use crate::tensor::create_from_fn;
 use crate::{DType, Error, Result, Scalar, Tensor};
@@ -247,7 +248,9 @@ impl Tensor {
     fn sum_in(&self, ctx: &OpContext, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
         let out = sum_dtype(self.dtype());
-        if self.dtype().is_floating() {
+        if let Some(v) = dense_sum(self, &r.mask) {
+            finish(ctx, &v, &r.out_shape, out)
+        } else if self.dtype().is_floating() {
             finish(ctx, &r.fold(self, 0.0f64, |a, x| a + x), &r.out_shape, out)
         } else {
             finish(
@@ -305,8 +308,8 @@ impl Tensor {
         floating_only(ctx.op(), self)?;
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
         let n = r.count as f64;
-        let v: Vec<f64> = r
-            .fold(self, 0.0f64, |a, x| a + x)
+        let v: Vec<f64> = dense_sum(self, &r.mask)
+            .unwrap_or_else(|| r.fold(self, 0.0f64, |a, x| a + x))
             .into_iter()
             .map(|s| s / n)
             .collect();

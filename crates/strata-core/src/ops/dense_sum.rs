@@ -1,0 +1,168 @@
+//! The fast path of `sum` and `mean` for a contiguous f32 or f64 input reduced over one
+//! run of adjacent dimensions: the input is `[outer, len, inner]` and the result
+//! `[outer, inner]`. Rows (`inner == 1`) are summed in 8 independent f64 lanes; with
+//! `inner > 1` a vector of `inner` f64 accumulators takes one contiguous row at a time, so
+//! both the last and the first dimension stream memory. Work is split over strata's pool
+//! by `outer` and, when `outer` is small, by column blocks of `inner`.
+
+use rayon::prelude::*;
+
+use crate::engine::pool::{pool, GRAIN_SIZE};
+use crate::storage::{lock_storages, Access};
+use crate::{DType, Tensor};
+
+/// An element type the fast path reads (widened to f64).
+trait Wide: Copy + Send + Sync + 'static {
+    fn wide(self) -> f64;
+}
+impl Wide for f32 {
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self as f64
+    }
+}
+impl Wide for f64 {
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        self
+    }
+}
+
+#[inline(always)]
+fn sum_row<T: Wide>(x: &[T]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v.wide();
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|v| v.wide()).sum();
+    lanes.iter().sum::<f64>() + tail
+}
+
+/// Adds the `len` rows of one `[len, inner]` block, columns `cols`, into `acc`.
+#[inline(always)]
+fn sum_columns<T: Wide>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
+    acc.fill(0.0);
+    for row in x.chunks_exact(inner) {
+        for (a, &v) in acc.iter_mut().zip(&row[cols.clone()]) {
+            *a += v.wide();
+        }
+    }
+}
+
+/// Column blocks small enough that their accumulators stay in L1.
+const COLUMN_BLOCK: usize = 2048;
+
+fn run<T: Wide>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]) {
+    let slab = len * inner;
+    let serial = x.len() < GRAIN_SIZE;
+    if inner == 1 {
+        let body = |(o, r): (usize, &mut f64)| *r = sum_row(&x[o * slab..(o + 1) * slab]);
+        if serial || outer == 1 {
+            out.iter_mut().enumerate().for_each(body);
+        } else {
+            pool().install(|| out.par_iter_mut().enumerate().for_each(body));
+        }
+        return;
+    }
+    // Units of work: (outer index, column block).
+    let blocks = inner.div_ceil(COLUMN_BLOCK);
+    let body = |(u, acc): (usize, &mut [f64])| {
+        let (o, b) = (u / blocks, u % blocks);
+        let start = b * COLUMN_BLOCK;
+        let cols = start..(start + COLUMN_BLOCK).min(inner);
+        sum_columns(&x[o * slab..(o + 1) * slab], inner, cols, acc);
+    };
+    // `out` is [outer, inner]; cut it into the same units.
+    let mut units: Vec<&mut [f64]> = Vec::with_capacity(outer * blocks);
+    for row in out.chunks_mut(inner) {
+        units.extend(row.chunks_mut(COLUMN_BLOCK));
+    }
+    if serial || units.len() == 1 {
+        units.into_iter().enumerate().for_each(body);
+    } else {
+        pool().install(|| units.into_par_iter().enumerate().for_each(body));
+    }
+}
+
+/// Sums `x` over the adjacent dimensions `first..=last` into `[outer, inner]` f64 values, or
+/// `None` when the fast path does not apply (another dtype, a non-contiguous input, or an
+/// empty one).
+pub(crate) fn dense_sum(x: &Tensor, mask: &[bool]) -> Option<Vec<f64>> {
+    let dtype = x.dtype();
+    if !matches!(dtype, DType::F32 | DType::F64) || x.numel() == 0 {
+        return None;
+    }
+    let first = mask.iter().position(|&m| m)?;
+    let last = mask.iter().rposition(|&m| m)?;
+    if !mask[first..=last].iter().all(|&m| m) {
+        return None;
+    }
+    let body = x.body();
+    if !body.layout.is_contiguous() {
+        return None;
+    }
+    let shape = body.layout.sizes();
+    let outer: usize = shape[..first].iter().product();
+    let len: usize = shape[first..=last].iter().product();
+    let inner: usize = shape[last + 1..].iter().product();
+    let mut out = vec![0f64; outer * inner];
+    let guards = lock_storages(&[(&*body.storage, Access::Read)]);
+    let base = guards.read_ptr(&body.storage) as usize + body.layout.offset() * dtype.size();
+    let n = outer * len * inner;
+    // SAFETY: the input is contiguous from its offset and holds n elements of its dtype; the
+    // storage is read-locked until `guards` drops, so nothing writes it meanwhile.
+    unsafe {
+        match dtype {
+            DType::F32 => run(
+                std::slice::from_raw_parts(base as *const f32, n),
+                outer,
+                len,
+                inner,
+                &mut out,
+            ),
+            _ => run(
+                std::slice::from_raw_parts(base as *const f64, n),
+                outer,
+                len,
+                inner,
+                &mut out,
+            ),
+        }
+    }
+    drop(guards);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_general_path_on_every_dim_run() {
+        let x = Tensor::randn(&[3, 70, 2, 1500], DType::F32).unwrap();
+        let exact: Vec<f64> = x.to(DType::F64).unwrap().to_vec().unwrap();
+        let shape = [3usize, 70, 2, 1500];
+        for (first, last) in [(0, 0), (1, 1), (3, 3), (1, 2), (0, 3), (2, 3)] {
+            let mask: Vec<bool> = (0..4).map(|d| d >= first && d <= last).collect();
+            let got = dense_sum(&x, &mask).unwrap();
+            let outer: usize = shape[..first].iter().product();
+            let len: usize = shape[first..=last].iter().product();
+            let inner: usize = shape[last + 1..].iter().product();
+            for o in 0..outer {
+                for i in 0..inner {
+                    let want: f64 = (0..len).map(|k| exact[(o * len + k) * inner + i]).sum();
+                    let g = got[o * inner + i];
+                    assert!(
+                        (g - want).abs() < 1e-9 * (1.0 + want.abs()),
+                        "{first}..={last}"
+                    );
+                }
+            }
+        }
+        assert!(dense_sum(&x.transpose(0, 3).unwrap(), &[false, false, false, true]).is_none());
+        assert!(dense_sum(&x, &[true, false, true, false]).is_none());
+    }
+}
