@@ -206,3 +206,34 @@ fn generator_state_round_trips() {
     let b = Tensor::randn_with(&[5], DType::F32, &mut g).unwrap();
     assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
 }
+
+#[test]
+fn out_forms_write_in_place_and_resize_like_pytorch() {
+    let a = Tensor::arange(6, DType::F32)
+        .unwrap()
+        .view(&[2, 3])
+        .unwrap();
+    let b = Tensor::full(&[3], 2.0, DType::F32).unwrap();
+    let out = Tensor::zeros(&[2, 3], DType::F32).unwrap();
+    let ptr = out.data_ptr();
+    a.mul_out(&b, &out).unwrap();
+    assert_eq!(out.data_ptr(), ptr, "right shape: written where it is");
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![0., 2., 4., 6., 8., 10.]);
+    a.sub_out(&b, 1i64, &out).unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![-2., -1., 0., 1., 2., 3.]);
+    let empty = Tensor::zeros(&[0], DType::F32).unwrap();
+    a.div_out(&b, &empty).unwrap();
+    assert_eq!(empty.shape(), vec![2, 3], "an empty out is resized");
+    assert_eq!(
+        empty.to_vec::<f32>().unwrap(),
+        vec![0., 0.5, 1., 1.5, 2., 2.5]
+    );
+    let ints = Tensor::zeros(&[2, 3], DType::I64).unwrap();
+    let err = a.div_out(&b, &ints).unwrap_err();
+    assert!(err.to_string().contains("i64"), "{err}");
+    assert_eq!(
+        ints.to_vec::<i64>().unwrap(),
+        vec![0; 6],
+        "nothing written on error"
+    );
+}

@@ -354,6 +354,32 @@ impl Tensor {
         binary_out(&ctx, self, other.into(), BinaryOp::Add(alpha.into()), out)
     }
 
+    /// `self - alpha * other` written into `out` (PyTorch's `sub(..., out=out)`).
+    #[track_caller]
+    pub fn sub_out<'a>(
+        &self,
+        other: impl Into<Other<'a>>,
+        alpha: impl Into<Scalar>,
+        out: &Tensor,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("sub_out");
+        binary_out(&ctx, self, other.into(), BinaryOp::Sub(alpha.into()), out)
+    }
+
+    /// `self * other` written into `out` (PyTorch's `mul(..., out=out)`).
+    #[track_caller]
+    pub fn mul_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("mul_out");
+        binary_out(&ctx, self, other.into(), BinaryOp::Mul, out)
+    }
+
+    /// `self / other` (true division) written into `out` (PyTorch's `div(..., out=out)`).
+    #[track_caller]
+    pub fn div_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("div_out");
+        binary_out(&ctx, self, other.into(), BinaryOp::Div, out)
+    }
+
     /// In place: `self += value` for a number (shorthand for `add_(Scalar)`).
     #[track_caller]
     pub fn add_scalar_(&self, value: impl Into<Scalar>) -> Result<Tensor> {

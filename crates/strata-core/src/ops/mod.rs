@@ -8,6 +8,7 @@ pub mod index;
 pub(crate) mod iter;
 pub mod joining;
 pub mod matmul;
+pub mod operators;
 pub mod promote;
 pub mod reduce;
 pub mod softmax;
