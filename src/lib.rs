@@ -12,6 +12,7 @@ pub use strata_core::{Error, Result};
 
 /// The names most programs use.
 pub mod prelude {
+    pub use strata_core::autograd::{self, no_grad, GradModeGuard};
     pub use strata_core::{
         empty_cache, manual_seed, memory, memory_allocated, memory_reserved, memory_summary,
         with_allocator, DType, Device, Error, Generator, Other, Result, Scalar, SplitSize, Tensor,

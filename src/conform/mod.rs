@@ -109,6 +109,14 @@ pub fn run_program(id: Value, steps: &[Value]) -> Value {
 pub struct ProgramState {
     env: HashMap<String, Tensor>,
     storages: StorageNumbers,
+    modes: Vec<GradModeGuard>,
+}
+
+impl Drop for ProgramState {
+    fn drop(&mut self) {
+        // Modes still open close innermost first, restoring the mode outside each.
+        while self.modes.pop().is_some() {}
+    }
 }
 
 impl ProgramState {
@@ -146,8 +154,28 @@ impl ProgramState {
             Some(Value::Object(m)) => Args(m),
             Some(_) => return Err("\"args\" must be an object".into()),
         };
+        if op == "grad_mode" {
+            return self.grad_mode(&args);
+        }
         let produced = ops::run(op, &inputs, &args)?;
         self.bind(op, step.get("let"), produced)
+    }
+
+    fn grad_mode(&mut self, args: &Args<'_>) -> Result<(), String> {
+        match args.str("mode")? {
+            "no_grad" => self.modes.push(GradModeGuard::no_grad()),
+            "enable_grad" => self.modes.push(GradModeGuard::enable_grad()),
+            "inference_mode" => self.modes.push(GradModeGuard::inference_mode()),
+            "exit" => {
+                let closed = self
+                    .modes
+                    .pop()
+                    .ok_or("grad_mode exit: no grad mode is open")?;
+                drop(closed);
+            }
+            other => return Err(format!("grad_mode: unknown mode {other:?}")),
+        }
+        Ok(())
     }
 
     fn bind(&mut self, op: &str, target: Option<&Value>, produced: Produced) -> Result<(), String> {

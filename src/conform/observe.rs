@@ -74,8 +74,11 @@ pub fn observe(name: &str, t: &Tensor, storages: &mut StorageNumbers) -> Result<
         "values": values(t)?,
         "storage": storages.number(t),
         "version": t.version(),
-        "requires_grad": false,
-        "is_leaf": true,
-        "grad": Value::Null,
+        "requires_grad": t.requires_grad(),
+        "is_leaf": t.is_leaf(),
+        "grad": match t.grad() {
+            Some(g) if t.is_leaf() => values(&g)?,
+            _ => Value::Null,
+        },
     }))
 }

@@ -423,6 +423,21 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
             })
         }
         // [indexing ops]
+        "requires_grad_" => one(x0()?.requires_grad_(a.bool_or("flag", true)?)),
+        "detach_" => one(x0()?.detach_()),
+        "backward" => {
+            x0()?
+                .backward_with(None, a.bool_or("retain_graph", false)?)
+                .map_err(|e| e.to_string())?;
+            Ok(Produced::Nothing)
+        }
+        "zero_grad" => {
+            let to_none = a.bool_or("set_to_none", true)?;
+            for t in xs {
+                t.zero_grad(to_none).map_err(|e| e.to_string())?;
+            }
+            Ok(Produced::Nothing)
+        }
         _ => Err(format!("unsupported op: {op}")),
     }
 }

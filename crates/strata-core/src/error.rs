@@ -16,6 +16,13 @@ fn hint_text(h: &Option<String>) -> String {
 /// bytes are exactly as they were before the call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Error {
+    /// Autograd refused: a second backward through freed nodes, a saved tensor modified in
+    /// place, an in-place write autograd cannot record, a tensor that needs no gradient.
+    #[error("{message}")]
+    Autograd {
+        /// What went wrong and how to fix it.
+        message: String,
+    },
     /// Shapes that do not fit together (broadcasting, element counts, out= shapes).
     #[error("{op}: {message}{}", hint_text(hint))]
     Shape {

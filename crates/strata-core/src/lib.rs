@@ -14,6 +14,7 @@
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 
+pub mod autograd;
 pub mod device;
 pub mod dtype;
 pub mod engine;

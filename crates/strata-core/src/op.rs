@@ -54,7 +54,11 @@ impl OpContext {
     #[track_caller]
     #[inline]
     pub fn enter(op: &'static str) -> Self {
-        let location = Location::caller();
+        // Inside backward, allocations belong to the forward op the node was recorded for.
+        let location = match crate::autograd::engine::backward_site() {
+            Some((forward, _)) => forward,
+            None => Location::caller(),
+        };
         let observer = observer();
         if let Some(o) = &observer {
             o.op_begin(op, location);

@@ -62,6 +62,7 @@ pub struct Storage {
     device: Device,
     owner: Mutex<Box<dyn Any + Send + Sync>>,
     version: AtomicU32,
+    inference: bool,
     lock: RwLock<()>,
 }
 
@@ -103,6 +104,7 @@ impl Storage {
             device,
             owner: Mutex::new(owner),
             version: AtomicU32::new(0),
+            inference: crate::autograd::is_inference_mode_enabled(),
             lock: RwLock::new(()),
         }
     }
@@ -155,9 +157,16 @@ impl Storage {
         self.version.load(Ordering::Acquire)
     }
 
-    /// Records one in-place modification.
+    /// Records one in-place modification (inference storages have no counter: it stays 0).
     pub fn bump_version(&self) {
-        self.version.fetch_add(1, Ordering::AcqRel);
+        if !self.inference {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// True for memory allocated inside inference mode (an inference tensor's storage).
+    pub fn is_inference(&self) -> bool {
+        self.inference
     }
 }
 

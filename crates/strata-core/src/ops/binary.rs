@@ -1,6 +1,8 @@
 //! Binary element-wise ops: arithmetic, `pow`, `maximum`/`minimum` and comparisons, with
 //! tensors or numbers, out of place and in place.
 
+use crate::autograd::formulas::elementwise as grad;
+use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
@@ -196,7 +198,9 @@ pub(crate) fn binary(
     let prepared = ElementwiseSpec::new(Output::New(out_dtype), inputs)
         .with_scalar_operand(matches!(other, Other::Scalar(_)))
         .infer(ctx.op())?;
-    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
+    let out = prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))?;
+    grad::binary(ctx, a, &other, op, &out)?;
+    Ok(out)
 }
 
 /// `a op= b` in place.
@@ -235,7 +239,12 @@ pub(crate) fn binary_inplace(
     if !bump_version {
         prepared = prepared.without_version_bump();
     }
-    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
+    let rec = grad::binary_inplace_begin(ctx, a, &other, op)?;
+    let out = prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))?;
+    if let Some(rec) = rec {
+        rec.finish(a, &other)?;
+    }
+    Ok(out)
 }
 
 /// `a op b` written into `out`, which is resized to the broadcast shape when it has another.
@@ -257,10 +266,15 @@ pub(crate) fn binary_out(
     if let Other::Tensor(t) = other {
         inputs.push(t);
     }
-    ElementwiseSpec::new(Output::Out(out), inputs)
+    let prepared = ElementwiseSpec::new(Output::Out(out), inputs)
         .with_scalar_operand(matches!(other, Other::Scalar(_)))
-        .infer(ctx.op())?
-        .execute(ctx, |plan| run_kernel(plan, op, compute, &other))
+        .infer(ctx.op())?;
+    let mut operands = vec![a];
+    if let Other::Tensor(t) = other {
+        operands.push(t);
+    }
+    refuse_out_with_grad(ctx.op(), &operands, out)?;
+    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
 }
 
 /// The error for an in-place result that the destination's dtype cannot hold.

@@ -1,6 +1,7 @@
 //! Copies and fills: `copy_`, `deep_clone` (PyTorch's `clone`), `contiguous`, `to`, `fill_`,
 //! `zero_`.
 
+use crate::autograd::formulas::index::{overwrite_begin, overwrite_finish, Overwrite};
 use crate::dtype::{dispatch, DTypeFn, Element};
 use crate::engine::{kernels, Plan};
 use crate::layout::order::infer_dense_strides;
@@ -38,8 +39,13 @@ impl Tensor {
             return Ok(self.clone());
         }
         let prepared = ElementwiseSpec::new(Output::Existing(self), vec![src]).infer(ctx.op())?;
+        let rec = overwrite_begin(&ctx, self, &Overwrite::Copy(src))?;
         // SAFETY: `execute` locks the storages and passes a plan valid for them.
-        prepared.execute(&ctx, |plan| unsafe { kernels::copy(plan) })
+        let out = prepared.execute(&ctx, |plan| unsafe { kernels::copy(plan) })?;
+        if let Some(rec) = rec {
+            overwrite_finish(rec, Overwrite::Copy(src))?;
+        }
+        Ok(out)
     }
 
     /// A new tensor with a copy of the data: PyTorch's `clone()`. (Rust's `.clone()` on a
@@ -48,27 +54,37 @@ impl Tensor {
     #[track_caller]
     pub fn deep_clone(&self) -> Result<Tensor> {
         let ctx = OpContext::enter("clone");
-        let l = self.layout();
-        let strides = if l.is_non_overlapping_and_dense() {
-            l.strides().to_vec()
-        } else {
-            infer_dense_strides(l.sizes(), l.strides())
-        };
-        self.copy_into_new(
-            &ctx,
-            Layout::new(l.sizes().to_vec(), strides, 0),
-            self.dtype(),
-        )
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let l = self.layout();
+            let strides = if l.is_non_overlapping_and_dense() {
+                l.strides().to_vec()
+            } else {
+                infer_dense_strides(l.sizes(), l.strides())
+            };
+            self.copy_into_new(
+                &ctx,
+                Layout::new(l.sizes().to_vec(), strides, 0),
+                self.dtype(),
+            )
+        })?;
+        crate::autograd::formulas::elementwise::copy(&ctx, "CloneBackward0", self, &out)?;
+        Ok(out)
     }
 
     /// This tensor itself when it is already contiguous, else a contiguous copy.
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         let ctx = OpContext::enter("contiguous");
-        if self.is_contiguous() {
-            return Ok(self.clone());
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            if self.is_contiguous() {
+                return Ok(self.clone());
+            }
+            self.contiguous_copy(&ctx)
+        })?;
+        if !out.is_same(self) {
+            crate::autograd::formulas::elementwise::copy(&ctx, "CloneBackward0", self, &out)?;
         }
-        self.contiguous_copy(&ctx)
+        Ok(out)
     }
 
     pub(crate) fn contiguous_copy(&self, ctx: &OpContext) -> Result<Tensor> {
@@ -80,19 +96,30 @@ impl Tensor {
     #[track_caller]
     pub fn to(&self, dtype: DType) -> Result<Tensor> {
         let ctx = OpContext::enter("to");
-        if dtype == self.dtype() {
-            return Ok(self.clone());
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            if dtype == self.dtype() {
+                return Ok(self.clone());
+            }
+            let l = self.layout();
+            let layout = if l.is_non_overlapping_and_dense() {
+                Layout::new(l.sizes().to_vec(), l.strides().to_vec(), 0)
+            } else {
+                Layout::contiguous(l.sizes(), 0)
+            };
+            self.copy_into_new(&ctx, layout, dtype)
+        })?;
+        if !out.is_same(self) {
+            crate::autograd::formulas::elementwise::copy(&ctx, "ToCopyBackward0", self, &out)?;
         }
-        let l = self.layout();
-        let layout = if l.is_non_overlapping_and_dense() {
-            Layout::new(l.sizes().to_vec(), l.strides().to_vec(), 0)
-        } else {
-            Layout::contiguous(l.sizes(), 0)
-        };
-        self.copy_into_new(&ctx, layout, dtype)
+        Ok(out)
     }
 
-    fn copy_into_new(&self, ctx: &OpContext, layout: Layout, dtype: DType) -> Result<Tensor> {
+    pub(crate) fn copy_into_new(
+        &self,
+        ctx: &OpContext,
+        layout: Layout,
+        dtype: DType,
+    ) -> Result<Tensor> {
         let prepared = ElementwiseSpec::new(Output::NewWithLayout(dtype, layout), vec![self])
             .infer(ctx.op())?;
         // SAFETY: `execute` locks the storages and passes a plan valid for them.
@@ -115,6 +142,11 @@ impl Tensor {
 
     pub(crate) fn fill_in(&self, ctx: &OpContext, value: Scalar) -> Result<Tensor> {
         let prepared = ElementwiseSpec::new(Output::Existing(self), vec![]).infer_fill(ctx.op())?;
-        prepared.execute(ctx, |plan| FillWith(value).run(plan))
+        let rec = overwrite_begin(ctx, self, &Overwrite::Fill)?;
+        let out = prepared.execute(ctx, |plan| FillWith(value).run(plan))?;
+        if let Some(rec) = rec {
+            overwrite_finish(rec, Overwrite::Fill)?;
+        }
+        Ok(out)
     }
 }

@@ -1,5 +1,6 @@
 //! Masked and indexed writes: `masked_fill(_)`, `index_add_`.
 
+use crate::autograd::formulas::index::{overwrite_begin, overwrite_finish, Overwrite};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
@@ -74,18 +75,24 @@ impl Tensor {
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("masked_fill");
-        check_mask(ctx.op(), mask)?;
-        let value = value.into();
-        // As PyTorch: broadcast both, copy self contiguously, then fill in place (an internal write:
-        // the result's version stays 0, as in PyTorch).
-        let shape = crate::layout::broadcast::broadcast_shapes(&self.shape(), &mask.shape())
-            .map_err(|m| Error::shape(ctx.op(), m.describe(), vec![self.shape(), mask.shape()]))?;
-        let shape: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-        let result = self.expand(&shape)?.contiguous_copy(&ctx)?;
-        ElementwiseSpec::new(Output::Existing(&result), vec![&result, mask])
-            .infer(ctx.op())?
-            .without_version_bump()
-            .execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            check_mask(ctx.op(), mask)?;
+            let value = value.into();
+            // As PyTorch: broadcast both, copy self contiguously, then fill in place (an internal write:
+            // the result's version stays 0, as in PyTorch).
+            let shape = crate::layout::broadcast::broadcast_shapes(&self.shape(), &mask.shape())
+                .map_err(|m| {
+                    Error::shape(ctx.op(), m.describe(), vec![self.shape(), mask.shape()])
+                })?;
+            let shape: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+            let result = self.expand(&shape)?.contiguous_copy(&ctx)?;
+            ElementwiseSpec::new(Output::Existing(&result), vec![&result, mask])
+                .infer(ctx.op())?
+                .without_version_bump()
+                .execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
+        })?;
+        crate::autograd::formulas::index::masked_fill(&ctx, self, mask, &out)?;
+        Ok(out)
     }
 
     /// Writes `value` where `mask` is true, in place.
@@ -94,9 +101,14 @@ impl Tensor {
         let ctx = OpContext::enter("masked_fill_");
         check_mask(ctx.op(), mask)?;
         let value = value.into();
-        ElementwiseSpec::new(Output::Existing(self), vec![self, mask])
-            .infer(ctx.op())?
-            .execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
+        let prepared =
+            ElementwiseSpec::new(Output::Existing(self), vec![self, mask]).infer(ctx.op())?;
+        let rec = overwrite_begin(&ctx, self, &Overwrite::MaskedFill(mask))?;
+        let out = prepared.execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))?;
+        if let Some(rec) = rec {
+            overwrite_finish(rec, Overwrite::MaskedFill(mask))?;
+        }
+        Ok(out)
     }
 
     /// Adds `alpha * source[i]` to `self[index[i]]` along `dim`, in place; repeated indices
@@ -156,6 +168,26 @@ impl Tensor {
         }
         // Validate the destination once (overlap) before writing anything.
         ElementwiseSpec::new(Output::Existing(self), vec![]).infer(op)?;
+        let write = Overwrite::IndexAdd(dim, index, source, alpha);
+        let rec = overwrite_begin(&ctx, self, &write)?;
+        crate::autograd::mode::internal(|| self.index_add_rows(&ctx, d, &idx, source, alpha))?;
+        // One op, one version step, however many rows were written.
+        self.bump_version();
+        if let Some(rec) = rec {
+            overwrite_finish(rec, write)?;
+        }
+        Ok(self.clone())
+    }
+
+    fn index_add_rows(
+        &self,
+        ctx: &OpContext,
+        d: usize,
+        idx: &[usize],
+        source: &Tensor,
+        alpha: Scalar,
+    ) -> Result<()> {
+        let (op, ndim) = (ctx.op(), self.dim());
         for (i, &j) in idx.iter().enumerate() {
             let (dst, src) = if ndim == 0 {
                 (self.clone(), source.clone())
@@ -167,11 +199,9 @@ impl Tensor {
                     source.make_view(op, select_layout(&src_l, d, i), ViewCreation::Plain),
                 )
             };
-            binary_inplace(&ctx, &dst, Other::Tensor(&src), BinaryOp::Add(alpha), false)?;
+            binary_inplace(ctx, &dst, Other::Tensor(&src), BinaryOp::Add(alpha), false)?;
         }
-        // One op, one version step, however many rows were written.
-        self.bump_version();
-        Ok(self.clone())
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@
 //! The copies of `cat` run through the element-wise engine (one plan per input, all storages
 //! locked in one call); the indexed ops walk their index with a small strided loop below.
 
+use crate::autograd::formulas::index as index_grad;
 use std::ops::Range;
 
 use rayon::prelude::*;
@@ -609,10 +610,14 @@ impl Tensor {
     #[track_caller]
     pub fn index_select(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("index_select");
-        let sel = IndexSelect::infer(ctx.op(), self, dim, index)?;
-        let out =
-            Tensor::uninit_with_layout(&ctx, Layout::contiguous(&sel.shape, 0), self.dtype())?;
-        sel.execute(self, &out, true);
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let sel = IndexSelect::infer(ctx.op(), self, dim, index)?;
+            let out =
+                Tensor::uninit_with_layout(&ctx, Layout::contiguous(&sel.shape, 0), self.dtype())?;
+            sel.execute(self, &out, true);
+            Ok(out)
+        })?;
+        index_grad::index_select(&ctx, self, dim, index, &out)?;
         Ok(out)
     }
 
@@ -623,6 +628,7 @@ impl Tensor {
     #[track_caller]
     pub fn index_select_out(&self, dim: i64, index: &Tensor, out: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("index_select_out");
+        crate::autograd::record::refuse_out_with_grad(ctx.op(), &[self], out)?;
         let op = ctx.op();
         let sel = IndexSelect::infer(op, self, dim, index)?;
         same_dtype(op, "out", self.dtype(), out.dtype())?;
@@ -682,79 +688,86 @@ impl Tensor {
     #[track_caller]
     pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("gather");
-        let op = ctx.op();
-        let x_shape = self.shape();
-        let d = dim_arg(op, dim, x_shape.len())?;
-        let i_shape = index.shape();
-        let empty = index.numel() == 0;
-        // As PyTorch, an empty index is not checked further: the result is empty.
-        if !empty {
-            check_index_dtype(op, index)?;
-            if nonempty_dim(self) != nonempty_dim(index) {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "the index must have as many dimensions as self: index {i_shape:?}, \
-                         self {x_shape:?}"
-                    ),
-                    vec![x_shape.clone(), i_shape.clone()],
-                ));
-            }
-            if let Some(k) = (0..nonempty_dim(self))
-                .find(|&k| k != d && nonempty_size(&i_shape, k) > nonempty_size(&x_shape, k))
-            {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "the index {i_shape:?} is larger than self {x_shape:?} in dimension {k}"
-                    ),
-                    vec![x_shape.clone(), i_shape.clone()],
-                )
-                .with_hint("outside `dim`, each index size must be at most self's size"));
-            }
-        }
-        check_addressable(op, &i_shape, self.dtype())?;
-        let idx = if empty {
-            Vec::new()
-        } else {
-            index_values(op, index, d, nonempty_size(&x_shape, d))?
-        };
-        let out = Tensor::uninit_with_layout(&ctx, Layout::contiguous(&i_shape, 0), self.dtype())?;
-        if empty {
-            return Ok(out);
-        }
-        let (xb, ob) = (self.body(), out.body());
-        let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
-        let esize = self.element_size();
-        let x_strides = xb.layout.strides();
-        let dim_stride = nonempty_stride(x_strides, d);
-        let src_strides: Vec<isize> = (0..i_shape.len())
-            .map(|k| {
-                if k == d {
-                    0
-                } else {
-                    nonempty_stride(x_strides, k)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let op = ctx.op();
+            let x_shape = self.shape();
+            let d = dim_arg(op, dim, x_shape.len())?;
+            let i_shape = index.shape();
+            let empty = index.numel() == 0;
+            // As PyTorch, an empty index is not checked further: the result is empty.
+            if !empty {
+                check_index_dtype(op, index)?;
+                if nonempty_dim(self) != nonempty_dim(index) {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "the index must have as many dimensions as self: index {i_shape:?}, \
+                             self {x_shape:?}"
+                        ),
+                        vec![x_shape.clone(), i_shape.clone()],
+                    ));
                 }
-            })
-            .collect();
-        let out_strides: Vec<isize> = ob.layout.strides().iter().map(|&s| s as isize).collect();
-        dispatch(
-            self.dtype(),
-            Pick {
-                shape: &i_shape,
-                strides: [out_strides, src_strides],
-                block: 1,
-                out: SharedPtr(guards.write_ptr(&ob.storage)),
-                src: SharedPtr(
-                    guards
-                        .read_ptr(&xb.storage)
-                        .wrapping_add(xb.layout.offset() * esize) as *mut u8,
-                ),
-                parallel: true,
-                pick: |k: usize, _: &[usize]| idx[k] as isize * dim_stride,
-            },
-        );
-        drop(guards);
+                if let Some(k) = (0..nonempty_dim(self))
+                    .find(|&k| k != d && nonempty_size(&i_shape, k) > nonempty_size(&x_shape, k))
+                {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "the index {i_shape:?} is larger than self {x_shape:?} in dimension {k}"
+                        ),
+                        vec![x_shape.clone(), i_shape.clone()],
+                    )
+                    .with_hint("outside `dim`, each index size must be at most self's size"));
+                }
+            }
+            check_addressable(op, &i_shape, self.dtype())?;
+            let idx = if empty {
+                Vec::new()
+            } else {
+                index_values(op, index, d, nonempty_size(&x_shape, d))?
+            };
+            let out =
+                Tensor::uninit_with_layout(&ctx, Layout::contiguous(&i_shape, 0), self.dtype())?;
+            if empty {
+                return Ok(out);
+            }
+            let (xb, ob) = (self.body(), out.body());
+            let guards =
+                lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
+            let esize = self.element_size();
+            let x_strides = xb.layout.strides();
+            let dim_stride = nonempty_stride(x_strides, d);
+            let src_strides: Vec<isize> = (0..i_shape.len())
+                .map(|k| {
+                    if k == d {
+                        0
+                    } else {
+                        nonempty_stride(x_strides, k)
+                    }
+                })
+                .collect();
+            let out_strides: Vec<isize> = ob.layout.strides().iter().map(|&s| s as isize).collect();
+            dispatch(
+                self.dtype(),
+                Pick {
+                    shape: &i_shape,
+                    strides: [out_strides, src_strides],
+                    block: 1,
+                    out: SharedPtr(guards.write_ptr(&ob.storage)),
+                    src: SharedPtr(
+                        guards
+                            .read_ptr(&xb.storage)
+                            .wrapping_add(xb.layout.offset() * esize)
+                            as *mut u8,
+                    ),
+                    parallel: true,
+                    pick: |k: usize, _: &[usize]| idx[k] as isize * dim_stride,
+                },
+            );
+            drop(guards);
+            Ok(out)
+        })?;
+        index_grad::gather(&ctx, self, dim, index, &out)?;
         Ok(out)
     }
 
@@ -774,125 +787,130 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("scatter_add");
-        let op = ctx.op();
-        let x_shape = self.shape();
-        let d = dim_arg(op, dim, x_shape.len())?;
-        let (i_shape, s_shape) = (index.shape(), src.shape());
-        let empty = index.numel() == 0;
-        if !empty {
-            check_index_dtype(op, index)?;
-        }
-        same_dtype(op, "src", self.dtype(), src.dtype())?;
-        // As PyTorch, an empty index is not checked further: the result is a copy of self.
-        if !empty {
-            let shapes = vec![x_shape.clone(), i_shape.clone(), s_shape.clone()];
-            let n = nonempty_dim(index);
-            if nonempty_dim(self) != n || nonempty_dim(src) != n {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "self, index and src must have the same number of dimensions: self \
-                         {x_shape:?}, index {i_shape:?}, src {s_shape:?}"
-                    ),
-                    shapes,
-                ));
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let op = ctx.op();
+            let x_shape = self.shape();
+            let d = dim_arg(op, dim, x_shape.len())?;
+            let (i_shape, s_shape) = (index.shape(), src.shape());
+            let empty = index.numel() == 0;
+            if !empty {
+                check_index_dtype(op, index)?;
             }
-            let too_big = (0..n).find(|&k| {
-                let i = nonempty_size(&i_shape, k);
-                (k != d && i > nonempty_size(&x_shape, k)) || i > nonempty_size(&s_shape, k)
-            });
-            if let Some(k) = too_big {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "the index {i_shape:?} is larger than src {s_shape:?}, or than self \
-                         {x_shape:?} outside dimension {d}, in dimension {k}"
-                    ),
-                    shapes,
-                )
-                .with_hint("the index must fit inside src, and inside self except along dim"));
+            same_dtype(op, "src", self.dtype(), src.dtype())?;
+            // As PyTorch, an empty index is not checked further: the result is a copy of self.
+            if !empty {
+                let shapes = vec![x_shape.clone(), i_shape.clone(), s_shape.clone()];
+                let n = nonempty_dim(index);
+                if nonempty_dim(self) != n || nonempty_dim(src) != n {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "self, index and src must have the same number of dimensions: self \
+                             {x_shape:?}, index {i_shape:?}, src {s_shape:?}"
+                        ),
+                        shapes,
+                    ));
+                }
+                let too_big = (0..n).find(|&k| {
+                    let i = nonempty_size(&i_shape, k);
+                    (k != d && i > nonempty_size(&x_shape, k)) || i > nonempty_size(&s_shape, k)
+                });
+                if let Some(k) = too_big {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "the index {i_shape:?} is larger than src {s_shape:?}, or than self \
+                             {x_shape:?} outside dimension {d}, in dimension {k}"
+                        ),
+                        shapes,
+                    )
+                    .with_hint("the index must fit inside src, and inside self except along dim"));
+                }
             }
-        }
-        let idx = if empty {
-            Vec::new()
-        } else {
-            index_values(op, index, d, nonempty_size(&x_shape, d))?
-        };
-        let result =
-            Tensor::uninit_with_layout(&ctx, Layout::contiguous(&x_shape, 0), self.dtype())?;
-        let (xb, sb, rb) = (self.body(), src.body(), result.body());
-        let guards = lock_storages(&[
-            (&rb.storage, Access::Write),
-            (&xb.storage, Access::Read),
-            (&sb.storage, Access::Read),
-        ]);
-        let esize = self.element_size();
-        let dst = guards.write_ptr(&rb.storage);
-        let r_strides = rb.layout.strides();
-        let operands = [
-            Operand {
-                ptr: dst,
-                strides: r_strides.to_vec(),
-                dtype: self.dtype(),
-            },
-            Operand {
-                ptr: guards
-                    .read_ptr(&xb.storage)
-                    .wrapping_add(xb.layout.offset() * esize) as *mut u8,
-                strides: xb.layout.strides().to_vec(),
-                dtype: self.dtype(),
-            },
-        ];
-        let perm = iteration_order(
-            &x_shape,
-            &[
-                OrderOperand {
-                    strides: r_strides,
-                    is_reduction_output: false,
+            let idx = if empty {
+                Vec::new()
+            } else {
+                index_values(op, index, d, nonempty_size(&x_shape, d))?
+            };
+            let result =
+                Tensor::uninit_with_layout(&ctx, Layout::contiguous(&x_shape, 0), self.dtype())?;
+            let (xb, sb, rb) = (self.body(), src.body(), result.body());
+            let guards = lock_storages(&[
+                (&rb.storage, Access::Write),
+                (&xb.storage, Access::Read),
+                (&sb.storage, Access::Read),
+            ]);
+            let esize = self.element_size();
+            let dst = guards.write_ptr(&rb.storage);
+            let r_strides = rb.layout.strides();
+            let operands = [
+                Operand {
+                    ptr: dst,
+                    strides: r_strides.to_vec(),
+                    dtype: self.dtype(),
                 },
-                OrderOperand {
-                    strides: xb.layout.strides(),
-                    is_reduction_output: false,
+                Operand {
+                    ptr: guards
+                        .read_ptr(&xb.storage)
+                        .wrapping_add(xb.layout.offset() * esize)
+                        as *mut u8,
+                    strides: xb.layout.strides().to_vec(),
+                    dtype: self.dtype(),
                 },
-            ],
-        );
-        let plan = Plan::new(&x_shape, &operands, &perm, true);
-        // SAFETY: the result is fresh and write-locked, self is read-locked and its layout
-        // lies within its storage; they share no memory, so the copy may run in parallel.
-        unsafe { kernels::copy(&plan) };
-        if !empty {
-            let s_strides = sb.layout.strides();
-            let walk_src: Vec<isize> = (0..i_shape.len())
-                .map(|k| nonempty_stride(s_strides, k))
-                .collect();
-            let walk_dst: Vec<isize> = (0..i_shape.len())
-                .map(|k| {
-                    if k == d {
-                        0
-                    } else {
-                        nonempty_stride(r_strides, k)
-                    }
-                })
-                .collect();
-            dispatch(
-                self.dtype(),
-                ScatterAdd {
-                    shape: &i_shape,
-                    strides: [walk_src, walk_dst],
-                    src: SharedPtr(
-                        guards
-                            .read_ptr(&sb.storage)
-                            .wrapping_add(sb.layout.offset() * esize)
-                            as *mut u8,
-                    ),
-                    dst: SharedPtr(dst),
-                    idx: &idx,
-                    dim_stride: nonempty_stride(r_strides, d),
-                },
+            ];
+            let perm = iteration_order(
+                &x_shape,
+                &[
+                    OrderOperand {
+                        strides: r_strides,
+                        is_reduction_output: false,
+                    },
+                    OrderOperand {
+                        strides: xb.layout.strides(),
+                        is_reduction_output: false,
+                    },
+                ],
             );
-        }
-        drop(guards);
-        Ok(result)
+            let plan = Plan::new(&x_shape, &operands, &perm, true);
+            // SAFETY: the result is fresh and write-locked, self is read-locked and its layout
+            // lies within its storage; they share no memory, so the copy may run in parallel.
+            unsafe { kernels::copy(&plan) };
+            if !empty {
+                let s_strides = sb.layout.strides();
+                let walk_src: Vec<isize> = (0..i_shape.len())
+                    .map(|k| nonempty_stride(s_strides, k))
+                    .collect();
+                let walk_dst: Vec<isize> = (0..i_shape.len())
+                    .map(|k| {
+                        if k == d {
+                            0
+                        } else {
+                            nonempty_stride(r_strides, k)
+                        }
+                    })
+                    .collect();
+                dispatch(
+                    self.dtype(),
+                    ScatterAdd {
+                        shape: &i_shape,
+                        strides: [walk_src, walk_dst],
+                        src: SharedPtr(
+                            guards
+                                .read_ptr(&sb.storage)
+                                .wrapping_add(sb.layout.offset() * esize)
+                                as *mut u8,
+                        ),
+                        dst: SharedPtr(dst),
+                        idx: &idx,
+                        dim_stride: nonempty_stride(r_strides, d),
+                    },
+                );
+            }
+            drop(guards);
+            Ok(result)
+        })?;
+        index_grad::scatter_add(&ctx, self, dim, index, src, &out)?;
+        Ok(out)
     }
 
     /// Joins `tensors` along `dim`. Their dtypes promote as in an element-wise op; their shapes
@@ -911,7 +929,10 @@ impl Tensor {
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("cat");
-        cat_in(&ctx, tensors, dim)
+        let out =
+            crate::autograd::mode::internal(|| -> Result<Tensor> { cat_in(&ctx, tensors, dim) })?;
+        index_grad::cat(&ctx, tensors, dim, false, &out)?;
+        Ok(out)
     }
 
     /// Joins equally shaped `tensors` along a new dimension `dim` (`0..=ndim`, negative counting
@@ -926,69 +947,75 @@ impl Tensor {
     #[track_caller]
     pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("stack");
-        let op = ctx.op();
-        let Some(first) = tensors.first() else {
-            return Err(Error::argument(
-                op,
-                "expected a non-empty list of tensors",
-                Some("pass at least one tensor"),
-            ));
-        };
-        let shape = first.shape();
-        let n = shape.len();
-        let d = wrap_dim(dim, n + 1).ok_or(Error::Dim {
-            op,
-            dim,
-            ndim: n + 1,
-        })?;
-        if let Some((i, t)) = tensors.iter().enumerate().find(|(_, t)| t.shape() != shape) {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "every tensor must have the same shape, but tensor 0 has shape {shape:?} and \
-                     tensor {i} has shape {:?}",
-                    t.shape()
-                ),
-                vec![shape.clone(), t.shape()],
-            ));
-        }
-        if d < n {
-            // As PyTorch: join along `d`, then split `d` into [len, size] with a view, so the
-            // result keeps the joined layout (channels-last included).
-            let joined = cat_in(&ctx, tensors, d as i64)?;
-            let mut sizes = shape.clone();
-            sizes.insert(d, tensors.len());
-            let jl = joined.layout();
-            let strides = compute_stride(jl.sizes(), jl.strides(), &sizes).ok_or_else(|| {
-                Error::Unsupported {
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let op = ctx.op();
+            let Some(first) = tensors.first() else {
+                return Err(Error::argument(
                     op,
-                    message: "internal: the joined result cannot be viewed as the stack".into(),
-                }
+                    "expected a non-empty list of tensors",
+                    Some("pass at least one tensor"),
+                ));
+            };
+            let shape = first.shape();
+            let n = shape.len();
+            let d = wrap_dim(dim, n + 1).ok_or(Error::Dim {
+                op,
+                dim,
+                ndim: n + 1,
             })?;
-            return Ok(Tensor::from_parts(
-                joined.body().storage,
-                Layout::new(sizes, strides, 0),
-                joined.dtype(),
-                None,
-            ));
-        }
-        // A new last dimension: join the tensors each seen with a trailing size-1 dimension.
-        let unsqueezed: Vec<Tensor> = tensors
-            .iter()
-            .map(|t| {
-                let l = t.layout();
-                let (mut sizes, mut strides) = (l.sizes().to_vec(), l.strides().to_vec());
-                sizes.push(1);
-                strides.push(1);
-                t.make_view(
+            if let Some((i, t)) = tensors.iter().enumerate().find(|(_, t)| t.shape() != shape) {
+                return Err(Error::shape(
                     op,
-                    Layout::new(sizes, strides, l.offset()),
-                    ViewCreation::Plain,
-                )
-            })
-            .collect();
-        let refs: Vec<&Tensor> = unsqueezed.iter().collect();
-        cat_in(&ctx, &refs, d as i64)
+                    format!(
+                        "every tensor must have the same shape, but tensor 0 has shape {shape:?} and \
+                         tensor {i} has shape {:?}",
+                        t.shape()
+                    ),
+                    vec![shape.clone(), t.shape()],
+                ));
+            }
+            if d < n {
+                // As PyTorch: join along `d`, then split `d` into [len, size] with a view, so the
+                // result keeps the joined layout (channels-last included).
+                let joined = cat_in(&ctx, tensors, d as i64)?;
+                let mut sizes = shape.clone();
+                sizes.insert(d, tensors.len());
+                let jl = joined.layout();
+                let strides =
+                    compute_stride(jl.sizes(), jl.strides(), &sizes).ok_or_else(|| {
+                        Error::Unsupported {
+                            op,
+                            message: "internal: the joined result cannot be viewed as the stack"
+                                .into(),
+                        }
+                    })?;
+                return Ok(Tensor::from_parts(
+                    joined.body().storage,
+                    Layout::new(sizes, strides, 0),
+                    joined.dtype(),
+                    None,
+                ));
+            }
+            // A new last dimension: join the tensors each seen with a trailing size-1 dimension.
+            let unsqueezed: Vec<Tensor> = tensors
+                .iter()
+                .map(|t| {
+                    let l = t.layout();
+                    let (mut sizes, mut strides) = (l.sizes().to_vec(), l.strides().to_vec());
+                    sizes.push(1);
+                    strides.push(1);
+                    t.make_view(
+                        op,
+                        Layout::new(sizes, strides, l.offset()),
+                        ViewCreation::Plain,
+                    )
+                })
+                .collect();
+            let refs: Vec<&Tensor> = unsqueezed.iter().collect();
+            cat_in(&ctx, &refs, d as i64)
+        })?;
+        index_grad::cat(&ctx, tensors, dim, true, &out)?;
+        Ok(out)
     }
 }
 

@@ -8,6 +8,7 @@
 //! refuses it on the CPU. Matrix products do not promote: both operands (and `addmm`'s input)
 //! must share a dtype. Large products run on strata's pool.
 
+use crate::autograd::formulas::linalg as linalg_grad;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -851,20 +852,24 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("matmul");
-        let (a, b) = (self.body(), other.body());
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let operands = [("self", self), ("other", other)];
-        let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
-        new_product(
-            &ctx,
-            dtype,
-            &plan,
-            &a,
-            &b,
-            None,
-            Scalar::Int(1),
-            Scalar::Int(0),
-        )
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (a, b) = (self.body(), other.body());
+            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+            let operands = [("self", self), ("other", other)];
+            let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
+            new_product(
+                &ctx,
+                dtype,
+                &plan,
+                &a,
+                &b,
+                None,
+                Scalar::Int(1),
+                Scalar::Int(0),
+            )
+        })?;
+        linalg_grad::matmul(&ctx, "MatmulBackward0", self, other, &out)?;
+        Ok(out)
     }
 
     /// [`Tensor::matmul`] written into `out`, which must have the result's dtype. An `out` of
@@ -878,6 +883,7 @@ impl Tensor {
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("matmul_out");
+        crate::autograd::record::refuse_out_with_grad(ctx.op(), &[self, other], out)?;
         let (a, b) = (self.body(), other.body());
         let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
         let kernel = matmul_kernel(&a.layout, &b.layout);
@@ -998,23 +1004,27 @@ impl Tensor {
     #[track_caller]
     pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("mm");
-        let (a, b) = (self.body(), mat2.body());
-        let hint = "mm multiplies two matrices; use matmul() for vectors and batches";
-        expect_ndim(ctx.op(), "self", &a.layout, 2, "matrix", hint)?;
-        expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let operands = [("self", self), ("mat2", mat2)];
-        let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
-        new_product(
-            &ctx,
-            dtype,
-            &plan,
-            &a,
-            &b,
-            None,
-            Scalar::Int(1),
-            Scalar::Int(0),
-        )
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (a, b) = (self.body(), mat2.body());
+            let hint = "mm multiplies two matrices; use matmul() for vectors and batches";
+            expect_ndim(ctx.op(), "self", &a.layout, 2, "matrix", hint)?;
+            expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
+            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+            let operands = [("self", self), ("mat2", mat2)];
+            let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
+            new_product(
+                &ctx,
+                dtype,
+                &plan,
+                &a,
+                &b,
+                None,
+                Scalar::Int(1),
+                Scalar::Int(0),
+            )
+        })?;
+        linalg_grad::matmul(&ctx, "MmBackward0", self, mat2, &out)?;
+        Ok(out)
     }
 
     /// Batched matrix product `[b, n, m] · [b, m, p] → [b, n, p]`: both 3-d with the same
@@ -1022,70 +1032,78 @@ impl Tensor {
     #[track_caller]
     pub fn bmm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("bmm");
-        let (a, b) = (self.body(), mat2.body());
-        let hint = "bmm takes [batch, n, m] and [batch, m, p]; use matmul() to broadcast";
-        expect_ndim(ctx.op(), "self", &a.layout, 3, "batch of matrices", hint)?;
-        expect_ndim(ctx.op(), "mat2", &b.layout, 3, "batch of matrices", hint)?;
-        let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
-        if sa[0] != sb[0] {
-            return Err(shape_error(
-                ctx.op(),
-                format!(
-                    "the batch sizes differ: self {sa:?} has {} matrices and mat2 {sb:?} has {}",
-                    sa[0], sb[0]
-                ),
-                &[sa, sb],
-                "bmm does not broadcast: expand() the operand with batch size 1, or use matmul()",
-            ));
-        }
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let operands = [("self", self), ("mat2", mat2)];
-        let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
-        new_product(
-            &ctx,
-            dtype,
-            &plan,
-            &a,
-            &b,
-            None,
-            Scalar::Int(1),
-            Scalar::Int(0),
-        )
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (a, b) = (self.body(), mat2.body());
+            let hint = "bmm takes [batch, n, m] and [batch, m, p]; use matmul() to broadcast";
+            expect_ndim(ctx.op(), "self", &a.layout, 3, "batch of matrices", hint)?;
+            expect_ndim(ctx.op(), "mat2", &b.layout, 3, "batch of matrices", hint)?;
+            let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
+            if sa[0] != sb[0] {
+                return Err(shape_error(
+                    ctx.op(),
+                    format!(
+                        "the batch sizes differ: self {sa:?} has {} matrices and mat2 {sb:?} has {}",
+                        sa[0], sb[0]
+                    ),
+                    &[sa, sb],
+                    "bmm does not broadcast: expand() the operand with batch size 1, or use matmul()",
+                ));
+            }
+            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+            let operands = [("self", self), ("mat2", mat2)];
+            let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
+            new_product(
+                &ctx,
+                dtype,
+                &plan,
+                &a,
+                &b,
+                None,
+                Scalar::Int(1),
+                Scalar::Int(0),
+            )
+        })?;
+        linalg_grad::matmul(&ctx, "BmmBackward0", self, mat2, &out)?;
+        Ok(out)
     }
 
     /// The dot product of two vectors of the same length and dtype, as a 0-d tensor.
     #[track_caller]
     pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("dot");
-        let (a, b) = (self.body(), other.body());
-        let hint = "dot multiplies two vectors; use matmul() for matrices, or flatten() both";
-        expect_ndim(ctx.op(), "self", &a.layout, 1, "vector", hint)?;
-        expect_ndim(ctx.op(), "other", &b.layout, 1, "vector", hint)?;
-        let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
-        if sa != sb {
-            return Err(shape_error(
-                ctx.op(),
-                format!(
-                    "the vectors have different lengths: {} (shape {sa:?}) and {} (shape {sb:?})",
-                    sa[0], sb[0]
-                ),
-                &[sa, sb],
-                "both vectors must have the same number of elements",
-            ));
-        }
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let operands = [("self", self), ("other", other)];
-        let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
-        new_product(
-            &ctx,
-            dtype,
-            &plan,
-            &a,
-            &b,
-            None,
-            Scalar::Int(1),
-            Scalar::Int(0),
-        )
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (a, b) = (self.body(), other.body());
+            let hint = "dot multiplies two vectors; use matmul() for matrices, or flatten() both";
+            expect_ndim(ctx.op(), "self", &a.layout, 1, "vector", hint)?;
+            expect_ndim(ctx.op(), "other", &b.layout, 1, "vector", hint)?;
+            let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
+            if sa != sb {
+                return Err(shape_error(
+                    ctx.op(),
+                    format!(
+                        "the vectors have different lengths: {} (shape {sa:?}) and {} (shape {sb:?})",
+                        sa[0], sb[0]
+                    ),
+                    &[sa, sb],
+                    "both vectors must have the same number of elements",
+                ));
+            }
+            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
+            let operands = [("self", self), ("other", other)];
+            let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
+            new_product(
+                &ctx,
+                dtype,
+                &plan,
+                &a,
+                &b,
+                None,
+                Scalar::Int(1),
+                Scalar::Int(0),
+            )
+        })?;
+        linalg_grad::dot(&ctx, self, other, &out)?;
+        Ok(out)
     }
 
     /// The outer product of two vectors: `[n] ⊗ [m] → [n, m]`, element `(i, j)` =
@@ -1094,19 +1112,23 @@ impl Tensor {
     #[track_caller]
     pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("outer");
-        let l = self.layout();
-        let hint = "outer multiplies two vectors; flatten() the operands first";
-        expect_ndim(ctx.op(), "self", &l, 1, "vector", hint)?;
-        expect_ndim(ctx.op(), "other", &other.layout(), 1, "vector", hint)?;
-        let n = l.sizes()[0];
-        let strides = compute_stride(l.sizes(), l.strides(), &[n, 1])
-            .unwrap_or_else(|| vec![l.strides()[0], 1]);
-        let column = self.make_view(
-            "outer",
-            Layout::new(vec![n, 1], strides, l.offset()),
-            ViewCreation::Plain,
-        );
-        binary(&ctx, &column, Other::Tensor(other), BinaryOp::Mul)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let l = self.layout();
+            let hint = "outer multiplies two vectors; flatten() the operands first";
+            expect_ndim(ctx.op(), "self", &l, 1, "vector", hint)?;
+            expect_ndim(ctx.op(), "other", &other.layout(), 1, "vector", hint)?;
+            let n = l.sizes()[0];
+            let strides = compute_stride(l.sizes(), l.strides(), &[n, 1])
+                .unwrap_or_else(|| vec![l.strides()[0], 1]);
+            let column = self.make_view(
+                "outer",
+                Layout::new(vec![n, 1], strides, l.offset()),
+                ViewCreation::Plain,
+            );
+            binary(&ctx, &column, Other::Tensor(other), BinaryOp::Mul)
+        })?;
+        linalg_grad::outer(&ctx, self, other, &out)?;
+        Ok(out)
     }
 
     /// `beta * self + alpha * (mat1 @ mat2)` for matrices `mat1 [n, m]` and `mat2 [m, p]`;
@@ -1174,7 +1196,9 @@ impl Tensor {
             rs: cs[0],
             cs: cs[1],
         };
-        new_product(&ctx, dtype, &plan, &a, &b, Some((&c, &c_mat)), alpha, beta)
+        let out = new_product(&ctx, dtype, &plan, &a, &b, Some((&c, &c_mat)), alpha, beta)?;
+        linalg_grad::addmm(&ctx, self, mat1, mat2, beta, alpha, &out)?;
+        Ok(out)
     }
 }
 

@@ -5,6 +5,7 @@
 //! 0 along the reduced dimensions. Floating inputs accumulate in f64 and integers in i64, so
 //! sums are careful; results are contiguous, as PyTorch's are.
 
+use crate::autograd::formulas::reduce::{self as reduce_grad, Reduce};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::engine::{reduce, Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
@@ -298,54 +299,74 @@ impl Tensor {
     #[track_caller]
     pub fn sum(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("sum");
-        self.sum_in(&ctx, dims, keepdim)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            self.sum_in(&ctx, dims, keepdim)
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Sum, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Mean over `dims` (floating tensors only; an empty reduction is NaN).
     #[track_caller]
     pub fn mean(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("mean");
-        floating_only(ctx.op(), self)?;
-        let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
-        let n = r.count as f64;
-        let v: Vec<f64> = dense_sum(self, &r.mask)
-            .unwrap_or_else(|| r.fold(self, 0.0f64, |a, x| a + x))
-            .into_iter()
-            .map(|s| s / n)
-            .collect();
-        finish(&ctx, &v, &r.out_shape, self.dtype())
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            floating_only(ctx.op(), self)?;
+            let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
+            let n = r.count as f64;
+            let v: Vec<f64> = dense_sum(self, &r.mask)
+                .unwrap_or_else(|| r.fold(self, 0.0f64, |a, x| a + x))
+                .into_iter()
+                .map(|s| s / n)
+                .collect();
+            finish(&ctx, &v, &r.out_shape, self.dtype())
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Mean, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Product over `dims`; integers and bools multiply to i64.
     #[track_caller]
     pub fn prod(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("prod");
-        let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
-        let out = sum_dtype(self.dtype());
-        if self.dtype().is_floating() {
-            finish(&ctx, &r.fold(self, 1.0f64, |a, x| a * x), &r.out_shape, out)
-        } else {
-            finish(
-                &ctx,
-                &r.fold(self, 1i64, |a, x| a.wrapping_mul(x)),
-                &r.out_shape,
-                out,
-            )
-        }
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
+            let out = sum_dtype(self.dtype());
+            if self.dtype().is_floating() {
+                finish(&ctx, &r.fold(self, 1.0f64, |a, x| a * x), &r.out_shape, out)
+            } else {
+                finish(
+                    &ctx,
+                    &r.fold(self, 1i64, |a, x| a.wrapping_mul(x)),
+                    &r.out_shape,
+                    out,
+                )
+            }
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Prod, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Largest element over `dims` (NaN if any is NaN).
     #[track_caller]
     pub fn amax(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("amax");
-        self.amax_in(&ctx, dims, keepdim, true)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            self.amax_in(&ctx, dims, keepdim, true)
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Amax, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Smallest element over `dims` (NaN if any is NaN).
     #[track_caller]
     pub fn amin(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("amin");
-        self.amax_in(&ctx, dims, keepdim, false)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            self.amax_in(&ctx, dims, keepdim, false)
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Amin, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     fn arg_reduce(
@@ -387,14 +408,22 @@ impl Tensor {
     #[track_caller]
     pub fn max_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let ctx = OpContext::enter("max");
-        self.arg_reduce(&ctx, dim, keepdim, true)
+        let out = crate::autograd::mode::internal(|| -> Result<(Tensor, Tensor)> {
+            self.arg_reduce(&ctx, dim, keepdim, true)
+        })?;
+        reduce_grad::arg_reduction(&ctx, true, self, dim, keepdim, &out.0, &out.1)?;
+        Ok(out)
     }
 
     /// Smallest values along `dim` and their first positions.
     #[track_caller]
     pub fn min_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let ctx = OpContext::enter("min");
-        self.arg_reduce(&ctx, dim, keepdim, false)
+        let out = crate::autograd::mode::internal(|| -> Result<(Tensor, Tensor)> {
+            self.arg_reduce(&ctx, dim, keepdim, false)
+        })?;
+        reduce_grad::arg_reduction(&ctx, false, self, dim, keepdim, &out.0, &out.1)?;
+        Ok(out)
     }
 
     fn arg_index(
@@ -438,14 +467,22 @@ impl Tensor {
     #[track_caller]
     pub fn var(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("var");
-        self.var_in(&ctx, dims, correction, keepdim)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            self.var_in(&ctx, dims, correction, keepdim)
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Var(correction), self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Standard deviation: the square root of [`Tensor::var`].
     #[track_caller]
     pub fn std(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("std");
-        self.var_in(&ctx, dims, correction, keepdim)?.sqrt()
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            self.var_in(&ctx, dims, correction, keepdim)?.sqrt()
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Std(correction), self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     fn var_in(
@@ -472,90 +509,102 @@ impl Tensor {
     #[track_caller]
     pub fn norm(&self, p: f64, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("norm");
-        floating_only(ctx.op(), self)?;
-        let a = self.abs()?;
-        if p == f64::INFINITY {
-            return a.amax_in(&ctx, dims, keepdim, true);
-        }
-        if p == f64::NEG_INFINITY {
-            return a.amax_in(&ctx, dims, keepdim, false);
-        }
-        let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
-        let v: Vec<f64> = if p == 0.0 {
-            r.fold(&a, 0.0f64, |acc, x| acc + if x != 0.0 { 1.0 } else { 0.0 })
-        } else if p == 1.0 {
-            r.fold(&a, 0.0f64, |acc, x| acc + x)
-        } else if p == 2.0 {
-            r.fold(&a, 0.0f64, |acc, x| acc + x * x)
-                .into_iter()
-                .map(f64::sqrt)
-                .collect()
-        } else {
-            r.fold(&a, 0.0f64, move |acc, x| acc + x.powf(p))
-                .into_iter()
-                .map(|s| s.powf(1.0 / p))
-                .collect()
-        };
-        finish(&ctx, &v, &r.out_shape, self.dtype())
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            floating_only(ctx.op(), self)?;
+            let a = self.abs()?;
+            if p == f64::INFINITY {
+                return a.amax_in(&ctx, dims, keepdim, true);
+            }
+            if p == f64::NEG_INFINITY {
+                return a.amax_in(&ctx, dims, keepdim, false);
+            }
+            let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
+            let v: Vec<f64> = if p == 0.0 {
+                r.fold(&a, 0.0f64, |acc, x| acc + if x != 0.0 { 1.0 } else { 0.0 })
+            } else if p == 1.0 {
+                r.fold(&a, 0.0f64, |acc, x| acc + x)
+            } else if p == 2.0 {
+                r.fold(&a, 0.0f64, |acc, x| acc + x * x)
+                    .into_iter()
+                    .map(f64::sqrt)
+                    .collect()
+            } else {
+                r.fold(&a, 0.0f64, move |acc, x| acc + x.powf(p))
+                    .into_iter()
+                    .map(|s| s.powf(1.0 / p))
+                    .collect()
+            };
+            finish(&ctx, &v, &r.out_shape, self.dtype())
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Norm(p), self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// `log(sum(exp(x)))` over `dims`, computed stably around the maximum.
     #[track_caller]
     pub fn logsumexp(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("logsumexp");
-        let x = if self.dtype().is_floating() {
-            self.clone()
-        } else {
-            self.to(DType::F32)?
-        };
-        let r = Reduction::new(ctx.op(), &x, dims, keepdim)?;
-        let keep = Reduction::new(ctx.op(), &x, dims, true)?;
-        // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
-        let m: Vec<f64> = if x.numel() == 0 {
-            vec![0.0; keep.out_numel()]
-        } else {
-            keep.fold(&x, f64::NEG_INFINITY, |a: f64, v| a.maximum_nan(v))
-                .into_iter()
-                .map(|v| if v.is_infinite() { 0.0 } else { v })
-                .collect()
-        };
-        let mt = finish(&ctx, &m, &keep.out_shape, DType::F64)?;
-        let e = x.to(DType::F64)?.sub(&mt)?.exp()?;
-        let s = r.fold(&e, 0.0f64, |a, v| a + v);
-        let out: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
-        finish(&ctx, &out, &r.out_shape, x.dtype())
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let x = if self.dtype().is_floating() {
+                self.clone()
+            } else {
+                self.to(DType::F32)?
+            };
+            let r = Reduction::new(ctx.op(), &x, dims, keepdim)?;
+            let keep = Reduction::new(ctx.op(), &x, dims, true)?;
+            // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
+            let m: Vec<f64> = if x.numel() == 0 {
+                vec![0.0; keep.out_numel()]
+            } else {
+                keep.fold(&x, f64::NEG_INFINITY, |a: f64, v| a.maximum_nan(v))
+                    .into_iter()
+                    .map(|v| if v.is_infinite() { 0.0 } else { v })
+                    .collect()
+            };
+            let mt = finish(&ctx, &m, &keep.out_shape, DType::F64)?;
+            let e = x.to(DType::F64)?.sub(&mt)?.exp()?;
+            let s = r.fold(&e, 0.0f64, |a, v| a + v);
+            let out: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
+            finish(&ctx, &out, &r.out_shape, x.dtype())
+        })?;
+        reduce_grad::reduction(&ctx, Reduce::Logsumexp, self, dims, keepdim, &out)?;
+        Ok(out)
     }
 
     /// Running sums along `dim` (integers and bools accumulate in i64); contiguous result.
     #[track_caller]
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("cumsum");
-        let n = self.dim();
-        let d = wrap_dim(dim, n).ok_or(Error::Dim {
-            op: ctx.op(),
-            dim,
-            ndim: n,
-        })?;
-        let out_dtype = sum_dtype(self.dtype());
-        let wide = if out_dtype.is_floating() {
-            DType::F64
-        } else {
-            DType::I64
-        };
-        let acc = self.to(wide)?.contiguous()?.deep_clone()?;
-        if n > 0 {
-            for i in 1..self.shape()[d] {
-                let prev = acc.select(d as i64, i as i64 - 1)?;
-                let cur = acc.select(d as i64, i as i64)?;
-                crate::ops::binary::binary_inplace(
-                    &ctx,
-                    &cur,
-                    crate::Other::Tensor(&prev),
-                    crate::ops::binary::BinaryOp::Add(Scalar::Int(1)),
-                    false,
-                )?;
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let n = self.dim();
+            let d = wrap_dim(dim, n).ok_or(Error::Dim {
+                op: ctx.op(),
+                dim,
+                ndim: n,
+            })?;
+            let out_dtype = sum_dtype(self.dtype());
+            let wide = if out_dtype.is_floating() {
+                DType::F64
+            } else {
+                DType::I64
+            };
+            let acc = self.to(wide)?.contiguous()?.deep_clone()?;
+            if n > 0 {
+                for i in 1..self.shape()[d] {
+                    let prev = acc.select(d as i64, i as i64 - 1)?;
+                    let cur = acc.select(d as i64, i as i64)?;
+                    crate::ops::binary::binary_inplace(
+                        &ctx,
+                        &cur,
+                        crate::Other::Tensor(&prev),
+                        crate::ops::binary::BinaryOp::Add(Scalar::Int(1)),
+                        false,
+                    )?;
+                }
             }
-        }
-        acc.to(out_dtype)
+            acc.to(out_dtype)
+        })?;
+        reduce_grad::cumsum(&ctx, self, dim, &out)?;
+        Ok(out)
     }
 }

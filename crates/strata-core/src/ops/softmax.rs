@@ -417,7 +417,11 @@ impl Tensor {
     #[track_caller]
     pub fn softmax(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("softmax");
-        softmax_op(&ctx, self, dim, false)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            softmax_op(&ctx, self, dim, false)
+        })?;
+        crate::autograd::formulas::reduce::softmax(&ctx, false, self, dim, &out)?;
+        Ok(out)
     }
 
     /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`, which
@@ -425,7 +429,11 @@ impl Tensor {
     #[track_caller]
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("log_softmax");
-        softmax_op(&ctx, self, dim, true)
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            softmax_op(&ctx, self, dim, true)
+        })?;
+        crate::autograd::formulas::reduce::softmax(&ctx, true, self, dim, &out)?;
+        Ok(out)
     }
 }
 

@@ -34,20 +34,24 @@ impl Tensor {
     #[track_caller]
     pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("where");
-        if condition.dtype() != DType::Bool {
-            return Err(Error::dtype(
-                ctx.op(),
-                format!(
-                    "the condition must be a bool tensor, got {}",
-                    condition.dtype()
-                ),
-                Some("build it with a comparison, or convert with .to(DType::Bool)"),
-            ));
-        }
-        let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b)]);
-        ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
-            .infer(ctx.op())?
-            .execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            if condition.dtype() != DType::Bool {
+                return Err(Error::dtype(
+                    ctx.op(),
+                    format!(
+                        "the condition must be a bool tensor, got {}",
+                        condition.dtype()
+                    ),
+                    Some("build it with a comparison, or convert with .to(DType::Bool)"),
+                ));
+            }
+            let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b)]);
+            ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
+                .infer(ctx.op())?
+                .execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+        })?;
+        crate::autograd::formulas::elementwise::where_(&ctx, condition, a, b, &out)?;
+        Ok(out)
     }
 
     /// `self + value * t1 * t2`, all broadcast.
@@ -55,21 +59,25 @@ impl Tensor {
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("addcmul");
         let value = value.into();
-        let dtype = result_type(&[Arg::Tensor(self), Arg::Tensor(t1), Arg::Tensor(t2)]);
-        if !dtype.is_floating() && matches!(value, Scalar::Float(_)) {
-            return Err(Error::dtype(
-                ctx.op(),
-                format!(
-                    "value {} is a float but the tensors are {dtype}",
-                    value.to_f64()
-                ),
-                Some("use an integer value for integer tensors"),
-            ));
-        }
-        ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
-            .infer(ctx.op())?
-            .execute(&ctx, |plan| {
-                dispatch(compute_dtype(dtype), AddCMul(plan, value))
-            })
+        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let dtype = result_type(&[Arg::Tensor(self), Arg::Tensor(t1), Arg::Tensor(t2)]);
+            if !dtype.is_floating() && matches!(value, Scalar::Float(_)) {
+                return Err(Error::dtype(
+                    ctx.op(),
+                    format!(
+                        "value {} is a float but the tensors are {dtype}",
+                        value.to_f64()
+                    ),
+                    Some("use an integer value for integer tensors"),
+                ));
+            }
+            ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
+                .infer(ctx.op())?
+                .execute(&ctx, |plan| {
+                    dispatch(compute_dtype(dtype), AddCMul(plan, value))
+                })
+        })?;
+        crate::autograd::formulas::elementwise::addcmul(&ctx, self, t1, t2, value, &out)?;
+        Ok(out)
     }
 }

@@ -1,5 +1,6 @@
 //! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`.
 
+use crate::autograd::formulas::elementwise as grad;
 use crate::dtype::{compute_dtype, dispatch, dispatch_float, DTypeFn, Element, Float, FloatFn};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
@@ -21,6 +22,8 @@ pub(crate) enum FloatOp {
     Sigmoid,
     Gelu,
     Silu,
+    /// d/dx gelu(x) = Φ(x) + x φ(x), for gelu's backward.
+    GeluDerivative,
 }
 
 struct FloatKernel<'a>(&'a Plan, FloatOp);
@@ -51,6 +54,16 @@ impl FloatFn for FloatKernel<'_> {
                 FloatOp::Silu => {
                     kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp())))
                 }
+                FloatOp::GeluDerivative => {
+                    let inv_sqrt_2pi = T::from_f64(
+                        0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
+                    );
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let cdf = half.mul(one.add(x.mul(inv_sqrt2).erf()));
+                        let pdf = x.mul(x).mul(half).neg().exp().mul(inv_sqrt_2pi);
+                        cdf.add(x.mul(pdf))
+                    })
+                }
             }
         }
     }
@@ -62,7 +75,7 @@ fn float_op_dtype(op: &'static str, f: FloatOp, input: DType) -> Result<DType> {
     }
     match f {
         // Activations PyTorch defines for floating inputs only.
-        FloatOp::Gelu | FloatOp::Silu => Err(Error::dtype(
+        FloatOp::Gelu | FloatOp::Silu | FloatOp::GeluDerivative => Err(Error::dtype(
             op,
             format!("{op} needs a floating tensor, got {input}"),
             Some("convert first with .to(DType::F32)"),
@@ -163,34 +176,46 @@ fn run_same(plan: &Plan, s: SameOp, compute: DType) {
 }
 
 impl Tensor {
-    fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
+    pub(crate) fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let out = float_op_dtype(ctx.op(), f, self.dtype())?;
-        ElementwiseSpec::new(Output::New(out), vec![self])
+        let result = ElementwiseSpec::new(Output::New(out), vec![self])
             .infer(ctx.op())?
-            .execute(ctx, |plan| run_float(plan, f, out))
+            .execute(ctx, |plan| run_float(plan, f, out))?;
+        grad::float_unary(ctx, f, self, &result)?;
+        Ok(result)
     }
 
     fn float_unary_(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let result = float_op_dtype(ctx.op(), f, self.dtype())?;
         check_cast(ctx.op(), result, self.dtype())?;
-        ElementwiseSpec::new(Output::Existing(self), vec![self])
-            .infer(ctx.op())?
-            .execute(ctx, |plan| run_float(plan, f, result))
+        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![self]).infer(ctx.op())?;
+        let rec = grad::float_unary_inplace_begin(ctx, f, self)?;
+        let out = prepared.execute(ctx, |plan| run_float(plan, f, result))?;
+        if let Some(rec) = rec {
+            grad::float_unary_inplace_finish(f, self, rec)?;
+        }
+        Ok(out)
     }
 
     fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let out = same_op_dtype(ctx.op(), s, self)?;
-        ElementwiseSpec::new(Output::New(out), vec![self])
+        let result = ElementwiseSpec::new(Output::New(out), vec![self])
             .infer(ctx.op())?
-            .execute(ctx, |plan| run_same(plan, s, out))
+            .execute(ctx, |plan| run_same(plan, s, out))?;
+        grad::same_unary(ctx, s, self, &result)?;
+        Ok(result)
     }
 
     fn same_unary_(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let result = same_op_dtype(ctx.op(), s, self)?;
         check_cast(ctx.op(), result, self.dtype())?;
-        ElementwiseSpec::new(Output::Existing(self), vec![self])
-            .infer(ctx.op())?
-            .execute(ctx, |plan| run_same(plan, s, result))
+        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![self]).infer(ctx.op())?;
+        let rec = grad::same_unary_inplace_begin(ctx, s, self)?;
+        let out = prepared.execute(ctx, |plan| run_same(plan, s, result))?;
+        if let Some(rec) = rec {
+            grad::same_unary_inplace_finish(s, self, rec)?;
+        }
+        Ok(out)
     }
 
     /// `-self`.

@@ -2,6 +2,11 @@
 
 use crate::layout::view::{compute_stride, infer_size};
 use crate::layout::{contiguous_strides, wrap_dim, Layout};
+use std::sync::Arc;
+
+use crate::autograd::no_grad;
+use crate::autograd::record::Recorder;
+use crate::autograd::view::to_i64;
 use crate::op::OpContext;
 use crate::tensor::{ViewCreation, ViewInfo};
 use crate::{Error, Result, Tensor};
@@ -62,7 +67,7 @@ impl Tensor {
                 strides: l.strides().to_vec(),
                 target: sizes.clone(),
             })?;
-        Ok(self.make_view(
+        Ok(self.view_by_op(
             ctx.op(),
             Layout::new(sizes, strides, l.offset()),
             ViewCreation::Plain,
@@ -77,20 +82,26 @@ impl Tensor {
         let l = self.layout();
         let sizes = parse_shape(ctx.op(), shape, l.numel())?;
         if let Some(strides) = compute_stride(l.sizes(), l.strides(), &sizes) {
-            return Ok(self.make_view(
+            return Ok(self.view_by_op(
                 ctx.op(),
                 Layout::new(sizes, strides, l.offset()),
                 ViewCreation::Plain,
             ));
         }
-        let copy = self.contiguous_copy(&ctx)?;
+        let rec = Recorder::begin(&ctx, "ReshapeAliasBackward0", &[self]);
+        let copy = no_grad(|| self.contiguous_copy(&ctx))?;
         let strides = contiguous_strides(&sizes);
-        Ok(Tensor::from_parts(
+        let out = Tensor::from_parts(
             copy.body().storage,
             Layout::new(sizes, strides, 0),
             self.dtype(),
             None,
-        ))
+        );
+        if let Some(rec) = rec {
+            let shape = to_i64(&self.shape());
+            rec.finish(&out, move |g| Ok(vec![Some(g.reshape(&shape)?)]));
+        }
+        Ok(out)
     }
 
     /// Swaps two dimensions.
@@ -105,11 +116,11 @@ impl Tensor {
             sizes.swap(d0, d1);
             strides.swap(d0, d1);
         }
-        Ok(self.make_view(
-            ctx.op(),
-            Layout::new(sizes, strides, l.offset()),
-            ViewCreation::Plain,
-        ))
+        let mut perm: Vec<usize> = (0..n).collect();
+        if n > 0 {
+            perm.swap(d0, d1);
+        }
+        Ok(self.permuted_view(ctx.op(), Layout::new(sizes, strides, l.offset()), perm))
     }
 
     /// Transposes a matrix; a 0-d or 1-d tensor is returned as a view of itself.
@@ -131,11 +142,8 @@ impl Tensor {
         let (mut sizes, mut strides) = (l.sizes().to_vec(), l.strides().to_vec());
         sizes.reverse();
         strides.reverse();
-        Ok(self.make_view(
-            ctx.op(),
-            Layout::new(sizes, strides, l.offset()),
-            ViewCreation::Plain,
-        ))
+        let perm: Vec<usize> = (0..l.ndim()).rev().collect();
+        Ok(self.permuted_view(ctx.op(), Layout::new(sizes, strides, l.offset()), perm))
     }
 
     /// Reorders the dimensions: dimension `i` of the result is `dims[i]` of this tensor.
@@ -154,6 +162,7 @@ impl Tensor {
         let mut seen = vec![false; n];
         let mut sizes = Vec::with_capacity(n);
         let mut strides = Vec::with_capacity(n);
+        let mut perm = Vec::with_capacity(n);
         for &d in dims {
             let d = dim_arg(ctx.op(), d, n)?;
             if std::mem::replace(&mut seen[d], true) {
@@ -165,12 +174,9 @@ impl Tensor {
             }
             sizes.push(l.sizes()[d]);
             strides.push(l.strides()[d]);
+            perm.push(d);
         }
-        Ok(self.make_view(
-            ctx.op(),
-            Layout::new(sizes, strides, l.offset()),
-            ViewCreation::Plain,
-        ))
+        Ok(self.permuted_view(ctx.op(), Layout::new(sizes, strides, l.offset()), perm))
     }
 
     /// Elements `start..start + length` of dimension `dim` (`start` may be negative).
@@ -211,10 +217,11 @@ impl Tensor {
         let mut sizes = l.sizes().to_vec();
         sizes[d] = length;
         let offset = l.offset() + s * l.strides()[d];
-        Ok(self.make_view(
+        Ok(self.view_with_replay(
             ctx.op(),
             Layout::new(sizes, l.strides().to_vec(), offset),
             ViewCreation::Plain,
+            Arc::new(move |t: &Tensor| t.narrow(d as i64, s as i64, length)),
         ))
     }
 
@@ -258,10 +265,12 @@ impl Tensor {
         sizes[d] = len;
         let offset = l.offset() + s as usize * strides[d];
         strides[d] *= step;
-        Ok(self.make_view(
+        let (from, to) = (s, s + (len * step) as i64);
+        Ok(self.view_with_replay(
             ctx.op(),
             Layout::new(sizes, strides, offset),
             ViewCreation::Plain,
+            Arc::new(move |t: &Tensor| t.slice(d as i64, Some(from), Some(to), step)),
         ))
     }
 
@@ -307,7 +316,13 @@ impl Tensor {
         let offset = l.offset() + i as usize * strides[d];
         sizes.remove(d);
         strides.remove(d);
-        Ok(self.make_view(ctx.op(), Layout::new(sizes, strides, offset), creation))
+        let at = i as i64;
+        Ok(self.view_with_replay(
+            ctx.op(),
+            Layout::new(sizes, strides, offset),
+            creation,
+            Arc::new(move |t: &Tensor| t.select(d as i64, at)),
+        ))
     }
 
     /// Repeats size-1 dimensions (and adds leading ones) without copying: stretched
@@ -393,7 +408,7 @@ impl Tensor {
                 vec![l.sizes().to_vec()],
             ));
         }
-        Ok(self.make_view(ctx.op(), layout, ViewCreation::Plain))
+        Ok(self.view_by_op(ctx.op(), layout, ViewCreation::Plain))
     }
 
     /// Removes size-1 dimensions: all of them (`None`), or those among `dims` (others are
@@ -423,7 +438,7 @@ impl Tensor {
             .filter(|&d| !drop[d])
             .map(|d| (l.sizes()[d], l.strides()[d]))
             .unzip();
-        Ok(self.make_view(
+        Ok(self.view_by_op(
             ctx.op(),
             Layout::new(sizes, strides, l.offset()),
             ViewCreation::Plain,
@@ -446,7 +461,7 @@ impl Tensor {
         let stride = if d >= n { 1 } else { sizes[d] * strides[d] };
         sizes.insert(d, 1);
         strides.insert(d, stride);
-        Ok(self.make_view(
+        Ok(self.view_by_op(
             ctx.op(),
             Layout::new(sizes, strides, l.offset()),
             ViewCreation::Plain,
@@ -555,7 +570,7 @@ impl Tensor {
             )
             .with_hint("as_strided views must stay inside the storage"));
         }
-        Ok(self.make_view(ctx.op(), layout, ViewCreation::Plain))
+        Ok(self.view_by_op(ctx.op(), layout, ViewCreation::Plain))
     }
 
     /// The diagonal of dimensions `dim1` and `dim2` (shifted by `offset`), as a new last
@@ -597,10 +612,11 @@ impl Tensor {
         }
         sizes.push(diag);
         strides.push(l.strides()[d1] + l.strides()[d2]);
-        Ok(self.make_view(
+        Ok(self.view_with_replay(
             ctx.op(),
             Layout::new(sizes, strides, off),
             ViewCreation::Plain,
+            Arc::new(move |t: &Tensor| t.diagonal(offset, dim1, dim2)),
         ))
     }
 
@@ -636,10 +652,11 @@ impl Tensor {
         }
         sizes.push(size);
         strides.push(dim_stride);
-        Ok(self.make_view(
+        Ok(self.view_with_replay(
             ctx.op(),
             Layout::new(sizes, strides, l.offset()),
             ViewCreation::Plain,
+            Arc::new(move |t: &Tensor| t.unfold(dim, size, step)),
         ))
     }
 
@@ -687,11 +704,7 @@ impl Tensor {
             .collect();
         let sizes = perm.iter().map(|&d| l.sizes()[d]).collect();
         let strides = perm.iter().map(|&d| l.strides()[d]).collect();
-        Ok(self.make_view(
-            ctx.op(),
-            Layout::new(sizes, strides, l.offset()),
-            ViewCreation::Plain,
-        ))
+        Ok(self.permuted_view(ctx.op(), Layout::new(sizes, strides, l.offset()), perm))
     }
 
     /// Splits `dim` into pieces (views).
@@ -749,10 +762,12 @@ impl Tensor {
             let mut sz = l.sizes().to_vec();
             sz[d] = s;
             let offset = l.offset() + start * l.strides()[d];
-            out.push(self.make_view(
+            let from = start as i64;
+            out.push(self.view_with_replay(
                 ctx.op(),
                 Layout::new(sz, l.strides().to_vec(), offset),
                 ViewCreation::MultiOutput,
+                Arc::new(move |t: &Tensor| t.narrow(d as i64, from, s)),
             ));
             start += s;
         }

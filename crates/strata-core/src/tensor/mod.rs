@@ -11,6 +11,7 @@ mod resize;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
+use crate::autograd::meta::AutogradMeta;
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device};
@@ -23,8 +24,13 @@ pub(crate) use read::read_elements;
 pub enum ViewCreation {
     /// An ordinary view.
     Plain,
-    /// One of several outputs of one op (`split`, `chunk`, `unbind`).
+    /// One of several outputs of one op (`split`, `chunk`, `unbind`): autograd refuses
+    /// in-place writes to it.
     MultiOutput,
+    /// Made under `no_grad`: autograd refuses in-place writes to it with grad mode on.
+    NoGrad,
+    /// Made in inference mode: autograd refuses in-place writes to it outside.
+    InferenceMode,
 }
 
 /// Where a view came from: its base (the tensor that owns the memory, never itself a view)
@@ -52,6 +58,7 @@ pub(crate) struct TensorImpl {
     body: RwLock<Body>,
     dtype: DType,
     view: Option<ViewInfo>,
+    autograd: AutogradMeta,
 }
 
 /// A tensor: a handle (`Arc`) to a strided view onto shared storage.
@@ -84,7 +91,21 @@ impl Tensor {
             body: RwLock::new(Body { storage, layout }),
             dtype,
             view,
+            autograd: AutogradMeta::default(),
         }))
+    }
+
+    pub(crate) fn autograd_meta(&self) -> &AutogradMeta {
+        &self.0.autograd
+    }
+
+    /// A weak handle (for hooks that must not keep the tensor alive).
+    pub(crate) fn downgrade(&self) -> std::sync::Weak<TensorImpl> {
+        Arc::downgrade(&self.0)
+    }
+
+    pub(crate) fn upgrade(weak: &std::sync::Weak<TensorImpl>) -> Option<Tensor> {
+        weak.upgrade().map(Tensor)
     }
 
     fn read_body(&self) -> RwLockReadGuard<'_, Body> {

@@ -1,0 +1,61 @@
+//! Adding a gradient into a leaf's `.grad`, as PyTorch's `AccumulateGrad`: the first
+//! gradient is taken over without a copy when nothing else holds it and its layout fits
+//! (the same strides as the parameter when that is dense, else contiguous); later ones are
+//! added in place, so the `.grad` buffer stays the same.
+
+use crate::layout::Layout;
+use crate::op::OpContext;
+use crate::{Result, Tensor};
+
+/// The layout a leaf's `.grad` gets: the leaf's own strides when they are dense, else
+/// contiguous.
+fn grad_layout(leaf: &Tensor) -> Layout {
+    let l = leaf.layout();
+    if l.is_non_overlapping_and_dense() {
+        Layout::new(l.sizes().to_vec(), l.strides().to_vec(), 0)
+    } else {
+        Layout::contiguous(l.sizes(), 0)
+    }
+}
+
+fn obeys_contract(g: &Tensor, leaf: &Tensor) -> bool {
+    let (gl, want) = (g.layout(), grad_layout(leaf));
+    gl.is_non_overlapping_and_dense()
+        && gl.sizes() == want.sizes()
+        && gl.strides() == want.strides()
+}
+
+pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
+    let hooks: Vec<_> = leaf
+        .autograd_meta()
+        .state()
+        .leaf_hooks
+        .iter()
+        .map(|(_, h)| h.clone())
+        .collect();
+    let mut g = g;
+    for h in hooks {
+        if let Some(new) = h(&g)? {
+            g = new;
+        }
+    }
+    let existing = leaf.autograd_meta().state().grad.clone();
+    match existing {
+        None => {
+            // Take the gradient over when this handle is its only one and it fits.
+            let owned =
+                g.handle_count() == 1 && g.view_info().is_none() && obeys_contract(&g, leaf);
+            let stored = if owned {
+                g
+            } else {
+                let ctx = OpContext::enter("AccumulateGrad");
+                g.copy_into_new(&ctx, grad_layout(leaf), leaf.dtype())?
+            };
+            leaf.autograd_meta().state().grad = Some(stored);
+        }
+        Some(prev) => {
+            prev.add_(&g)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The backward pass: walks the graph from the roots in dependency order (iteratively: no
+//! recursion however long the graph), runs each node once all gradients for it arrived,
+//! accumulates into leaves' `.grad`, and releases each node's saved tensors as it goes unless
+//! the graph is retained.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use super::accumulate::accumulate_into_leaf;
+use super::mode::GradModeGuard;
+use super::node::{Edge, InputMeta, Node, NodeKind};
+use super::view::sum_to;
+use crate::{Error, Result, Tensor};
+
+type Key = *const Node;
+
+fn key(n: &Arc<Node>) -> Key {
+    Arc::as_ptr(n)
+}
+
+/// Ready nodes, later-created first (PyTorch's order).
+struct Ready(u64, Arc<Node>);
+impl PartialEq for Ready {
+    fn eq(&self, o: &Self) -> bool {
+        self.0 == o.0
+    }
+}
+impl Eq for Ready {}
+impl PartialOrd for Ready {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ready {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&o.0)
+    }
+}
+
+/// Where the gradients end up.
+pub(crate) enum Sink {
+    /// Into leaves' `.grad`.
+    Accumulate,
+    /// Returned for these nodes (`grad()`), leaves untouched.
+    Capture(Vec<Key>),
+}
+
+thread_local! {
+    static BACKWARD_SITE: std::cell::Cell<Option<(&'static std::panic::Location<'static>, &'static str)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The forward op whose backward is running on this thread, for allocation sites.
+pub(crate) fn backward_site() -> Option<(&'static std::panic::Location<'static>, &'static str)> {
+    BACKWARD_SITE.with(|s| s.get())
+}
+
+struct SiteGuard(Option<(&'static std::panic::Location<'static>, &'static str)>);
+impl Drop for SiteGuard {
+    fn drop(&mut self) {
+        let prev = self.0;
+        BACKWARD_SITE.with(|s| s.set(prev));
+    }
+}
+
+fn fit(grad: Tensor, meta: &InputMeta, node: &Node) -> Result<Tensor> {
+    let mut g = grad;
+    if g.shape() != meta.shape {
+        g = sum_to(&g, &meta.shape).map_err(|_| Error::Autograd {
+            message: format!(
+                "{}: the gradient has shape {:?} but its input has shape {:?}",
+                node.name,
+                g.shape(),
+                meta.shape
+            ),
+        })?;
+    }
+    if g.dtype() != meta.dtype {
+        g = g.to(meta.dtype)?;
+    }
+    Ok(g)
+}
+
+/// Runs backward from `roots` (each an edge and the gradient flowing into it).
+pub(crate) fn run(
+    roots: Vec<(Edge, Tensor)>,
+    retain_graph: bool,
+    sink: Sink,
+) -> Result<HashMap<Key, Tensor>> {
+    let _mode = GradModeGuard::no_grad();
+    // Count, for every reachable node, how many edges lead into it.
+    let mut deps: HashMap<Key, usize> = HashMap::new();
+    let mut seen: HashMap<Key, Arc<Node>> = HashMap::new();
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for (e, _) in &roots {
+        if seen.insert(key(&e.node), e.node.clone()).is_none() {
+            stack.push(e.node.clone());
+        }
+    }
+    while let Some(n) = stack.pop() {
+        for e in n.next.iter().flatten() {
+            *deps.entry(key(&e.node)).or_insert(0) += 1;
+            if seen.insert(key(&e.node), e.node.clone()).is_none() {
+                stack.push(e.node.clone());
+            }
+        }
+    }
+    let captures: Vec<Key> = match &sink {
+        Sink::Capture(k) => k.clone(),
+        Sink::Accumulate => Vec::new(),
+    };
+    let mut buffers: HashMap<Key, Tensor> = HashMap::new();
+    let mut captured: HashMap<Key, Tensor> = HashMap::new();
+    for (e, g) in roots {
+        add_into(&mut buffers, key(&e.node), g)?;
+    }
+    let mut ready: BinaryHeap<Ready> = BinaryHeap::new();
+    for (k, n) in &seen {
+        if deps.get(k).copied().unwrap_or(0) == 0 {
+            ready.push(Ready(n.seq, n.clone()));
+        }
+    }
+    while let Some(Ready(_, node)) = ready.pop() {
+        let k = key(&node);
+        let mut grad = buffers.remove(&k);
+        if let Some(g) = grad.take() {
+            grad = run_hooks(&node, g)?;
+        }
+        if captures.contains(&k) {
+            if let Some(g) = &grad {
+                captured.insert(k, g.clone());
+            }
+        }
+        let outputs: Vec<Option<Tensor>> = match (&node.kind, grad) {
+            (_, None) => Vec::new(),
+            (NodeKind::Accumulate { leaf }, Some(g)) => {
+                if matches!(sink, Sink::Accumulate) {
+                    accumulate_into_leaf(leaf, g)?;
+                }
+                Vec::new()
+            }
+            (NodeKind::Function { .. }, Some(g)) if captures_all_done(&captures, &captured) => {
+                drop(g);
+                Vec::new()
+            }
+            (NodeKind::Function { backward, .. }, Some(g)) => {
+                let mut slot = backward.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(f) = slot.as_mut() else {
+                    return Err(Error::Autograd {
+                        message: format!(
+                            "{}: backward through this part of the graph ran before and its \
+                             saved tensors were freed then. Hint: pass retain_graph = true to \
+                             the first backward if you need to run backward twice, or \
+                             recompute the forward",
+                            node.name
+                        ),
+                    });
+                };
+                let prev = BACKWARD_SITE.with(|s| s.replace(node.location.map(|l| (l, node.name))));
+                let _site = SiteGuard(prev);
+                let out = f(g)?;
+                drop(slot);
+                out
+            }
+        };
+        if !retain_graph {
+            node.release();
+        }
+        for (i, e) in node.next.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let nk = key(&e.node);
+            if let Some(Some(g)) = outputs.get(i) {
+                let g = match node.inputs.get(i).and_then(Option::as_ref) {
+                    Some(meta) => fit(g.clone(), meta, &node)?,
+                    None => g.clone(),
+                };
+                add_into(&mut buffers, nk, g)?;
+            }
+            if let Some(d) = deps.get_mut(&nk) {
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(Ready(e.node.seq, e.node.clone()));
+                }
+            }
+        }
+    }
+    Ok(captured)
+}
+
+fn captures_all_done(captures: &[Key], captured: &HashMap<Key, Tensor>) -> bool {
+    // With every requested gradient found nothing further is needed (`grad()` stops early).
+    !captures.is_empty() && captures.iter().all(|k| captured.contains_key(k))
+}
+
+fn add_into(buffers: &mut HashMap<Key, Tensor>, k: Key, g: Tensor) -> Result<()> {
+    match buffers.remove(&k) {
+        Some(prev) => {
+            let sum = prev.add(&g)?;
+            buffers.insert(k, sum);
+        }
+        None => {
+            buffers.insert(k, g);
+        }
+    }
+    Ok(())
+}
+
+fn run_hooks(node: &Node, g: Tensor) -> Result<Option<Tensor>> {
+    let hooks: Vec<_> = node.hooks().iter().map(|(_, h)| h.clone()).collect();
+    let mut g = g;
+    for h in hooks {
+        if let Some(new) = h(&g)? {
+            g = new;
+        }
+    }
+    Ok(Some(g))
+}

@@ -1,0 +1,519 @@
+//! Backward of the element-wise ops: arithmetic, `pow`, `maximum`/`minimum`, the unary
+//! functions, `clamp`, `where`, `addcmul`, copies and conversions.
+
+use super::{record, sign, take, zero, Grads};
+use crate::autograd::record::InplaceRecorder;
+use crate::op::OpContext;
+use crate::ops::binary::{BinaryOp, Other};
+use crate::ops::unary::{FloatOp, SameOp};
+use crate::{Result, Scalar, Tensor};
+
+fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add(_) => "AddBackward0",
+        BinaryOp::Sub(_) => "SubBackward0",
+        BinaryOp::Mul => "MulBackward0",
+        BinaryOp::Div => "DivBackward0",
+        BinaryOp::Pow => "PowBackward0",
+        BinaryOp::Maximum => "MaximumBackward0",
+        BinaryOp::Minimum => "MinimumBackward0",
+        _ => "ComparisonBackward0",
+    }
+}
+
+fn scaled(g: &Tensor, alpha: Scalar) -> Result<Tensor> {
+    if alpha.to_f64() == 1.0 {
+        Ok(g.clone())
+    } else {
+        g.mul(alpha)
+    }
+}
+
+/// Records `out = a op other`.
+pub(crate) fn binary(
+    ctx: &OpContext,
+    a: &Tensor,
+    other: &Other<'_>,
+    op: BinaryOp,
+    out: &Tensor,
+) -> Result<()> {
+    if matches!(
+        op,
+        BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+    ) {
+        return Ok(());
+    }
+    let name = binary_name(op);
+    match *other {
+        Other::Scalar(s) => record(ctx, name, &[a], out, |rec| {
+            let sa = rec.save_if(
+                matches!(op, BinaryOp::Pow | BinaryOp::Maximum | BinaryOp::Minimum),
+                a,
+            )?;
+            Ok(move |g: Tensor| -> Grads {
+                let ga = match op {
+                    BinaryOp::Add(_) | BinaryOp::Sub(_) => g,
+                    BinaryOp::Mul => g.mul(s)?,
+                    BinaryOp::Div => g.div(s)?,
+                    BinaryOp::Pow => pow_scalar_grad(&g, &take(&sa)?, s)?,
+                    _ => {
+                        let x = take(&sa)?;
+                        let st = Tensor::scalar(s, x.dtype())?;
+                        extremum_grad(&g, &x, &st, op == BinaryOp::Maximum)?
+                    }
+                };
+                Ok(vec![Some(ga)])
+            })
+        }),
+        Other::Tensor(b) => record(ctx, name, &[a, b], out, |rec| {
+            let (na, nb) = (rec.needs(0), rec.needs(1));
+            let (sa, sb, so) = match op {
+                BinaryOp::Mul => (rec.save_if(nb, a)?, rec.save_if(na, b)?, None),
+                BinaryOp::Div => (rec.save_if(nb, a)?, rec.save_if(na || nb, b)?, None),
+                BinaryOp::Pow => (
+                    Some(rec.save(a)?),
+                    Some(rec.save(b)?),
+                    rec.save_if(nb, out)?,
+                ),
+                BinaryOp::Maximum | BinaryOp::Minimum => {
+                    (Some(rec.save(a)?), Some(rec.save(b)?), None)
+                }
+                _ => (None, None, None),
+            };
+            Ok(move |g: Tensor| -> Grads {
+                Ok(match op {
+                    BinaryOp::Add(alpha) => vec![Some(g.clone()), Some(scaled(&g, alpha)?)],
+                    BinaryOp::Sub(alpha) => vec![Some(g.clone()), Some(scaled(&g, alpha)?.neg()?)],
+                    BinaryOp::Mul => vec![
+                        if na { Some(g.mul(&take(&sb)?)?) } else { None },
+                        if nb { Some(g.mul(&take(&sa)?)?) } else { None },
+                    ],
+                    BinaryOp::Div => {
+                        let bv = take(&sb)?;
+                        vec![
+                            if na { Some(g.div(&bv)?) } else { None },
+                            if nb {
+                                Some(g.neg()?.mul(&take(&sa)?)?.div(&bv.mul(&bv)?)?)
+                            } else {
+                                None
+                            },
+                        ]
+                    }
+                    BinaryOp::Pow => {
+                        let (x, e) = (take(&sa)?, take(&sb)?);
+                        let ga = if na {
+                            Some(g.mul(&e)?.mul(&x.pow(&e.sub(1i64)?)?)?)
+                        } else {
+                            None
+                        };
+                        let gb = if nb {
+                            // d/db a^b = a^b ln a, taken as 0 where a == 0 and b >= 0.
+                            let y = take(&so)?;
+                            let d = g.mul(&y)?.mul(&x.log()?)?;
+                            let mask = x.eq(0i64)?.mul(&e.ge(0i64)?)?;
+                            Some(d.masked_fill(&mask, 0i64)?)
+                        } else {
+                            None
+                        };
+                        vec![ga, gb]
+                    }
+                    BinaryOp::Maximum | BinaryOp::Minimum => {
+                        let (x, y) = (take(&sa)?, take(&sb)?);
+                        let max = op == BinaryOp::Maximum;
+                        vec![
+                            if na {
+                                Some(extremum_grad(&g, &x, &y, max)?)
+                            } else {
+                                None
+                            },
+                            if nb {
+                                Some(extremum_grad(&g, &y, &x, max)?)
+                            } else {
+                                None
+                            },
+                        ]
+                    }
+                    _ => vec![None, None],
+                })
+            })
+        }),
+    }
+}
+
+/// Gradient of `maximum(x, y)` (or minimum) for `x`: all of it where `x` wins, half on ties.
+fn extremum_grad(g: &Tensor, x: &Tensor, y: &Tensor, max: bool) -> Result<Tensor> {
+    let half = Tensor::where_(&x.eq(y)?, &g.div(2i64)?, g)?;
+    let loses = if max { x.lt(y)? } else { x.gt(y)? };
+    half.masked_fill(&loses, 0i64)
+}
+
+fn pow_scalar_grad(g: &Tensor, x: &Tensor, s: Scalar) -> Result<Tensor> {
+    let e = s.to_f64();
+    if e == 0.0 {
+        return g.mul(0i64);
+    }
+    g.mul(e)?.mul(&x.pow(e - 1.0)?)
+}
+
+/// Records the in-place `a op= other`. Call [`binary_inplace_begin`] before writing.
+pub(crate) struct BinaryInplace {
+    rec: InplaceRecorder,
+    op: BinaryOp,
+    scalar: Option<Scalar>,
+    self_before: Option<crate::autograd::saved::SavedTensor>,
+}
+
+/// Validates and prepares the in-place `a op= other` (nothing written yet).
+pub(crate) fn binary_inplace_begin(
+    ctx: &OpContext,
+    a: &Tensor,
+    other: &Other<'_>,
+    op: BinaryOp,
+) -> Result<Option<BinaryInplace>> {
+    let (others, scalar): (Vec<&Tensor>, _) = match other {
+        Other::Tensor(b) => (vec![*b], None),
+        Other::Scalar(s) => (vec![], Some(*s)),
+    };
+    let name = binary_name(op);
+    let Some(mut rec) = InplaceRecorder::begin(ctx, name, a, &others)? else {
+        return Ok(None);
+    };
+    // The old value of `a` is overwritten: keep a copy when the backward needs it.
+    let needs_old = match op {
+        BinaryOp::Mul => scalar.is_none() && rec.needs(1),
+        BinaryOp::Pow | BinaryOp::Maximum | BinaryOp::Minimum => true,
+        _ => false,
+    };
+    let self_before = if needs_old {
+        let copy = crate::autograd::mode::no_grad(|| a.deep_clone())?;
+        Some(rec.save(&copy)?)
+    } else {
+        None
+    };
+    Ok(Some(BinaryInplace {
+        rec,
+        op,
+        scalar,
+        self_before,
+    }))
+}
+
+impl BinaryInplace {
+    /// Records the write that just happened; `a` now holds the result.
+    pub fn finish(mut self, a: &Tensor, other: &Other<'_>) -> Result<()> {
+        let (op, scalar, before) = (self.op, self.scalar, self.self_before);
+        let (n0, n1) = (self.rec.needs(0), self.rec.needs(1));
+        let sb = match other {
+            Other::Tensor(b) => self.rec.save_if(
+                matches!(
+                    op,
+                    BinaryOp::Mul
+                        | BinaryOp::Div
+                        | BinaryOp::Pow
+                        | BinaryOp::Maximum
+                        | BinaryOp::Minimum
+                ),
+                b,
+            )?,
+            Other::Scalar(_) => None,
+        };
+        let so = self.rec.save_if(op == BinaryOp::Div && n1, a)?;
+        self.rec.finish(move |g: Tensor| -> Grads {
+            let other_t = match scalar {
+                Some(_) => None,
+                None => Some(take(&sb)),
+            };
+            Ok(match (op, scalar) {
+                (BinaryOp::Add(_), Some(_)) | (BinaryOp::Sub(_), Some(_)) => vec![Some(g)],
+                (BinaryOp::Add(alpha), None) => vec![Some(g.clone()), Some(scaled(&g, alpha)?)],
+                (BinaryOp::Sub(alpha), None) => {
+                    vec![Some(g.clone()), Some(scaled(&g, alpha)?.neg()?)]
+                }
+                (BinaryOp::Mul, Some(s)) => vec![Some(g.mul(s)?)],
+                (BinaryOp::Div, Some(s)) => vec![Some(g.div(s)?)],
+                (BinaryOp::Mul, None) => {
+                    let b = other_t.unwrap_or_else(|| take(&None))?;
+                    vec![
+                        if n0 { Some(g.mul(&b)?) } else { None },
+                        if n1 {
+                            Some(g.mul(&take(&before)?)?)
+                        } else {
+                            None
+                        },
+                    ]
+                }
+                (BinaryOp::Div, None) => {
+                    let b = other_t.unwrap_or_else(|| take(&None))?;
+                    vec![
+                        if n0 { Some(g.div(&b)?) } else { None },
+                        if n1 {
+                            Some(g.neg()?.mul(&take(&so)?)?.div(&b)?)
+                        } else {
+                            None
+                        },
+                    ]
+                }
+                (BinaryOp::Pow, Some(s)) => vec![Some(pow_scalar_grad(&g, &take(&before)?, s)?)],
+                (BinaryOp::Maximum | BinaryOp::Minimum, Some(s)) => {
+                    let x = take(&before)?;
+                    let st = Tensor::scalar(s, x.dtype())?;
+                    vec![Some(extremum_grad(&g, &x, &st, op == BinaryOp::Maximum)?)]
+                }
+                (_, None) => {
+                    let (x, e) = (take(&before)?, other_t.unwrap_or_else(|| take(&None))?);
+                    match op {
+                        BinaryOp::Pow => vec![
+                            Some(g.mul(&e)?.mul(&x.pow(&e.sub(1i64)?)?)?),
+                            Some(g.mul(&x.pow(&e)?)?.mul(&x.log()?)?),
+                        ],
+                        _ => {
+                            let max = op == BinaryOp::Maximum;
+                            vec![
+                                Some(extremum_grad(&g, &x, &e, max)?),
+                                Some(extremum_grad(&g, &e, &x, max)?),
+                            ]
+                        }
+                    }
+                }
+                _ => vec![None, None],
+            })
+        });
+        Ok(())
+    }
+}
+
+fn float_name(f: FloatOp) -> &'static str {
+    match f {
+        FloatOp::Exp => "ExpBackward0",
+        FloatOp::Log => "LogBackward0",
+        FloatOp::Sqrt => "SqrtBackward0",
+        FloatOp::Rsqrt => "RsqrtBackward0",
+        FloatOp::Sin => "SinBackward0",
+        FloatOp::Cos => "CosBackward0",
+        FloatOp::Tanh => "TanhBackward0",
+        FloatOp::Sigmoid => "SigmoidBackward0",
+        FloatOp::Gelu => "GeluBackward0",
+        FloatOp::Silu => "SiluBackward0",
+        FloatOp::GeluDerivative => "GeluBackwardBackward0",
+    }
+}
+
+/// Whether `f`'s gradient is computed from its output (else from its input).
+fn uses_output(f: FloatOp) -> bool {
+    matches!(
+        f,
+        FloatOp::Exp | FloatOp::Sqrt | FloatOp::Rsqrt | FloatOp::Tanh | FloatOp::Sigmoid
+    )
+}
+
+fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
+    match f {
+        FloatOp::Exp => g.mul(v),
+        FloatOp::Log => g.div(v),
+        FloatOp::Sqrt => g.div(&v.mul(2i64)?),
+        FloatOp::Rsqrt => g.mul(&v.mul(v)?.mul(v)?)?.mul(-0.5),
+        FloatOp::Sin => g.mul(&v.cos()?),
+        FloatOp::Cos => g.mul(&v.sin()?)?.neg(),
+        FloatOp::Tanh => g.mul(&v.mul(v)?.neg()?.add(1i64)?),
+        FloatOp::Sigmoid => g.mul(&v.mul(&v.neg()?.add(1i64)?)?),
+        FloatOp::Gelu => {
+            let ctx = OpContext::enter("gelu_backward");
+            g.mul(&v.float_unary(&ctx, FloatOp::GeluDerivative)?)
+        }
+        FloatOp::Silu => {
+            let s = v.sigmoid()?;
+            g.mul(&s.mul(&v.mul(&s.neg()?.add(1i64)?)?.add(1i64)?)?)
+        }
+        FloatOp::GeluDerivative => Err(crate::Error::Autograd {
+            message: "the gradient of gelu's derivative is not implemented".into(),
+        }),
+    }
+}
+
+/// Records `out = f(x)`.
+pub(crate) fn float_unary(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -> Result<()> {
+    record(ctx, float_name(f), &[x], out, |rec| {
+        let saved = rec.save(if uses_output(f) { out } else { x })?;
+        Ok(move |g: Tensor| -> Grads { Ok(vec![Some(float_grad(f, &g, &saved.get()?)?)]) })
+    })
+}
+
+/// Prepares the in-place `x = f(x)` (before the write).
+pub(crate) fn float_unary_inplace_begin(
+    ctx: &OpContext,
+    f: FloatOp,
+    x: &Tensor,
+) -> Result<Option<(InplaceRecorder, Option<crate::autograd::saved::SavedTensor>)>> {
+    let Some(mut rec) = InplaceRecorder::begin(ctx, float_name(f), x, &[])? else {
+        return Ok(None);
+    };
+    let before = if uses_output(f) {
+        None
+    } else {
+        let copy = crate::autograd::mode::no_grad(|| x.deep_clone())?;
+        Some(rec.save(&copy)?)
+    };
+    Ok(Some((rec, before)))
+}
+
+/// Records the in-place `x = f(x)` that just happened.
+pub(crate) fn float_unary_inplace_finish(
+    f: FloatOp,
+    x: &Tensor,
+    (mut rec, before): (InplaceRecorder, Option<crate::autograd::saved::SavedTensor>),
+) -> Result<()> {
+    let saved = match before {
+        Some(b) => b,
+        None => rec.save(x)?,
+    };
+    rec.finish(move |g: Tensor| -> Grads { Ok(vec![Some(float_grad(f, &g, &saved.get()?)?)]) });
+    Ok(())
+}
+
+fn same_name(s: SameOp) -> &'static str {
+    match s {
+        SameOp::Neg => "NegBackward0",
+        SameOp::Abs => "AbsBackward0",
+        SameOp::Relu => "ReluBackward0",
+        SameOp::Clamp(..) => "ClampBackward1",
+    }
+}
+
+fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
+    match s {
+        SameOp::Neg => g.neg(),
+        SameOp::Abs => g.mul(&sign(v)?),
+        SameOp::Relu => g.mul(&v.gt(0i64)?),
+        SameOp::Clamp(lo, hi) => {
+            // The gradient passes where the input lies within the bounds (NaN: nowhere).
+            let mut keep = v.eq(v)?;
+            if let Some(lo) = lo {
+                keep = keep.mul(&v.ge(lo)?)?;
+            }
+            if let Some(hi) = hi {
+                keep = keep.mul(&v.le(hi)?)?;
+            }
+            Tensor::where_(&keep, g, &zero(g.dtype())?)
+        }
+    }
+}
+
+/// Records `out = s(x)`.
+pub(crate) fn same_unary(ctx: &OpContext, s: SameOp, x: &Tensor, out: &Tensor) -> Result<()> {
+    if !x.dtype().is_floating() {
+        return Ok(());
+    }
+    record(ctx, same_name(s), &[x], out, |rec| {
+        let saved = match s {
+            SameOp::Neg => None,
+            SameOp::Relu => Some(rec.save(out)?),
+            _ => Some(rec.save(x)?),
+        };
+        Ok(move |g: Tensor| -> Grads {
+            let v = match &saved {
+                Some(t) => t.get()?,
+                None => g.clone(),
+            };
+            Ok(vec![Some(same_grad(s, &g, &v)?)])
+        })
+    })
+}
+
+/// Prepares the in-place `x = s(x)`.
+pub(crate) fn same_unary_inplace_begin(
+    ctx: &OpContext,
+    s: SameOp,
+    x: &Tensor,
+) -> Result<Option<(InplaceRecorder, Option<crate::autograd::saved::SavedTensor>)>> {
+    let Some(mut rec) = InplaceRecorder::begin(ctx, same_name(s), x, &[])? else {
+        return Ok(None);
+    };
+    let before = match s {
+        SameOp::Abs | SameOp::Clamp(..) => {
+            let copy = crate::autograd::mode::no_grad(|| x.deep_clone())?;
+            Some(rec.save(&copy)?)
+        }
+        _ => None,
+    };
+    Ok(Some((rec, before)))
+}
+
+/// Records the in-place `x = s(x)` that just happened.
+pub(crate) fn same_unary_inplace_finish(
+    s: SameOp,
+    x: &Tensor,
+    (mut rec, before): (InplaceRecorder, Option<crate::autograd::saved::SavedTensor>),
+) -> Result<()> {
+    let saved = match (s, before) {
+        (_, Some(b)) => Some(b),
+        (SameOp::Relu, None) => Some(rec.save(x)?),
+        _ => None,
+    };
+    rec.finish(move |g: Tensor| -> Grads {
+        let v = match &saved {
+            Some(t) => t.get()?,
+            None => g.clone(),
+        };
+        Ok(vec![Some(same_grad(s, &g, &v)?)])
+    });
+    Ok(())
+}
+
+/// Records `out = where(cond, a, b)`.
+pub(crate) fn where_(
+    ctx: &OpContext,
+    cond: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    record(ctx, "WhereBackward0", &[a, b], out, |rec| {
+        let c = rec.save(cond)?;
+        Ok(move |g: Tensor| -> Grads {
+            let c = c.get()?;
+            let z = zero(g.dtype())?;
+            Ok(vec![
+                Some(Tensor::where_(&c, &g, &z)?),
+                Some(Tensor::where_(&c, &z, &g)?),
+            ])
+        })
+    })
+}
+
+/// Records `out = x + value * t1 * t2`.
+pub(crate) fn addcmul(
+    ctx: &OpContext,
+    x: &Tensor,
+    t1: &Tensor,
+    t2: &Tensor,
+    value: Scalar,
+    out: &Tensor,
+) -> Result<()> {
+    record(ctx, "AddcmulBackward0", &[x, t1, t2], out, |rec| {
+        let (n1, n2) = (rec.needs(1), rec.needs(2));
+        let s2 = rec.save_if(n1, t2)?;
+        let s1 = rec.save_if(n2, t1)?;
+        Ok(move |g: Tensor| -> Grads {
+            Ok(vec![
+                Some(g.clone()),
+                if n1 {
+                    Some(g.mul(&take(&s2)?)?.mul(value)?)
+                } else {
+                    None
+                },
+                if n2 {
+                    Some(g.mul(&take(&s1)?)?.mul(value)?)
+                } else {
+                    None
+                },
+            ])
+        })
+    })
+}
+
+/// Records a copy of `x` (`clone`, `contiguous`, `to`): the gradient passes through.
+pub(crate) fn copy(ctx: &OpContext, name: &'static str, x: &Tensor, out: &Tensor) -> Result<()> {
+    record(ctx, name, &[x], out, |_| {
+        Ok(|g: Tensor| -> Grads { Ok(vec![Some(g)]) })
+    })
+}

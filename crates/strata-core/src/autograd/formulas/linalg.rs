@@ -1,0 +1,149 @@
+//! Backward of the matrix products. A transposed operand is a view, so no gradient formula
+//! copies one.
+
+use super::{record, take, Grads};
+use crate::op::OpContext;
+use crate::{Result, Scalar, Tensor};
+
+/// Records `out = a @ b` for `mm`, `bmm` and `matmul` (any of its 1-D and batched forms).
+pub(crate) fn matmul(
+    ctx: &OpContext,
+    name: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    let (a_shape, b_shape) = (a.shape(), b.shape());
+    record(ctx, name, &[a, b], out, |rec| {
+        let (na, nb) = (rec.needs(0), rec.needs(1));
+        let sb = rec.save_if(na, b)?;
+        let sa = rec.save_if(nb, a)?;
+        Ok(move |g: Tensor| -> Grads {
+            // Work with both operands at least 2-D (a 1-D `a` is a row, a 1-D `b` a column).
+            let a2 = |t: Tensor| {
+                if a_shape.len() == 1 {
+                    t.unsqueeze(0)
+                } else {
+                    Ok(t)
+                }
+            };
+            let b2 = |t: Tensor| {
+                if b_shape.len() == 1 {
+                    t.unsqueeze(-1)
+                } else {
+                    Ok(t)
+                }
+            };
+            let mut g2 = g;
+            if a_shape.len() == 1 {
+                g2 = g2.unsqueeze(if b_shape.len() == 1 { 0 } else { -2 })?;
+            }
+            if b_shape.len() == 1 {
+                g2 = g2.unsqueeze(-1)?;
+            }
+            let ga = if na {
+                let bm = b2(take(&sb)?)?;
+                let full = g2.matmul(&bm.transpose(-1, -2)?)?;
+                Some(fold_to(&full, &a_shape)?)
+            } else {
+                None
+            };
+            let gb = if nb {
+                let am = a2(take(&sa)?)?;
+                let full = am.transpose(-1, -2)?.matmul(&g2)?;
+                Some(fold_to(&full, &b_shape)?)
+            } else {
+                None
+            };
+            Ok(vec![ga, gb])
+        })
+    })
+}
+
+/// A promoted, batch-broadcast gradient summed and reshaped back to an operand's shape.
+fn fold_to(full: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let mut promoted = shape.to_vec();
+    if shape.len() == 1 {
+        // Either [1, k] (an `a`) or [k, 1] (a `b`): the last two dims of `full` tell.
+        let fs = full.shape();
+        let n = fs.len();
+        promoted = if n >= 2 && fs[n - 2] == 1 && fs[n - 1] == shape[0] {
+            vec![1, shape[0]]
+        } else {
+            vec![shape[0], 1]
+        };
+    }
+    let summed = super::super::view::sum_to(full, &promoted)?;
+    summed.reshape(&super::super::view::to_i64(shape))
+}
+
+/// Records `out = outer(a, b)`.
+pub(crate) fn outer(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+    record(ctx, "OuterBackward0", &[a, b], out, |rec| {
+        let (na, nb) = (rec.needs(0), rec.needs(1));
+        let sb = rec.save_if(na, b)?;
+        let sa = rec.save_if(nb, a)?;
+        Ok(move |g: Tensor| -> Grads {
+            Ok(vec![
+                if na {
+                    Some(g.matmul(&take(&sb)?)?)
+                } else {
+                    None
+                },
+                if nb {
+                    Some(g.t()?.matmul(&take(&sa)?)?)
+                } else {
+                    None
+                },
+            ])
+        })
+    })
+}
+
+/// Records `out = dot(a, b)`.
+pub(crate) fn dot(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+    record(ctx, "DotBackward0", &[a, b], out, |rec| {
+        let (na, nb) = (rec.needs(0), rec.needs(1));
+        let sb = rec.save_if(na, b)?;
+        let sa = rec.save_if(nb, a)?;
+        Ok(move |g: Tensor| -> Grads {
+            Ok(vec![
+                if na { Some(take(&sb)?.mul(&g)?) } else { None },
+                if nb { Some(take(&sa)?.mul(&g)?) } else { None },
+            ])
+        })
+    })
+}
+
+/// Records `out = beta * c + alpha * (a @ b)`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn addmm(
+    ctx: &OpContext,
+    c: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    beta: Scalar,
+    alpha: Scalar,
+    out: &Tensor,
+) -> Result<()> {
+    record(ctx, "AddmmBackward0", &[c, a, b], out, |rec| {
+        let (na, nb) = (rec.needs(1), rec.needs(2));
+        let sb = rec.save_if(na, b)?;
+        let sa = rec.save_if(nb, a)?;
+        Ok(move |g: Tensor| -> Grads {
+            Ok(vec![
+                Some(g.mul(beta)?),
+                if na {
+                    Some(g.mm(&take(&sb)?.t()?)?.mul(alpha)?)
+                } else {
+                    None
+                },
+                if nb {
+                    Some(take(&sa)?.t()?.mm(&g)?.mul(alpha)?)
+                } else {
+                    None
+                },
+            ])
+        })
+    })
+}

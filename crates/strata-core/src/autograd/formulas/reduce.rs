@@ -1,0 +1,259 @@
+//! Backward of the reductions, `softmax`/`log_softmax` and `cumsum`.
+
+use super::{expand_back, keep_dims, record, reduced_dims, sign, take, Grads};
+use crate::layout::wrap_dim;
+use crate::op::OpContext;
+use crate::{DType, Result, Tensor};
+
+/// Which reduction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Reduce {
+    Sum,
+    Mean,
+    Prod,
+    Amax,
+    Amin,
+    Logsumexp,
+    Var(f64),
+    Std(f64),
+    Norm(f64),
+}
+
+fn name(r: Reduce) -> &'static str {
+    match r {
+        Reduce::Sum => "SumBackward1",
+        Reduce::Mean => "MeanBackward1",
+        Reduce::Prod => "ProdBackward1",
+        Reduce::Amax => "AmaxBackward0",
+        Reduce::Amin => "AminBackward0",
+        Reduce::Logsumexp => "LogsumexpBackward0",
+        Reduce::Var(_) => "VarBackward0",
+        Reduce::Std(_) => "StdBackward0",
+        Reduce::Norm(_) => "NormBackward1",
+    }
+}
+
+/// Records `out = r(x, dims, keepdim)`.
+pub(crate) fn reduction(
+    ctx: &OpContext,
+    r: Reduce,
+    x: &Tensor,
+    dims: Option<&[i64]>,
+    keepdim: bool,
+    out: &Tensor,
+) -> Result<()> {
+    if !x.dtype().is_floating() {
+        return Ok(());
+    }
+    let shape = x.shape();
+    let rd = reduced_dims(dims, shape.len());
+    let count: usize = rd.iter().map(|&d| shape[d]).product();
+    record(ctx, name(r), &[x], out, |rec| {
+        let sx = match r {
+            Reduce::Sum | Reduce::Mean => None,
+            _ => Some(rec.save(x)?),
+        };
+        let so = match r {
+            Reduce::Prod
+            | Reduce::Amax
+            | Reduce::Amin
+            | Reduce::Logsumexp
+            | Reduce::Std(_)
+            | Reduce::Norm(_) => Some(rec.save(out)?),
+            _ => None,
+        };
+        let dims_i: Vec<i64> = rd.iter().map(|&d| d as i64).collect();
+        Ok(move |g: Tensor| -> Grads {
+            let ge = expand_back(&g, &shape, &rd, keepdim)?;
+            let gx = match r {
+                Reduce::Sum => ge,
+                Reduce::Mean => ge.div(count as f64)?,
+                Reduce::Prod => {
+                    let (x, y) = (take(&sx)?, take(&so)?);
+                    prod_grad(&g, &x, &y, &rd, keepdim)?
+                }
+                Reduce::Amax | Reduce::Amin => {
+                    let (x, y) = (take(&sx)?, take(&so)?);
+                    let hit = x.eq(&keep_dims(&y, &rd, keepdim)?)?.to(g.dtype())?;
+                    let n = hit.sum(Some(&dims_i), true)?;
+                    ge.mul(&hit)?.div(&n)?
+                }
+                Reduce::Logsumexp => {
+                    let (x, y) = (take(&sx)?, take(&so)?);
+                    ge.mul(&x.sub(&keep_dims(&y, &rd, keepdim)?)?.exp()?)?
+                }
+                Reduce::Var(c) => {
+                    let x = take(&sx)?;
+                    let dev = x.sub(&x.mean(Some(&dims_i), true)?)?;
+                    ge.mul(&dev)?.mul(2.0 / (count as f64 - c))?
+                }
+                Reduce::Std(c) => {
+                    let (x, y) = (take(&sx)?, take(&so)?);
+                    let dev = x.sub(&x.mean(Some(&dims_i), true)?)?;
+                    let s = keep_dims(&y, &rd, keepdim)?;
+                    ge.mul(&dev)?.div(&s.mul(count as f64 - c)?)?
+                }
+                Reduce::Norm(p) => {
+                    let (x, y) = (take(&sx)?, take(&so)?);
+                    norm_grad(&ge, &x, &keep_dims(&y, &rd, keepdim)?, p, &dims_i)?
+                }
+            };
+            Ok(vec![Some(gx)])
+        })
+    })
+}
+
+/// d prod / d x_i = product of the others (computed without dividing where x has zeros).
+fn prod_grad(g: &Tensor, x: &Tensor, y: &Tensor, rd: &[usize], keepdim: bool) -> Result<Tensor> {
+    let shape = x.shape();
+    let ge = expand_back(g, &shape, rd, keepdim)?;
+    let has_zero = x.eq(0i64)?.sum(None, false)?.item::<i64>()? > 0;
+    if !has_zero {
+        let ye = expand_back(y, &shape, rd, keepdim)?;
+        return ge.mul(&ye)?.div(x);
+    }
+    // Slow path: for each element, the product of the rest of its group.
+    let dt = x.dtype();
+    let xs = x.to(DType::F64)?.contiguous()?.to_vec::<f64>()?;
+    let strides = crate::layout::contiguous_strides(&shape);
+    let n = xs.len();
+    let mut out = vec![0f64; n];
+    for (i, o) in out.iter_mut().enumerate() {
+        // Enumerate the group of i: all indices equal to i outside the reduced dims.
+        let mut idx: Vec<usize> = shape
+            .iter()
+            .zip(&strides)
+            .map(|(&s, &st)| (i / st) % s.max(1))
+            .collect();
+        let mut prod = 1.0;
+        let group: usize = rd.iter().map(|&d| shape[d]).product();
+        for k in 0..group {
+            let mut rem = k;
+            for &d in rd.iter().rev() {
+                idx[d] = rem % shape[d];
+                rem /= shape[d];
+            }
+            let j: usize = idx.iter().zip(&strides).map(|(a, b)| a * b).sum();
+            if j != i {
+                prod *= xs[j];
+            }
+        }
+        *o = prod;
+    }
+    let others = Tensor::from_vec(out, &shape)?.to(dt)?;
+    ge.mul(&others)
+}
+
+fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Result<Tensor> {
+    let z = super::zero(x.dtype())?;
+    if p == 2.0 {
+        let q = x.div(n)?;
+        let q = Tensor::where_(
+            &n.eq(0i64)?
+                .expand(&super::super::view::to_i64(&x.shape()))?,
+            &z,
+            &q,
+        )?;
+        return ge.mul(&q);
+    }
+    if p == 1.0 {
+        return ge.mul(&sign(x)?);
+    }
+    if p.is_infinite() {
+        let hit = x.abs()?.eq(n)?.to(x.dtype())?;
+        let count = hit.sum(Some(dims), true)?;
+        return ge.mul(&sign(x)?)?.mul(&hit)?.div(&count);
+    }
+    if p == 0.0 {
+        return ge.mul(0i64);
+    }
+    // x |x|^(p-2) / norm^(p-1)
+    let a = x.abs()?;
+    let num = x.mul(&a.pow(p - 2.0)?)?;
+    let q = num.div(&n.pow(p - 1.0)?)?;
+    let q = Tensor::where_(
+        &n.eq(0i64)?
+            .expand(&super::super::view::to_i64(&x.shape()))?,
+        &z,
+        &q,
+    )?;
+    ge.mul(&q)
+}
+
+/// Records `out = max/min(x, dim)` (the values; indices carry no gradient).
+pub(crate) fn arg_reduction(
+    ctx: &OpContext,
+    max: bool,
+    x: &Tensor,
+    dim: i64,
+    keepdim: bool,
+    values: &Tensor,
+    indices: &Tensor,
+) -> Result<()> {
+    if !x.dtype().is_floating() || x.dim() == 0 {
+        if x.dim() == 0 {
+            return super::elementwise::copy(ctx, "MaxBackward0", x, values);
+        }
+        return Ok(());
+    }
+    let shape = x.shape();
+    let Some(d) = wrap_dim(dim, shape.len()) else {
+        return Ok(());
+    };
+    let name = if max { "MaxBackward0" } else { "MinBackward0" };
+    record(ctx, name, &[x], values, |rec| {
+        let idx = rec.save(indices)?;
+        Ok(move |g: Tensor| -> Grads {
+            let gk = keep_dims(&g, &[d], keepdim)?;
+            let ik = keep_dims(&idx.get()?, &[d], keepdim)?;
+            let zeros = Tensor::zeros(&shape, g.dtype())?;
+            Ok(vec![Some(zeros.scatter_add(d as i64, &ik, &gk)?)])
+        })
+    })
+}
+
+/// Records `out = softmax(x, dim)` or `log_softmax`.
+pub(crate) fn softmax(
+    ctx: &OpContext,
+    log: bool,
+    x: &Tensor,
+    dim: i64,
+    out: &Tensor,
+) -> Result<()> {
+    let name = if log {
+        "LogSoftmaxBackward0"
+    } else {
+        "SoftmaxBackward0"
+    };
+    record(ctx, name, &[x], out, |rec| {
+        let y = rec.save(out)?;
+        Ok(move |g: Tensor| -> Grads {
+            let y = y.get()?;
+            let dims = [dim];
+            let gx = if log {
+                g.sub(&y.exp()?.mul(&g.sum(Some(&dims), true)?)?)?
+            } else {
+                let gy = g.mul(&y)?;
+                gy.sub(&y.mul(&gy.sum(Some(&dims), true)?)?)?
+            };
+            Ok(vec![Some(gx)])
+        })
+    })
+}
+
+/// Records `out = cumsum(x, dim)`.
+pub(crate) fn cumsum(ctx: &OpContext, x: &Tensor, dim: i64, out: &Tensor) -> Result<()> {
+    if !x.dtype().is_floating() {
+        return Ok(());
+    }
+    record(ctx, "CumsumBackward0", &[x], out, |_| {
+        Ok(move |g: Tensor| -> Grads {
+            if g.dim() == 0 {
+                return Ok(vec![Some(g)]);
+            }
+            // Element i receives the sum of g over positions >= i.
+            let total = g.sum(Some(&[dim]), true)?;
+            Ok(vec![Some(total.sub(&g.cumsum(dim)?)?.add(&g)?)])
+        })
+    })
+}

@@ -1,0 +1,54 @@
+//! The autograd part of a tensor: whether it requires grad, its `grad_fn`, its `.grad`, its
+//! hooks. Changed through `&self`: an atomic flag answers the hot question ("does this
+//! require grad?") without a lock, a mutex guards the rest.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use super::node::{GradHook, Node};
+use crate::Tensor;
+
+/// Per-tensor autograd state.
+#[derive(Default)]
+pub(crate) struct AutogradMeta {
+    requires_grad: AtomicBool,
+    state: Mutex<GradState>,
+}
+
+impl std::fmt::Debug for AutogradMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutogradMeta")
+            .field("requires_grad", &self.requires_grad())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct GradState {
+    /// The node that made this tensor (non-leaves).
+    pub grad_fn: Option<Arc<Node>>,
+    /// The storage version when `grad_fn` was set: a view whose storage moved on since then
+    /// regenerates its `grad_fn` from its base.
+    pub fn_version: u32,
+    /// `.grad` (leaves, and non-leaves that `retain_grad`).
+    pub grad: Option<Tensor>,
+    /// The leaf's accumulator, held weakly: it lives as long as a graph uses it.
+    pub accumulator: Weak<Node>,
+    /// Hooks of a leaf, run before accumulation.
+    pub leaf_hooks: Vec<(u64, GradHook)>,
+    pub retains_grad: bool,
+}
+
+impl AutogradMeta {
+    pub fn requires_grad(&self) -> bool {
+        self.requires_grad.load(Ordering::Acquire)
+    }
+
+    pub fn set_requires_grad(&self, flag: bool) {
+        self.requires_grad.store(flag, Ordering::Release);
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, GradState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

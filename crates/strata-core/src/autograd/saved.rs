@@ -1,0 +1,168 @@
+//! Tensors saved for backward, and the saved-tensor hooks that may pack them elsewhere.
+//!
+//! A saved tensor keeps a handle that shares the storage and version counter of what was
+//! saved, without its `grad_fn` (so a node saving its own output makes no cycle). At unpack
+//! the version is checked: a saved tensor modified in place since is an error naming the op.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use super::mode::GradModeGuard;
+use crate::{DType, Error, Result, Tensor};
+
+/// What a pack hook returns: anything, boxed.
+pub type Packed = Box<dyn Any + Send + Sync>;
+
+/// A pack/unpack pair applied to every tensor autograd saves while it is installed.
+pub(crate) struct HookPair {
+    pub pack: Box<dyn Fn(&Tensor) -> Result<Packed> + Send + Sync>,
+    pub unpack: Box<dyn Fn(&Packed) -> Result<Tensor> + Send + Sync>,
+}
+
+thread_local! {
+    static HOOKS: RefCell<Vec<Arc<HookPair>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `pack`/`unpack` applied to every tensor autograd saves inside it (PyTorch's
+/// `torch.autograd.graph.saved_tensors_hooks`). Pairs nest; the innermost applies. `pack`
+/// runs with grad mode off when the tensor is saved and its result is stored instead of the
+/// tensor; `unpack` runs during backward and must return a tensor with the same values,
+/// shape and dtype (its dtype is converted back if it differs).
+///
+/// ```
+/// use strata_core::{autograd, DType, Tensor};
+/// let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2])?.requires_grad_(true)?;
+/// // Keep saved activations in bf16: half the bytes, restored to f32 for backward.
+/// let y = autograd::saved_tensors_hooks(
+///     |t: &Tensor| t.to(DType::BF16),
+///     |p: &Tensor| p.to(DType::F32),
+///     || w.exp()?.sum(None, false),
+/// )?;
+/// y.backward()?;
+/// assert!(w.grad().is_some());
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn saved_tensors_hooks<P, R>(
+    pack: impl Fn(&Tensor) -> Result<P> + Send + Sync + 'static,
+    unpack: impl Fn(&P) -> Result<Tensor> + Send + Sync + 'static,
+    f: impl FnOnce() -> R,
+) -> R
+where
+    P: Any + Send + Sync,
+{
+    let pair = HookPair {
+        pack: Box::new(move |t| Ok(Box::new(pack(t)?) as Packed)),
+        unpack: Box::new(move |p| match p.downcast_ref::<P>() {
+            Some(p) => unpack(p),
+            None => Err(Error::Autograd {
+                message: "a saved-tensor unpack hook got a value of another type than its \
+                          pack hook made"
+                    .into(),
+            }),
+        }),
+    };
+    with_hook_pair(Arc::new(pair), f)
+}
+
+/// Runs `f` with `pair` installed (innermost).
+pub(crate) fn with_hook_pair<R>(pair: Arc<HookPair>, f: impl FnOnce() -> R) -> R {
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            HOOKS.with(|h| h.borrow_mut().pop());
+        }
+    }
+    HOOKS.with(|h| h.borrow_mut().push(pair));
+    let _pop = Pop;
+    f()
+}
+
+/// Runs `f` with no hooks installed (recomputation inside a checkpoint installs its own).
+pub(crate) fn current_hooks() -> Option<Arc<HookPair>> {
+    HOOKS.with(|h| h.borrow().last().cloned())
+}
+
+enum Content {
+    Plain(Tensor),
+    Packed(Packed, Arc<HookPair>),
+}
+
+/// One tensor saved by a node.
+pub(crate) struct SavedTensor {
+    content: Content,
+    version: u32,
+    /// The node that saved it, for error messages.
+    op: &'static str,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl SavedTensor {
+    /// Saves `t` for the backward of `op` (applying the innermost saved-tensor hooks).
+    pub fn save(op: &'static str, t: &Tensor) -> Result<SavedTensor> {
+        if t.is_inference() {
+            return Err(Error::Autograd {
+                message: format!(
+                    "{op}: an inference tensor (made inside inference_mode) cannot be saved for \
+                     backward. Hint: clone it outside inference mode, or make it under \
+                     no_grad instead of inference_mode"
+                ),
+            });
+        }
+        let content = match current_hooks() {
+            Some(pair) => {
+                let _g = GradModeGuard::no_grad();
+                let packed = (pair.pack)(t)?;
+                Content::Packed(packed, pair)
+            }
+            None => Content::Plain(t.detached_alias()),
+        };
+        Ok(SavedTensor {
+            content,
+            version: t.version(),
+            op,
+            shape: t.shape(),
+            dtype: t.dtype(),
+        })
+    }
+
+    /// The saved tensor, checked against the version it was saved at.
+    pub fn get(&self) -> Result<Tensor> {
+        match &self.content {
+            Content::Plain(t) => {
+                let now = t.version();
+                if now != self.version {
+                    return Err(Error::Autograd {
+                        message: format!(
+                            "a tensor needed to compute the gradient of {} ({} {:?}) was \
+                             modified in place: it was saved at version {}, now it is at \
+                             version {}. Hint: clone() it before modifying it, or use the \
+                             out-of-place op instead of the in-place one",
+                            self.op, self.dtype, self.shape, self.version, now
+                        ),
+                    });
+                }
+                Ok(t.clone())
+            }
+            Content::Packed(p, pair) => {
+                let t = (pair.unpack)(p)?;
+                if t.shape() != self.shape {
+                    return Err(Error::Autograd {
+                        message: format!(
+                            "a saved-tensor unpack hook returned shape {:?} for a tensor of \
+                             shape {:?} saved by {}",
+                            t.shape(),
+                            self.shape,
+                            self.op
+                        ),
+                    });
+                }
+                if t.dtype() != self.dtype {
+                    return t.to(self.dtype);
+                }
+                Ok(t)
+            }
+        }
+    }
+}
