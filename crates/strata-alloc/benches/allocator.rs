@@ -74,17 +74,22 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, BLOCK_ALIGN).expect("valid layout")
 }
 
+/// Iterations per timed sample of a pair. A pair takes tens of nanoseconds, about what reading
+/// the clock takes; left to calibrate itself, divan sometimes settles on one iteration per
+/// sample for the first benchmark it runs, and that row then measures mostly the clock.
+const PAIR_SAMPLE_SIZE: u32 = 256;
+
 /// Alloc+free pairs without touching the memory.
 mod pair {
     use super::*;
 
-    #[divan::bench(args = PAIR_SIZES)]
+    #[divan::bench(args = PAIR_SIZES, sample_size = PAIR_SAMPLE_SIZE)]
     fn caching(bencher: Bencher, size: usize) {
         let a = warm_caching(size);
         bencher.bench_local(|| caching_cycle(&a, size, |_| {}));
     }
 
-    #[divan::bench(args = PAIR_SIZES)]
+    #[divan::bench(args = PAIR_SIZES, sample_size = PAIR_SAMPLE_SIZE)]
     fn system(bencher: Bencher, size: usize) {
         let l = layout(size);
         bencher.bench_local(|| system_cycle(l, |_| {}));

@@ -266,3 +266,34 @@ fn expandable_segments_reserve_at_most_15_percent_over_peak() {
     assert!(expandable.peak_allocated >= trace.peak_requested());
     assert_eq!(a.memory_allocated(), 0);
 }
+
+#[test]
+fn page_rounding_sets_the_floor_of_the_small_mlp() {
+    // The figures the `caching` module docs give for expandable segments on this model.
+    let trace = MlpTraining::small().trace();
+    for conf in ["", "expandable_segments:True"] {
+        let a = allocator(conf);
+        let r = replay(&a, &trace, |_, _| {}).unwrap();
+        let st = a.memory_stats();
+        let large = st.allocated_bytes.large_pool.peak as usize;
+        let small = st.allocated_bytes.small_pool.peak as usize;
+        assert!((35 * MIB..36 * MIB).contains(&large), "{conf}: {large}");
+        assert!((2 * MIB..3 * MIB).contains(&small), "{conf}: {small}");
+        assert_eq!(
+            st.reserved_bytes.large_pool.peak as usize,
+            40 * MIB,
+            "{conf}"
+        );
+        assert_eq!(
+            st.reserved_bytes.small_pool.peak as usize,
+            4 * MIB,
+            "{conf}"
+        );
+        assert_eq!(r.peak_reserved, 44 * MIB, "{conf}");
+        assert!(
+            (35 * MIB..36 * MIB).contains(&r.peak_allocated),
+            "{conf}: {r:?}"
+        );
+        assert!((1.23..1.25).contains(&r.overhead()), "{conf}: {r:?}");
+    }
+}

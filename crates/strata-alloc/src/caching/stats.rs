@@ -34,6 +34,23 @@ impl Stat {
         self.freed += n;
     }
 
+    /// Increases followed each at once by the decrease that undoes it, `total` in all, the
+    /// largest `max`: `current` ends as it was and `peak` is at least `current + max`.
+    #[inline]
+    pub(crate) fn rise_and_fall(&mut self, total: u64, max: usize) {
+        self.peak = self.peak.max(self.current + max as i64);
+        self.allocated += total as i64;
+        self.freed += total as i64;
+    }
+
+    /// Decreases followed each at once by the increase that undoes it, `total` in all:
+    /// `current` ends as it was and, never above its peak, leaves `peak` unchanged.
+    #[inline]
+    pub(crate) fn fall_and_rise(&mut self, total: u64) {
+        self.allocated += total as i64;
+        self.freed += total as i64;
+    }
+
     fn reset_peak(&mut self) {
         self.peak = self.current;
     }
@@ -73,6 +90,20 @@ impl StatArray {
     pub(crate) fn decrease(&mut self, pool: PoolKind, n: usize) {
         self.all.decrease(n);
         self.pool_mut(pool).decrease(n);
+    }
+
+    /// [`Stat::rise_and_fall`] in `pool` and in all.
+    #[inline]
+    pub(crate) fn rise_and_fall(&mut self, pool: PoolKind, total: u64, max: usize) {
+        self.all.rise_and_fall(total, max);
+        self.pool_mut(pool).rise_and_fall(total, max);
+    }
+
+    /// [`Stat::fall_and_rise`] in `pool` and in all.
+    #[inline]
+    pub(crate) fn fall_and_rise(&mut self, pool: PoolKind, total: u64) {
+        self.all.fall_and_rise(total);
+        self.pool_mut(pool).fall_and_rise(total);
     }
 
     /// The statistic of one pool.

@@ -551,3 +551,208 @@ fn reusing_the_last_block_changes_nothing_observable() {
         same_with_and_without_reuse("", Some(60 * MIB), seed);
     }
 }
+
+/// An allocation without the consistency check `get` makes (which would complete every
+/// deferred step).
+fn take<B: Backing>(a: &CachingAllocator<B>, n: usize) -> Block {
+    a.allocate(n, &site()).unwrap()
+}
+
+/// A free without the consistency check `put` makes.
+fn give<B: Backing>(a: &CachingAllocator<B>, b: Block) {
+    unsafe { a.deallocate(b) };
+}
+
+#[test]
+fn uncounted_pairs_fold_into_exact_totals_and_peaks() {
+    let a = alloc(1 << 30, "");
+    let first = take(&a, 1000);
+    give(&a, first);
+    a.reset_peak_memory_stats();
+    // Repeated requests rounding to 1024 bytes, each freed at once: none is counted until the
+    // statistics are read.
+    for n in [600, 1024, 700, 513] {
+        let b = take(&a, n);
+        give(&a, b);
+    }
+    let st = a.memory_stats();
+    let k = 4;
+    for s in [&st.allocated_bytes, &st.active_bytes] {
+        for stat in [s.all, s.small_pool] {
+            assert_eq!(
+                stat,
+                Stat {
+                    current: 0,
+                    peak: 1024,
+                    allocated: (k + 1) * 1024,
+                    freed: (k + 1) * 1024
+                }
+            );
+        }
+        assert_eq!(s.large_pool, Stat::default());
+    }
+    for s in [&st.allocation, &st.active] {
+        assert_eq!(
+            s.all,
+            Stat {
+                current: 0,
+                peak: 1,
+                allocated: k + 1,
+                freed: k + 1
+            }
+        );
+    }
+    let requested = 1000 + 600 + 1024 + 700 + 513;
+    assert_eq!(
+        st.requested_bytes.all,
+        Stat {
+            current: 0,
+            peak: 1024,
+            allocated: requested,
+            freed: requested
+        }
+    );
+    // Each request split the whole 2 MiB segment, leaving its remainder non-releasable.
+    let rem = 2 * MIB as i64 - 1024;
+    assert_eq!(
+        st.inactive_split_bytes.small_pool,
+        Stat {
+            current: 0,
+            peak: rem,
+            allocated: (k + 1) * rem,
+            freed: (k + 1) * rem
+        }
+    );
+    assert_eq!(
+        st.inactive_split.small_pool,
+        Stat {
+            current: 0,
+            peak: 1,
+            allocated: k + 1,
+            freed: k + 1
+        }
+    );
+
+    // A peak reset between pairs keeps only the later ones' peaks.
+    a.check_consistency().unwrap();
+    a.reset_peak_memory_stats();
+    assert_eq!(a.max_memory_allocated(), 0);
+    let b = take(&a, 520);
+    give(&a, b);
+    a.reset_accumulated_memory_stats();
+    let st = a.memory_stats();
+    assert_eq!(st.requested_bytes.all.peak, 520);
+    assert_eq!(st.requested_bytes.all.allocated, 0);
+    assert_eq!(st.allocated_bytes.all.peak, 1024);
+
+    // A request read while it is held, then freed.
+    a.reset_peak_memory_stats();
+    let b = take(&a, 900);
+    assert_eq!(a.memory_allocated(), 1024);
+    a.reset_peak_memory_stats();
+    give(&a, b);
+    let b = take(&a, 1000);
+    give(&a, b);
+    let st = a.memory_stats();
+    assert_eq!(st.allocated_bytes.all.current, 0);
+    assert_eq!(st.allocated_bytes.all.peak, 1024);
+    assert_eq!(st.requested_bytes.all.peak, 1000);
+    assert_eq!(st.requested_bytes.all.allocated, 900 + 1000);
+    assert_eq!(st.requested_bytes.all.freed, 900 + 1000);
+}
+
+/// Runs one random sequence rich in repeated alloc+free pairs and reads or resets the
+/// statistics at random moments on `lazy` (as callers use it, history off, so repeated pairs
+/// go uncounted until a read), and compares them with `eager`, where every operation takes the
+/// general path and counts at once (`largest_free_block` completes whatever `malloc` and
+/// `free` defer; `check_consistency` would too, but it cannot tell whether totals that were
+/// reset agree with the current values).
+fn lazy_statistics_match_eager(conf: &str, seed: u64) {
+    let lazy = alloc(1 << 30, conf);
+    let eager = alloc(1 << 30, conf);
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let sizes = [512, 4096, 64 << 10, MIB, 3 * MIB, 12 * MIB, 25 * MIB];
+    let mut held: Vec<(Block, Block)> = Vec::new();
+    let mut reads = 0;
+    for step in 0..3000 {
+        let r = next();
+        match r % 8 {
+            // A burst of pairs of one size class, the requests varying below it, with reads
+            // sometimes while a request is held.
+            0..=3 => {
+                let base = sizes[(r >> 8) as usize % sizes.len()];
+                for i in 0..(r >> 16) % 24 {
+                    let n = base - (next() as usize % 4) * 128 * (i as usize % 2);
+                    let x = lazy.allocate(n, &site()).unwrap();
+                    let y = eager.allocate(n, &site()).unwrap();
+                    eager.largest_free_block();
+                    assert_eq!(x.ptr(), y.ptr(), "step {step}");
+                    if next() % 16 == 0 {
+                        assert_eq!(lazy.memory_allocated(), eager.memory_allocated());
+                        reads += 1;
+                    }
+                    if next() % 32 == 0 {
+                        lazy.reset_peak_memory_stats();
+                        eager.reset_peak_memory_stats();
+                    }
+                    give(&lazy, x);
+                    give(&eager, y);
+                    eager.largest_free_block();
+                }
+            }
+            4 if held.len() < 12 => {
+                let n = sizes[(r >> 8) as usize % sizes.len()] + (r >> 24) as usize % 2000;
+                held.push((take(&lazy, n), take(&eager, n)));
+                eager.largest_free_block();
+            }
+            5 if !held.is_empty() => {
+                let (x, y) = held.swap_remove((r >> 8) as usize % held.len());
+                give(&lazy, x);
+                give(&eager, y);
+                eager.largest_free_block();
+            }
+            6 => {
+                reads += 1;
+                match (r >> 8) % 6 {
+                    0 => assert_eq!(lazy.memory_stats(), eager.memory_stats(), "step {step}"),
+                    1 => assert_eq!(lazy.memory_stats_map(), eager.memory_stats_map()),
+                    2 => assert_eq!(lazy.max_memory_allocated(), eager.max_memory_allocated()),
+                    3 => assert_eq!(lazy.memory_summary(false), eager.memory_summary(false)),
+                    4 => {
+                        lazy.reset_peak_memory_stats();
+                        eager.reset_peak_memory_stats();
+                    }
+                    _ => {
+                        lazy.reset_accumulated_memory_stats();
+                        eager.reset_accumulated_memory_stats();
+                    }
+                }
+            }
+            7 if r % 16 == 7 => {
+                // An operation that completes everything deferred.
+                assert_eq!(layout(&lazy), layout(&eager), "step {step}");
+            }
+            _ => {}
+        }
+    }
+    assert!(reads > 100);
+    assert_eq!(lazy.memory_stats(), eager.memory_stats());
+    assert_eq!(lazy.segments(), eager.segments());
+    assert_eq!(lazy.memory_stats(), eager.memory_stats());
+}
+
+#[test]
+fn lazily_counted_pairs_read_as_eagerly_counted_ones() {
+    for seed in 1..=4 {
+        lazy_statistics_match_eager("", seed);
+        lazy_statistics_match_eager("max_split_size_mb:20", seed);
+        lazy_statistics_match_eager("roundup_power2_divisions:4", seed);
+        lazy_statistics_match_eager("expandable_segments:True", seed);
+    }
+}
