@@ -24,8 +24,10 @@
 //! ```
 
 mod accumulate;
+mod checkpoint;
 pub(crate) mod engine;
 pub(crate) mod formulas;
+mod gradcheck;
 pub(crate) mod meta;
 pub mod mode;
 pub(crate) mod node;
@@ -34,8 +36,13 @@ mod saved;
 mod tensor_api;
 pub(crate) mod view;
 
+pub use checkpoint::checkpoint;
+pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
 };
-pub use saved::{saved_tensors_hooks, Packed};
+pub use saved::{save_on_cpu, saved_tensors_hooks, Packed};
 pub use tensor_api::{grad, grad_with, HookHandle};
+
+#[cfg(test)]
+mod tests;

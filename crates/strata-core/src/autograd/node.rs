@@ -4,7 +4,7 @@
 //! Dropping a node is iterative, so a chain of a million ops drops without deep recursion.
 
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::{DType, Result, Tensor};
@@ -34,7 +34,7 @@ pub(crate) enum NodeKind {
     Function {
         backward: Mutex<Option<BackwardFn>>,
         /// Whether the backward holds saved tensors (a node without any may run twice).
-        saves: bool,
+        saves: AtomicBool,
     },
     /// Adds the incoming gradient to a leaf's `.grad`. Holds the leaf; the leaf refers back
     /// to it only weakly.
@@ -72,11 +72,41 @@ impl Node {
             inputs,
             kind: NodeKind::Function {
                 backward: Mutex::new(Some(backward)),
-                saves,
+                saves: AtomicBool::new(saves),
             },
             location,
             hooks: Mutex::new(Vec::new()),
         })
+    }
+
+    /// A node whose backward is installed later (after its output knows its `grad_fn`, so
+    /// that saving the output sees it as a non-leaf).
+    pub fn pending(
+        name: &'static str,
+        next: Vec<Option<Edge>>,
+        inputs: Vec<Option<InputMeta>>,
+        location: Option<&'static Location<'static>>,
+    ) -> Arc<Node> {
+        Arc::new(Node {
+            name,
+            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
+            next,
+            inputs,
+            kind: NodeKind::Function {
+                backward: Mutex::new(None),
+                saves: AtomicBool::new(false),
+            },
+            location,
+            hooks: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Installs a pending node's backward.
+    pub fn install(&self, f: BackwardFn, saves_tensors: bool) {
+        if let NodeKind::Function { backward, saves } = &self.kind {
+            saves.store(saves_tensors, Ordering::Release);
+            *backward.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+        }
     }
 
     pub fn accumulate(leaf: Tensor) -> Arc<Node> {
@@ -97,11 +127,10 @@ impl Node {
 
     /// Drops the saved tensors (after a backward without `retain_graph`).
     pub fn release(&self) {
-        if let NodeKind::Function {
-            backward,
-            saves: true,
-        } = &self.kind
-        {
+        if let NodeKind::Function { backward, saves } = &self.kind {
+            if !saves.load(Ordering::Acquire) {
+                return;
+            }
             let f = backward.lock().unwrap_or_else(|p| p.into_inner()).take();
             drop(f);
         }

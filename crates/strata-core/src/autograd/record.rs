@@ -101,6 +101,8 @@ pub(crate) struct Recorder {
     inputs: Vec<Option<InputMeta>>,
     location: &'static std::panic::Location<'static>,
     saves: bool,
+    /// Which inputs need a gradient, kept once the edges moved into a node.
+    needs: Option<Vec<bool>>,
 }
 
 impl Recorder {
@@ -126,12 +128,16 @@ impl Recorder {
             inputs,
             location: ctx.location(),
             saves: false,
+            needs: None,
         })
     }
 
     /// Whether input `i` needs a gradient.
     pub fn needs(&self, i: usize) -> bool {
-        self.edges.get(i).is_some_and(Option::is_some)
+        match &self.needs {
+            Some(n) => n.get(i).copied().unwrap_or(false),
+            None => self.edges.get(i).is_some_and(Option::is_some),
+        }
     }
 
     /// Saves `t` for this node's backward.
@@ -157,6 +163,38 @@ impl Recorder {
     ) {
         let node = self.into_node(Box::new(backward));
         set_grad_fn(out, node);
+    }
+
+    /// Gives `out` its node first, then lets `build` save what the backward needs (so a
+    /// saved output is seen as the non-leaf it is, by saved-tensor hooks too).
+    pub fn finish_with<F>(
+        mut self,
+        out: &Tensor,
+        build: impl FnOnce(&mut Recorder) -> Result<F>,
+    ) -> Result<()>
+    where
+        F: FnMut(Tensor) -> Result<Vec<Option<Tensor>>> + Send + 'static,
+    {
+        self.needs = Some(self.edges.iter().map(Option::is_some).collect());
+        let node = Node::pending(
+            self.name,
+            std::mem::take(&mut self.edges),
+            std::mem::take(&mut self.inputs),
+            Some(self.location),
+        );
+        set_grad_fn(out, node.clone());
+        match build(&mut self) {
+            Ok(f) => {
+                node.install(Box::new(f), self.saves);
+                Ok(())
+            }
+            Err(e) => {
+                let meta = out.autograd_meta();
+                meta.state().grad_fn = None;
+                meta.set_requires_grad(false);
+                Err(e)
+            }
+        }
     }
 
     fn into_node(self, backward: BackwardFn) -> Arc<Node> {
@@ -286,6 +324,7 @@ impl InplaceRecorder {
                 .collect(),
             location: ctx.location(),
             saves: false,
+            needs: None,
         };
         // The target's old value always has a slot, even without history: a view's node
         // passes that gradient on to the base.

@@ -65,6 +65,30 @@ where
     with_hook_pair(Arc::new(pair), f)
 }
 
+/// Runs `f` with the activations autograd saves kept in host memory (PyTorch's
+/// `save_on_cpu`): a tensor on another device is copied to the host when saved and back when
+/// backward needs it; host tensors are kept as they are. `pin_memory` asks for page-locked
+/// host buffers, which matter once a device backend copies asynchronously.
+pub fn save_on_cpu<R>(pin_memory: bool, f: impl FnOnce() -> R) -> R {
+    let _ = pin_memory;
+    saved_tensors_hooks(
+        |t: &Tensor| {
+            if t.device() == crate::Device::Cpu {
+                return Ok(t.clone());
+            }
+            Err(Error::Unsupported {
+                op: "save_on_cpu",
+                message: format!(
+                    "moving a saved tensor from {} to host memory needs that device's backend",
+                    t.device()
+                ),
+            })
+        },
+        |t: &Tensor| Ok(t.clone()),
+        f,
+    )
+}
+
 /// Runs `f` with `pair` installed (innermost).
 pub(crate) fn with_hook_pair<R>(pair: Arc<HookPair>, f: impl FnOnce() -> R) -> R {
     struct Pop;

@@ -11,6 +11,8 @@ use crate::dtype::Element;
 /// # Safety
 /// The plan's operands must be valid for the loop: the input readable, the accumulator a
 /// writable buffer of `A` that no other thread touches. The plan must not be parallel.
+/// `f` must combine two partial results of its own kind (a sum, a product, a maximum): the
+/// loop folds independent lanes and then folds the lanes together with `f`.
 pub unsafe fn fold<A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
     plan.for_each_run(|p, s, n| {
         let mut buf = buffer::<A>();

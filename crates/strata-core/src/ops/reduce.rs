@@ -519,20 +519,24 @@ impl Tensor {
                 return a.amax_in(&ctx, dims, keepdim, false);
             }
             let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
-            let v: Vec<f64> = if p == 0.0 {
-                r.fold(&a, 0.0f64, |acc, x| acc + if x != 0.0 { 1.0 } else { 0.0 })
+            // `fold` combines partial results with the same function, so it is given only
+            // plain sums: the per-element power is taken first.
+            let terms = if p == 0.0 {
+                a.ne(0i64)?.to(DType::F64)?
             } else if p == 1.0 {
-                r.fold(&a, 0.0f64, |acc, x| acc + x)
+                a.clone()
             } else if p == 2.0 {
-                r.fold(&a, 0.0f64, |acc, x| acc + x * x)
-                    .into_iter()
-                    .map(f64::sqrt)
-                    .collect()
+                a.mul(&a)?
             } else {
-                r.fold(&a, 0.0f64, move |acc, x| acc + x.powf(p))
-                    .into_iter()
-                    .map(|s| s.powf(1.0 / p))
-                    .collect()
+                a.to(DType::F64)?.pow(p)?
+            };
+            let sums = r.fold(&terms, 0.0f64, |acc, x| acc + x);
+            let v: Vec<f64> = if p == 0.0 || p == 1.0 {
+                sums
+            } else if p == 2.0 {
+                sums.into_iter().map(f64::sqrt).collect()
+            } else {
+                sums.into_iter().map(|s| s.powf(1.0 / p)).collect()
             };
             finish(&ctx, &v, &r.out_shape, self.dtype())
         })?;

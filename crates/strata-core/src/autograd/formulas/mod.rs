@@ -28,12 +28,10 @@ pub(crate) fn record<F>(
 where
     F: FnMut(Tensor) -> Grads + Send + 'static,
 {
-    let Some(mut rec) = Recorder::begin(ctx, name, inputs) else {
+    let Some(rec) = Recorder::begin(ctx, name, inputs) else {
         return Ok(());
     };
-    let f = build(&mut rec)?;
-    rec.finish(out, f);
-    Ok(())
+    rec.finish_with(out, build)
 }
 
 /// The dimensions a reduction over `dims` covers (none given, or an empty list: all).

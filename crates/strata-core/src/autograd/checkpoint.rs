@@ -1,0 +1,183 @@
+//! Activation checkpointing (non-reentrant, as PyTorch recommends): the forward of a region
+//! keeps only its inputs; every tensor its ops would save for backward is replaced by an empty
+//! holder, and the first backward that needs one recomputes the region (with the random
+//! generator restored, so dropout draws the same mask) and fills them all.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use super::mode::{is_grad_enabled, GradModeGuard};
+use super::saved::{with_hook_pair, HookPair, Packed, SavedTensor};
+use crate::random::global_generator;
+use crate::{Error, Result, Tensor};
+
+type Region = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
+
+struct Holder {
+    slot: Mutex<Option<Tensor>>,
+}
+
+struct Frame {
+    region: Arc<Region>,
+    inputs: Vec<Option<SavedTensor>>,
+    plain_inputs: Vec<Tensor>,
+    requires_grad: Vec<bool>,
+    rng_state: Vec<u8>,
+    holders: Mutex<Vec<Weak<Holder>>>,
+}
+
+/// What the region's ops store instead of a tensor.
+struct HolderRef {
+    frame: Arc<Frame>,
+    holder: Arc<Holder>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `region` on `inputs` keeping only the inputs for backward; the activations are
+/// recomputed when backward needs them. Regions nest; several inputs and outputs are fine.
+/// Without grad mode it just runs the region.
+///
+/// ```
+/// use strata_core::{autograd, DType, Tensor};
+/// let w = Tensor::from_vec(vec![0.5f32, 2.0], &[2])?.requires_grad_(true)?;
+/// let x = Tensor::from_vec(vec![1.0f32, 3.0], &[2])?;
+/// let out = autograd::checkpoint(|t: &[Tensor]| Ok(vec![t[0].mul(&t[1])?.tanh()?]), &[w.clone(), x])?;
+/// out[0].sum(None, false)?.backward()?;
+/// assert!(w.grad().is_some());
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn checkpoint<F>(region: F, inputs: &[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+{
+    if !is_grad_enabled() {
+        return region(inputs);
+    }
+    let region: Arc<Region> = Arc::new(region);
+    let saved = inputs
+        .iter()
+        .map(|t| {
+            if t.requires_grad() || t.dtype().is_floating() {
+                SavedTensor::save("checkpoint", t).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let plain_inputs = inputs
+        .iter()
+        .zip(&saved)
+        .filter(|(_, s)| s.is_none())
+        .map(|(t, _)| t.clone())
+        .collect();
+    let frame = Arc::new(Frame {
+        region: region.clone(),
+        inputs: saved,
+        plain_inputs,
+        requires_grad: inputs.iter().map(Tensor::requires_grad).collect(),
+        rng_state: global_generator().get_state(),
+        holders: Mutex::new(Vec::new()),
+    });
+    let for_pack = frame.clone();
+    let pair = HookPair {
+        pack: Box::new(move |_t: &Tensor| {
+            let holder = Arc::new(Holder {
+                slot: Mutex::new(None),
+            });
+            lock(&for_pack.holders).push(Arc::downgrade(&holder));
+            Ok(Box::new(HolderRef {
+                frame: for_pack.clone(),
+                holder,
+            }) as Packed)
+        }),
+        unpack: Box::new(unpack_holder),
+    };
+    with_hook_pair(Arc::new(pair), || region(inputs))
+}
+
+fn unpack_holder(p: &Packed) -> Result<Tensor> {
+    let Some(h) = p.downcast_ref::<HolderRef>() else {
+        return Err(Error::Autograd {
+            message: "checkpoint: a saved value of another kind reached the checkpoint".into(),
+        });
+    };
+    if let Some(t) = lock(&h.holder.slot).take() {
+        return Ok(t);
+    }
+    recompute(&h.frame)?;
+    let t = lock(&h.holder.slot).take();
+    t.ok_or_else(|| Error::Autograd {
+        message: "checkpoint: recomputing the region saved fewer tensors than its forward did. \
+                  Hint: a checkpointed function must do the same ops every time it runs (no \
+                  branching on global state)"
+            .into(),
+    })
+}
+
+fn recompute(frame: &Arc<Frame>) -> Result<()> {
+    // The region's inputs as they were, cut from the outer graph but requiring grad as
+    // before, so that the same tensors are saved.
+    let mut plain = frame.plain_inputs.iter();
+    let mut inputs = Vec::with_capacity(frame.inputs.len());
+    for (s, &rg) in frame.inputs.iter().zip(&frame.requires_grad) {
+        let t = match s {
+            Some(s) => s.get()?.detached_alias(),
+            None => plain.next().cloned().ok_or_else(|| Error::Autograd {
+                message: "checkpoint: an input went missing".into(),
+            })?,
+        };
+        if rg {
+            t.requires_grad_(true)?;
+        }
+        inputs.push(t);
+    }
+    let holders: Vec<Weak<Holder>> = lock(&frame.holders).clone();
+    let count = Arc::new(Mutex::new(0usize));
+    let counter = count.clone();
+    let targets = holders.clone();
+    let pair = HookPair {
+        pack: Box::new(move |t: &Tensor| {
+            let mut k = lock(&counter);
+            let Some(slot) = targets.get(*k) else {
+                return Err(Error::Autograd {
+                    message: "checkpoint: recomputing the region saved more tensors than its \
+                              forward did. Hint: a checkpointed function must do the same ops \
+                              every time it runs"
+                        .into(),
+                });
+            };
+            if let Some(h) = slot.upgrade() {
+                *lock(&h.slot) = Some(t.detached_alias());
+            }
+            *k += 1;
+            Ok(Box::new(()) as Packed)
+        }),
+        unpack: Box::new(|_| {
+            Err(Error::Autograd {
+                message: "checkpoint: a recomputed value was used before recomputation ended"
+                    .into(),
+            })
+        }),
+    };
+    let saved_rng = global_generator().get_state();
+    global_generator().set_state(&frame.rng_state)?;
+    let result = {
+        let _grad = GradModeGuard::enable_grad();
+        with_hook_pair(Arc::new(pair), || (frame.region)(&inputs))
+    };
+    global_generator().set_state(&saved_rng)?;
+    drop(result?);
+    if *lock(&count) != holders.len() {
+        return Err(Error::Autograd {
+            message: format!(
+                "checkpoint: recomputing the region saved {} tensors where its forward saved {}. \
+                 Hint: a checkpointed function must do the same ops every time it runs",
+                lock(&count),
+                holders.len()
+            ),
+        });
+    }
+    Ok(())
+}

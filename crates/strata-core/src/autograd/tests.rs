@@ -1,0 +1,413 @@
+//! Autograd unit tests: every backward formula against finite differences, and the rules
+//! users rely on (freeing, version checks, in-place on views, hooks, modes).
+
+use super::*;
+use crate::{DType, Error, Result, Tensor};
+
+fn t64(v: &[f64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), shape)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
+
+fn vals(n: usize, seed: u64) -> Vec<f64> {
+    let mut g = crate::Generator::new(seed);
+    (0..n).map(|_| g.next_f64() * 2.0 - 1.0).collect()
+}
+
+fn x(shape: &[usize], seed: u64) -> Tensor {
+    t64(&vals(shape.iter().product(), seed), shape)
+}
+
+fn pos(shape: &[usize], seed: u64) -> Tensor {
+    let v: Vec<f64> = vals(shape.iter().product(), seed)
+        .into_iter()
+        .map(|a| a.abs() + 0.5)
+        .collect();
+    t64(&v, shape)
+}
+
+fn check(f: impl Fn(&[Tensor]) -> Result<Tensor>, inputs: &[Tensor]) {
+    gradcheck(f, inputs, GradcheckOptions::default()).unwrap();
+}
+
+#[test]
+fn binary_formulas_with_broadcasting() {
+    let (a, b) = (x(&[3, 4], 1), pos(&[4], 2));
+    check(|t| t[0].add_scaled(&t[1], 2.5), &[a.clone(), b.clone()]);
+    check(|t| t[0].sub_scaled(&t[1], 0.5), &[a.clone(), b.clone()]);
+    check(|t| t[0].mul(&t[1]), &[a.clone(), b.clone()]);
+    check(|t| t[0].div(&t[1]), &[a.clone(), b.clone()]);
+    check(|t| t[1].pow(&t[0]), &[a.clone(), b.clone()]);
+    check(|t| t[0].pow(3.0), &[b.clone()]);
+    check(|t| t[0].maximum(&t[1]), &[a.clone(), b.clone()]);
+    check(|t| t[0].minimum(&t[1]), &[a.clone(), b.clone()]);
+    check(|t| t[0].mul(2.0)?.div(3.0)?.sub(1.0), &[a.clone()]);
+    let c = Tensor::from_vec(vec![true, false, true, false], &[4]).unwrap();
+    check(
+        move |t| Tensor::where_(&c, &t[0], &t[1]),
+        &[a.clone(), b.clone()],
+    );
+    check(|t| t[0].addcmul(&t[1], &t[0], 0.7), &[a, b]);
+}
+
+#[test]
+fn unary_formulas() {
+    let a = x(&[2, 5], 3);
+    let p = pos(&[2, 5], 4);
+    for f in [
+        Tensor::neg,
+        Tensor::abs,
+        Tensor::exp,
+        Tensor::sin,
+        Tensor::cos,
+        Tensor::tanh,
+        Tensor::sigmoid,
+        Tensor::relu,
+        Tensor::gelu,
+        Tensor::silu,
+    ] {
+        check(move |t| f(&t[0]), &[a.clone()]);
+    }
+    for f in [Tensor::log, Tensor::sqrt, Tensor::rsqrt] {
+        check(move |t| f(&t[0]), &[p.clone()]);
+    }
+    check(
+        |t| t[0].clamp(Some((-0.3).into()), Some(0.4.into())),
+        &[a.clone()],
+    );
+}
+
+#[test]
+fn reduction_formulas() {
+    let a = x(&[3, 4, 2], 5);
+    check(|t| t[0].sum(Some(&[1]), false), &[a.clone()]);
+    check(|t| t[0].sum(None, false), &[a.clone()]);
+    check(|t| t[0].mean(Some(&[0, 2]), true), &[a.clone()]);
+    check(|t| t[0].prod(Some(&[1]), false), &[a.clone()]);
+    check(|t| t[0].amax(Some(&[2]), false), &[a.clone()]);
+    check(|t| t[0].amin(None, false), &[a.clone()]);
+    check(|t| t[0].logsumexp(Some(&[1]), false), &[a.clone()]);
+    check(|t| t[0].var(Some(&[1]), 1.0, false), &[a.clone()]);
+    check(|t| t[0].std(Some(&[0]), 0.0, true), &[a.clone()]);
+    check(|t| t[0].norm(2.0, Some(&[1]), false), &[a.clone()]);
+    check(|t| t[0].norm(3.0, None, false), &[a.clone()]);
+    check(|t| t[0].norm(1.0, Some(&[2]), false), &[a.clone()]);
+    check(|t| Ok(t[0].max_dim(1, false)?.0), &[a.clone()]);
+    check(|t| Ok(t[0].min_dim(-1, true)?.0), &[a.clone()]);
+    check(|t| t[0].softmax(1), &[a.clone()]);
+    check(|t| t[0].log_softmax(-1), &[a.clone()]);
+    check(|t| t[0].cumsum(1), &[a.clone()]);
+    // The forward of a p-norm over many elements (folded in lanes) matches a direct sum.
+    let v = a.to_vec::<f64>().unwrap();
+    for p in [2.0, 3.0] {
+        let direct = v.iter().map(|e| e.abs().powf(p)).sum::<f64>().powf(1.0 / p);
+        let got = a.norm(p, None, false).unwrap().item::<f64>().unwrap();
+        assert!((got - direct).abs() < 1e-12, "p={p}: {got} vs {direct}");
+    }
+    // prod with a zero in the group takes the slow, division-free path.
+    let z = t64(&[0.0, 2.0, 3.0, 1.5], &[2, 2]);
+    check(|t| t[0].prod(Some(&[1]), false), &[z]);
+}
+
+#[test]
+fn matrix_product_formulas() {
+    let (m, n) = (x(&[3, 4], 6), x(&[4, 2], 7));
+    check(|t| t[0].mm(&t[1]), &[m.clone(), n.clone()]);
+    check(|t| t[0].matmul(&t[1]), &[m.clone(), n.clone()]);
+    let v = x(&[4], 8);
+    check(|t| t[0].matmul(&t[1]), &[m.clone(), v.clone()]);
+    check(|t| t[1].matmul(&t[0]), &[n.clone(), v.clone()]);
+    check(|t| t[0].matmul(&t[0]), &[v.clone()]);
+    check(|t| t[0].dot(&t[1]), &[v.clone(), x(&[4], 9)]);
+    check(|t| t[0].outer(&t[1]), &[v.clone(), x(&[3], 10)]);
+    let (ba, bb) = (x(&[2, 3, 4], 11), x(&[2, 4, 2], 12));
+    check(|t| t[0].bmm(&t[1]), &[ba.clone(), bb.clone()]);
+    check(|t| t[0].matmul(&t[1]), &[ba, n.clone()]);
+    let bv = x(&[5, 1, 3, 4], 13);
+    check(|t| t[0].matmul(&t[1]), &[bv, x(&[2, 4, 2], 14)]);
+    check(|t| t[0].addmm(&t[1], &t[2], 0.5, 2.0), &[x(&[2], 15), m, n]);
+}
+
+#[test]
+fn indexing_and_joining_formulas() {
+    let a = x(&[4, 3], 16);
+    let idx = Tensor::from_vec(vec![2i64, 0, 2], &[3]).unwrap();
+    let i2 = idx.clone();
+    check(move |t| t[0].index_select(0, &i2), &[a.clone()]);
+    let g = Tensor::from_vec(vec![0i64, 2, 1, 1, 0, 0], &[2, 3]).unwrap();
+    let g2 = g.clone();
+    check(move |t| t[0].gather(0, &g2), &[a.clone()]);
+    let src = x(&[2, 3], 17);
+    check(move |t| t[0].scatter_add(0, &g, &t[1]), &[a.clone(), src]);
+    let mask = Tensor::from_vec(vec![true, false, true], &[3]).unwrap();
+    check(move |t| t[0].masked_fill(&mask, 9.0), &[a.clone()]);
+    let b = x(&[2, 3], 18);
+    check(
+        |t| Tensor::cat(&[&t[0], &t[1], &t[0]], 0),
+        &[a.clone(), b.clone()],
+    );
+    check(|t| Tensor::stack(&[&t[0], &t[0]], 1), &[b.clone()]);
+    check(
+        move |t| {
+            let base = t[0].mul(1.0)?;
+            base.index_add_(0, &idx, &t[1], 2.0)
+        },
+        &[a, x(&[3, 3], 19)],
+    );
+}
+
+#[test]
+fn view_formulas_including_views_of_expanded_tensors() {
+    let a = x(&[2, 3, 4], 20);
+    check(
+        |t| t[0].transpose(0, 2)?.mul(&t[0].transpose(0, 2)?),
+        &[a.clone()],
+    );
+    check(|t| t[0].permute(&[1, 2, 0])?.reshape(&[3, 8]), &[a.clone()]);
+    check(|t| t[0].narrow(1, 1, 2)?.exp(), &[a.clone()]);
+    check(|t| t[0].slice(2, Some(0), Some(4), 2)?.exp(), &[a.clone()]);
+    check(|t| t[0].select(1, -1)?.exp(), &[a.clone()]);
+    check(|t| t[0].diagonal(0, 1, 2)?.exp(), &[a.clone()]);
+    check(|t| t[0].unfold(2, 2, 1)?.exp(), &[a.clone()]);
+    check(
+        |t| t[0].flatten(0, 1)?.unsqueeze(0)?.squeeze(None)?.exp(),
+        &[a.clone()],
+    );
+    check(
+        |t| Ok(t[0].split(crate::SplitSize::Size(2), 2)?[1].exp()?),
+        &[a.clone()],
+    );
+    check(
+        |t| t[0].as_strided(&[2, 2], &[1, 2], Some(1))?.exp(),
+        &[a.clone()],
+    );
+    let s = x(&[1, 3], 21);
+    check(|t| t[0].expand(&[4, 3])?.exp(), &[s.clone()]);
+    // Views of an expanded tensor go back through the view op itself.
+    check(
+        |t| t[0].expand(&[4, 3])?.slice(0, Some(1), Some(3), 1)?.exp(),
+        &[s.clone()],
+    );
+    check(|t| t[0].expand(&[3, 3])?.diagonal(0, 0, 1)?.exp(), &[s]);
+    // reshape that must copy.
+    check(|t| t[0].transpose(0, 1)?.reshape(&[-1])?.exp(), &[a]);
+}
+
+#[test]
+fn copies_and_conversions_pass_gradients_through() {
+    let a = x(&[2, 3], 22);
+    check(|t| t[0].deep_clone()?.exp(), &[a.clone()]);
+    check(|t| t[0].t()?.contiguous()?.exp(), &[a.clone()]);
+    let f = Tensor::ones(&[2, 3], DType::F32)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    f.to(DType::F64)
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = f.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F32, "the gradient has the leaf's dtype");
+}
+
+#[test]
+fn in_place_ops_record_and_rewrite_view_history() {
+    // y = a * 2, then y[1:] *= w  -> grad a = 2 on row 0, 2 w on the rest.
+    let a = x(&[3, 2], 23);
+    let w = x(&[2], 24);
+    check(
+        |t| {
+            let y = t[0].mul(2.0)?;
+            y.narrow(0, 1, 2)?.mul_(&t[1])?;
+            y.exp()
+        },
+        &[a.clone(), w.clone()],
+    );
+    // A view taken before the in-place write sees the rewritten history too.
+    check(
+        |t| {
+            let y = t[0].mul(1.0)?;
+            let v = y.select(0, 0)?;
+            y.add_(&t[1])?;
+            v.exp()
+        },
+        &[a.clone(), w.clone()],
+    );
+    // A base that did not require grad becomes part of the graph through its view.
+    check(
+        |t| {
+            let base = Tensor::zeros(&[3, 2], DType::F64)?;
+            base.select(0, 1)?.copy_(&t[0].sin()?)?;
+            base.exp()
+        },
+        &[w.clone()],
+    );
+    for f in [
+        |t: &[Tensor]| {
+            let y = t[0].mul(1.0)?;
+            y.exp_()?;
+            y.mul(&y)
+        },
+        |t: &[Tensor]| {
+            let y = t[0].mul(1.0)?;
+            y.relu_()?;
+            y.mul(&y)
+        },
+        |t: &[Tensor]| {
+            let y = t[0].mul(1.0)?;
+            y.clamp_(Some((-0.2).into()), Some(0.3.into()))?;
+            y.exp()
+        },
+        |t: &[Tensor]| {
+            let y = t[0].mul(1.0)?;
+            y.div_(&t[0].exp()?)?;
+            y.exp()
+        },
+        |t: &[Tensor]| {
+            let y = t[0].mul(1.0)?;
+            y.sub_(&t[0].sin()?)?;
+            y.masked_fill_(&t[0].gt(0.5)?, 0.0)?;
+            y.exp()
+        },
+    ] {
+        check(f, &[a.clone()]);
+    }
+}
+
+#[test]
+fn in_place_errors_match_pytorch_rules() {
+    let leaf = x(&[3], 25);
+    assert!(matches!(leaf.add_(1.0), Err(Error::Autograd { .. })));
+    assert!(leaf.narrow(0, 0, 2).unwrap().mul_(2.0).is_err());
+    no_grad(|| leaf.add_(1.0)).unwrap();
+    assert_eq!(leaf.version(), 1);
+    let y = leaf.mul(2.0).unwrap();
+    let parts = y.split(crate::SplitSize::Size(1), 0).unwrap();
+    assert!(
+        parts[0].add_(1.0).is_err(),
+        "multi-output views are read-only under grad"
+    );
+    let v = no_grad(|| y.narrow(0, 0, 1)).unwrap();
+    assert!(v.add_(1.0).is_err(), "a no_grad view modified with grad on");
+    no_grad(|| v.add_(1.0)).unwrap();
+    let out = Tensor::zeros(&[3], DType::F64).unwrap();
+    assert!(
+        leaf.add_out(&leaf, 1, &out).is_err(),
+        "out= ops are not differentiable"
+    );
+    no_grad(|| leaf.add_out(&leaf, 1, &out)).unwrap();
+}
+
+#[test]
+fn saved_tensors_are_version_checked_and_freed_after_backward() {
+    let a = x(&[4], 26);
+    let e = a.exp().unwrap();
+    let loss = e.sum(None, false).unwrap();
+    no_grad(|| e.add_(1.0)).unwrap();
+    let err = loss.backward().unwrap_err().to_string();
+    assert!(
+        err.contains("saved at version 0") && err.contains("now it is at version 1"),
+        "{err}"
+    );
+    assert!(err.contains("ExpBackward0"), "{err}");
+
+    let y = a.mul(&a).unwrap().sum(None, false).unwrap();
+    y.backward_with(None, true).unwrap();
+    y.backward().unwrap();
+    let twice = y.backward().unwrap_err().to_string();
+    assert!(twice.contains("retain_graph"), "{twice}");
+    // A graph without saved tensors may run twice.
+    let z = a.add(1.0).unwrap().sum(None, false).unwrap();
+    z.backward().unwrap();
+    z.backward().unwrap();
+}
+
+#[test]
+fn gradients_accumulate_and_the_first_is_taken_over() {
+    let a = x(&[3], 27);
+    a.mul(2.0)
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let first = a.grad().unwrap();
+    let ptr = first.data_ptr();
+    a.mul(3.0)
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![5.0; 3]);
+    assert_eq!(
+        a.grad().unwrap().data_ptr(),
+        ptr,
+        "later gradients add in place"
+    );
+    a.zero_grad(false).unwrap();
+    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![0.0; 3]);
+    a.zero_grad(true).unwrap();
+    assert!(a.grad().is_none());
+}
+
+#[test]
+fn leaves_flags_hooks_retain_grad_and_grad() {
+    let a = x(&[2], 28);
+    assert!(a.is_leaf() && a.requires_grad());
+    let i = Tensor::arange(3, DType::I64).unwrap();
+    assert!(
+        i.requires_grad_(true).is_err(),
+        "integers cannot require grad"
+    );
+    let h = a.mul(3.0).unwrap();
+    assert!(!h.is_leaf());
+    assert_eq!(h.grad_fn_name(), Some("MulBackward0"));
+    assert!(h.requires_grad_(false).is_err());
+    h.retain_grad().unwrap();
+    let handle = a.register_hook(|g| Ok(Some(g.mul(10.0)?))).unwrap();
+    h.sum(None, false).unwrap().backward().unwrap();
+    assert_eq!(h.grad().unwrap().to_vec::<f64>().unwrap(), vec![1.0, 1.0]);
+    assert_eq!(a.grad().unwrap().to_vec::<f64>().unwrap(), vec![30.0, 30.0]);
+    handle.remove();
+    a.zero_grad(true).unwrap();
+    let y = a.mul(&a).unwrap().sum(None, false).unwrap();
+    let g = grad(&[&y], &[&a], false).unwrap();
+    assert!(a.grad().is_none(), "grad() leaves .grad alone");
+    let expect: Vec<f64> = a.to_vec::<f64>().unwrap().iter().map(|v| 2.0 * v).collect();
+    assert_eq!(g[0].as_ref().unwrap().to_vec::<f64>().unwrap(), expect);
+    let unused = x(&[2], 29);
+    let y = a.exp().unwrap().sum(None, false).unwrap();
+    assert!(grad(&[&y], &[&unused], false).is_err());
+    let y = a.exp().unwrap().sum(None, false).unwrap();
+    assert!(grad(&[&y], &[&unused], true).unwrap()[0].is_none());
+    let nonscalar = a.mul(2.0).unwrap();
+    assert!(nonscalar.backward().is_err());
+}
+
+#[test]
+fn detach_and_detach_in_place() {
+    let a = x(&[3], 30);
+    let y = a.exp().unwrap();
+    let d = y.detach().unwrap();
+    assert!(!d.requires_grad() && d.shares_storage(&y));
+    y.detach_().unwrap();
+    assert!(!y.requires_grad() && y.is_leaf());
+    let v = a.mul(1.0).unwrap().narrow(0, 0, 1).unwrap();
+    assert!(v.detach_().is_err(), "views cannot be detached in place");
+}
+
+#[test]
+fn grad_mode_guards_control_recording() {
+    let a = x(&[2], 31);
+    let y = no_grad(|| a.mul(2.0)).unwrap();
+    assert!(!y.requires_grad());
+    let z = no_grad(|| enable_grad(|| a.mul(2.0))).unwrap();
+    assert!(z.requires_grad());
+    let i = inference_mode(|| a.mul(2.0)).unwrap();
+    assert!(!i.requires_grad() && i.is_inference());
+}
