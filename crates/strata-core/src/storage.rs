@@ -184,10 +184,13 @@ enum Guard<'a> {
     Write(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
 
+/// Storages locked inline by one op (more spill to the heap).
+type Locked<T> = smallvec::SmallVec<[T; 4]>;
+
 /// The locks an op holds on its storages, and the raw pointers it may use while it does.
 pub struct StorageGuards<'a> {
-    storages: Vec<(&'a Storage, Access)>,
-    _guards: Vec<Guard<'a>>,
+    storages: Locked<(&'a Storage, Access)>,
+    _guards: Locked<Guard<'a>>,
 }
 
 impl StorageGuards<'_> {
@@ -251,7 +254,7 @@ impl StorageGuards<'_> {
 /// is written, in increasing id order (so `a.copy_(b)` and `b.copy_(a)` on two threads cannot
 /// wait on each other).
 pub fn lock_storages<'a>(operands: &[(&'a Storage, Access)]) -> StorageGuards<'a> {
-    let mut merged: Vec<(&'a Storage, Access)> = Vec::with_capacity(operands.len());
+    let mut merged: Locked<(&'a Storage, Access)> = Locked::new();
     for &(s, a) in operands {
         match merged.iter_mut().find(|(m, _)| m.id == s.id) {
             Some(entry) => {
@@ -262,7 +265,7 @@ pub fn lock_storages<'a>(operands: &[(&'a Storage, Access)]) -> StorageGuards<'a
             None => merged.push((s, a)),
         }
     }
-    merged.sort_by_key(|(s, _)| s.id);
+    merged.sort_unstable_by_key(|(s, _)| s.id);
     // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
     let guards = merged
         .iter()

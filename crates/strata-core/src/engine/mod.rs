@@ -11,10 +11,15 @@ pub mod kernels;
 pub mod pool;
 pub mod reduce;
 mod run;
+mod tile;
 
 pub use run::Plan;
 
 use crate::dtype::DType;
+
+/// Per-dimension sizes or strides of a loop: inline up to six dimensions, so planning a loop
+/// does not allocate for tensors of ordinary rank.
+pub use crate::layout::Dims;
 
 /// One operand of an element-wise loop, described before ordering and coalescing.
 #[derive(Debug, Clone)]

@@ -1,24 +1,37 @@
 //! Ordering, coalescing and walking the runs of an element-wise loop.
+//!
+//! Everything a plan holds is inline up to six dimensions and four operands ([`SmallVec`]),
+//! so planning and walking an ordinary loop never touches the heap.
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use super::pool::{pool, GRAIN_SIZE};
+use super::tile;
 use super::Operand;
 use crate::dtype::DType;
+
+/// Operands stored inline (an output and up to three inputs).
+const OPS: usize = 4;
+
+/// Byte strides of one operand over the loop's dimensions.
+type ByteStrides = SmallVec<[isize; 6]>;
+/// One value per operand.
+type PerOperand<T> = SmallVec<[T; OPS]>;
 
 /// A loop ready to run: dimensions ordered fastest first and coalesced, strides in bytes.
 #[derive(Debug)]
 pub struct Plan {
-    shape: Vec<usize>,
-    strides: Vec<Vec<isize>>,
-    ptrs: Vec<*mut u8>,
-    dtypes: Vec<DType>,
+    shape: SmallVec<[usize; 6]>,
+    strides: PerOperand<ByteStrides>,
+    ptrs: PerOperand<*mut u8>,
+    dtypes: PerOperand<DType>,
     parallel: bool,
     tiled: bool,
 }
 
 /// Side of the square tiles a loop with a transposed operand is walked in (elements).
-const TILE: usize = 32;
+const TILE: usize = 64;
 
 // SAFETY: a Plan only carries addresses. They are dereferenced by kernels while the op holds
 // the storages' locks, and chunks run in parallel only when `parallel` was granted by the op,
@@ -32,19 +45,39 @@ impl Plan {
     /// Builds the loop over `shape` for `operands` (output first), visiting dimensions in the
     /// order `perm` (fastest first, see [`crate::layout::order::iteration_order`]).
     /// `parallel` allows splitting the loop across the pool: the caller asserts that the
-    /// output has no internal overlap and that every input is either disjoint from the output
-    /// or identical to it.
+    /// output has no internal overlap, that every input is either disjoint from the output
+    /// or identical to it, and that kernels only write operand 0 (a parallel loop may be
+    /// walked in tiles whose output is staged in a buffer).
     pub fn new(shape: &[usize], operands: &[Operand], perm: &[usize], parallel: bool) -> Plan {
-        let mut dims: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
-        let mut strides: Vec<Vec<isize>> = operands
-            .iter()
-            .map(|op| {
-                let size = op.dtype.size() as isize;
+        Plan::from_parts(
+            shape,
+            operands.iter().map(|o| (o.ptr, &o.strides[..], o.dtype)),
+            perm,
+            parallel,
+        )
+    }
+
+    /// [`Plan::new`] from `(address, element strides, dtype)` triples, output first.
+    pub fn from_parts<'a>(
+        shape: &[usize],
+        operands: impl Iterator<Item = (*mut u8, &'a [usize], DType)>,
+        perm: &[usize],
+        parallel: bool,
+    ) -> Plan {
+        let mut dims: SmallVec<[usize; 6]> = perm.iter().map(|&d| shape[d]).collect();
+        let mut strides = PerOperand::new();
+        let mut ptrs = PerOperand::new();
+        let mut dtypes = PerOperand::new();
+        for (ptr, op_strides, dtype) in operands {
+            let size = dtype.size() as isize;
+            strides.push(
                 perm.iter()
-                    .map(|&d| op.strides[d] as isize * size)
-                    .collect()
-            })
-            .collect();
+                    .map(|&d| op_strides[d] as isize * size)
+                    .collect::<ByteStrides>(),
+            );
+            ptrs.push(ptr);
+            dtypes.push(dtype);
+        }
         if dims.is_empty() {
             dims.push(1);
             for s in &mut strides {
@@ -58,18 +91,45 @@ impl Plan {
         // order (the ones allowed to run in parallel) are reordered.
         let tiled = parallel
             && dims.len() >= 2
-            && dims[0] >= TILE
-            && dims[1] >= TILE
+            && dims[0] >= TILE / 2
+            && dims[1] >= TILE / 2
             && strides
                 .iter()
                 .any(|s| s[1] != 0 && s[1].unsigned_abs() < s[0].unsigned_abs());
         Plan {
             shape: dims,
             strides,
-            ptrs: operands.iter().map(|o| o.ptr).collect(),
-            dtypes: operands.iter().map(|o| o.dtype).collect(),
+            ptrs,
+            dtypes,
             parallel,
             tiled,
+        }
+    }
+
+    /// A one-dimensional loop over `numel` elements that every operand stores contiguously
+    /// (in the same order) from its address: the plan [`Plan::new`] coalesces a loop over
+    /// same-shaped dense operands with equal strides into, built without ordering or
+    /// coalescing. `parallel` as for [`Plan::new`].
+    pub fn linear(
+        numel: usize,
+        operands: impl Iterator<Item = (*mut u8, DType)>,
+        parallel: bool,
+    ) -> Plan {
+        let mut strides = PerOperand::new();
+        let mut ptrs = PerOperand::new();
+        let mut dtypes = PerOperand::new();
+        for (ptr, dtype) in operands {
+            strides.push(smallvec::smallvec![dtype.size() as isize]);
+            ptrs.push(ptr);
+            dtypes.push(dtype);
+        }
+        Plan {
+            shape: smallvec::smallvec![numel],
+            strides,
+            ptrs,
+            dtypes,
+            parallel,
+            tiled: false,
         }
     }
 
@@ -86,6 +146,11 @@ impl Plan {
     /// The coalesced loop shape, fastest dimension first.
     pub fn shape(&self) -> &[usize] {
         &self.shape
+    }
+
+    /// Whether the loop is walked in tiles (some operand is transposed against the others).
+    pub fn is_tiled(&self) -> bool {
+        self.tiled
     }
 
     /// Calls `f(ptrs, inner_strides, n)` for every run of `n` elements along the innermost
@@ -122,13 +187,13 @@ impl Plan {
             // Few long runs: split each run's elements across the pool instead.
             let n = self.shape[0];
             let pieces = threads.min(n.div_ceil(GRAIN_SIZE / 4).max(1));
-            let inner: Vec<isize> = self.strides.iter().map(|s| s[0]).collect();
+            let inner: PerOperand<isize> = self.strides.iter().map(|s| s[0]).collect();
             pool().install(|| {
                 (0..runs * pieces).into_par_iter().for_each(|k| {
                     let (run, piece) = (k / pieces, k % pieces);
                     let (lo, hi) = (n * piece / pieces, n * (piece + 1) / pieces);
                     let base = self.run_start(run, 1);
-                    let ptrs: Vec<*mut u8> = base
+                    let ptrs: PerOperand<*mut u8> = base
                         .iter()
                         .zip(&inner)
                         .map(|(p, s)| p.wrapping_offset(lo as isize * s))
@@ -139,8 +204,13 @@ impl Plan {
         }
     }
 
-    /// Tiled walk: square tiles of the two innermost dimensions, each tile as runs of at most
-    /// [`TILE`] elements; column blocks (and outer positions) are split across the pool.
+    /// Tiled walk over the two innermost dimensions, in tiles of [`TILE`]×[`TILE`] elements;
+    /// column blocks (and outer positions) are split across the pool.
+    ///
+    /// Within a tile every operand that is not contiguous along the innermost dimension is
+    /// staged in a dense buffer, transposed so that it is: inputs are gathered into it before
+    /// the kernel runs, the output is written there and scattered back afterwards. The
+    /// kernel therefore only ever sees contiguous runs of `TILE` elements, whatever the op.
     fn for_each_tile_run<F>(&self, f: &F)
     where
         F: Fn(&[*mut u8], &[isize], usize) + Sync,
@@ -149,20 +219,86 @@ impl Plan {
         let outer: usize = self.shape[2..].iter().product();
         let jblocks = n1.div_ceil(TILE);
         let units = outer * jblocks;
-        let inner: Vec<isize> = self.strides.iter().map(|s| s[0]).collect();
+        let nops = self.ptrs.len();
+        let esize: PerOperand<usize> = self.dtypes.iter().map(|d| d.size()).collect();
+        let staged: PerOperand<bool> = (0..nops)
+            .map(|k| self.strides[k][0] != esize[k] as isize)
+            .collect();
+        let inner: PerOperand<isize> = (0..nops)
+            .map(|k| {
+                if staged[k] {
+                    esize[k] as isize
+                } else {
+                    self.strides[k][0]
+                }
+            })
+            .collect();
         let unit = |u: usize| {
             let (o, jb) = (u / jblocks, u % jblocks);
             let base = self.run_start(o, 2);
-            let (j_lo, j_hi) = (jb * TILE, ((jb + 1) * TILE).min(n1));
-            let mut ptrs = base.clone();
-            for i0 in (0..n0).step_by(TILE) {
-                let m = TILE.min(n0 - i0);
-                for j in j_lo..j_hi {
-                    for (k, p) in ptrs.iter_mut().enumerate() {
-                        let st = &self.strides[k];
-                        *p = base[k].wrapping_offset(i0 as isize * st[0] + j as isize * st[1]);
+            let (j_lo, tj) = (jb * TILE, TILE.min(n1 - jb * TILE));
+            // One tile per staged operand (u64 words: aligned for every dtype).
+            let mut stage: PerOperand<Vec<u64>> = (0..nops)
+                .map(|k| {
+                    if staged[k] {
+                        vec![0u64; TILE * TILE]
+                    } else {
+                        Vec::new()
                     }
-                    f(&ptrs, &inner, m);
+                })
+                .collect();
+            let mut ptrs: PerOperand<*mut u8> = base.clone();
+            for i0 in (0..n0).step_by(TILE) {
+                let ti = TILE.min(n0 - i0);
+                // Tile corners in every operand.
+                let corner: PerOperand<*mut u8> = (0..nops)
+                    .map(|k| {
+                        let st = &self.strides[k];
+                        base[k].wrapping_offset(i0 as isize * st[0] + j_lo as isize * st[1])
+                    })
+                    .collect();
+                for (k, &is_staged) in staged.iter().enumerate().skip(1) {
+                    if is_staged {
+                        let st = &self.strides[k];
+                        // SAFETY: the tile's elements lie inside operand k (the caller's
+                        // contract for the plan), and the stage holds TILE² elements of
+                        // at most 8 bytes, laid out [tj][ti].
+                        unsafe {
+                            tile::copy(
+                                corner[k],
+                                (st[0], st[1]),
+                                stage[k].as_mut_ptr() as *mut u8,
+                                (esize[k] as isize, (ti * esize[k]) as isize),
+                                (ti, tj),
+                                esize[k],
+                            )
+                        };
+                    }
+                }
+                for j in 0..tj {
+                    for (k, p) in ptrs.iter_mut().enumerate() {
+                        *p = if staged[k] {
+                            (stage[k].as_mut_ptr() as *mut u8).wrapping_add(j * ti * esize[k])
+                        } else {
+                            corner[k].wrapping_offset(j as isize * self.strides[k][1])
+                        };
+                    }
+                    f(&ptrs, &inner, ti);
+                }
+                if staged[0] {
+                    let st = &self.strides[0];
+                    // SAFETY: the kernel wrote all ti×tj elements of the stage; the tile
+                    // lies inside the output, which this unit alone writes there.
+                    unsafe {
+                        tile::copy(
+                            stage[0].as_ptr() as *const u8,
+                            (esize[0] as isize, (ti * esize[0]) as isize),
+                            corner[0],
+                            (st[0], st[1]),
+                            (ti, tj),
+                            esize[0],
+                        )
+                    };
                 }
             }
         };
@@ -175,9 +311,9 @@ impl Plan {
 
     /// Operand addresses at the start of run number `run`, counting runs over the
     /// dimensions from `first` on.
-    fn run_start(&self, run: usize, first: usize) -> Vec<*mut u8> {
+    fn run_start(&self, run: usize, first: usize) -> PerOperand<*mut u8> {
         let mut rem = run;
-        let mut offsets = vec![0isize; self.ptrs.len()];
+        let mut offsets: PerOperand<isize> = smallvec::smallvec![0; self.ptrs.len()];
         for (d, &s) in self.shape.iter().enumerate().skip(first) {
             let i = (rem % s) as isize;
             rem /= s;
@@ -196,26 +332,23 @@ impl Plan {
     where
         F: Fn(&[*mut u8], &[isize], usize),
     {
-        let nops = self.ptrs.len();
+        let inner: PerOperand<isize> = self.strides.iter().map(|s| s[0]).collect();
+        let n = self.shape[0];
+        if self.shape.len() == 1 {
+            // One run (lo = 0, hi = 1): the whole loop.
+            if lo < hi {
+                f(&self.ptrs, &inner, n);
+            }
+            return;
+        }
         let outer = &self.shape[1..];
-        let mut index = vec![0usize; outer.len()];
+        let mut index: SmallVec<[usize; 6]> = smallvec::smallvec![0; outer.len()];
         let mut rem = lo;
         for (d, &s) in outer.iter().enumerate() {
             index[d] = rem % s;
             rem /= s;
         }
-        let mut ptrs: Vec<*mut u8> = (0..nops)
-            .map(|k| {
-                let off: isize = index
-                    .iter()
-                    .enumerate()
-                    .map(|(d, &i)| i as isize * self.strides[k][d + 1])
-                    .sum();
-                self.ptrs[k].wrapping_offset(off)
-            })
-            .collect();
-        let inner: Vec<isize> = self.strides.iter().map(|s| s[0]).collect();
-        let n = self.shape[0];
+        let mut ptrs: PerOperand<*mut u8> = self.run_start(lo, 1);
         for _ in lo..hi {
             f(&ptrs, &inner, n);
             // Advance the odometer over the outer dimensions.
@@ -238,11 +371,11 @@ impl Plan {
 
 /// PyTorch's `coalesce_dimensions`: merges neighbouring dimensions that every operand walks
 /// as one linear stretch, and drops size-1 dimensions.
-fn coalesce(shape: &mut Vec<usize>, strides: &mut [Vec<isize>]) {
+fn coalesce(shape: &mut SmallVec<[usize; 6]>, strides: &mut [ByteStrides]) {
     if shape.len() <= 1 {
         return;
     }
-    let can_merge = |shape: &[usize], strides: &[Vec<isize>], d0: usize, d1: usize| {
+    let can_merge = |shape: &[usize], strides: &[ByteStrides], d0: usize, d1: usize| {
         let (s0, s1) = (shape[d0], shape[d1]);
         if s0 == 1 || s1 == 1 {
             return true;
@@ -275,47 +408,5 @@ fn coalesce(shape: &mut Vec<usize>, strides: &mut [Vec<isize>]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn coalesces_contiguous_dims() {
-        let mut shape = vec![4, 3, 2];
-        let mut strides = vec![vec![4, 16, 48], vec![0, 0, 0]];
-        coalesce(&mut shape, &mut strides);
-        assert_eq!(shape, vec![24]);
-        assert_eq!(strides, vec![vec![4], vec![0]]);
-    }
-
-    #[test]
-    fn keeps_gapped_dims() {
-        let mut shape = vec![3, 4];
-        let mut strides = vec![vec![4, 16]];
-        coalesce(&mut shape, &mut strides);
-        assert_eq!(shape, vec![3, 4]);
-    }
-
-    #[test]
-    fn walks_every_element_once() {
-        let data: Vec<u32> = (0..24).collect();
-        let ptr = data.as_ptr() as *mut u8;
-        // a [4, 6] view with strides (6, 1) read in transposed order
-        let ops = [Operand {
-            ptr,
-            strides: vec![6, 1],
-            dtype: DType::I32,
-        }];
-        let plan = Plan::new(&[4, 6], &ops, &[0, 1], false);
-        let seen = std::sync::Mutex::new(Vec::new());
-        plan.for_each_run(|p, s, n| {
-            for i in 0..n {
-                let v = unsafe { *(p[0].offset(i as isize * s[0]) as *const u32) };
-                seen.lock().unwrap().push(v);
-            }
-        });
-        let mut seen = seen.into_inner().unwrap();
-        assert_eq!(seen.len(), 24);
-        seen.sort();
-        assert_eq!(seen, data);
-    }
-}
+#[path = "run_tests.rs"]
+mod tests;

@@ -11,7 +11,7 @@ pub mod view;
 
 /// Sizes or strides of one layout: up to six dimensions are stored inline, so copying a
 /// layout (which every op does to read a tensor without holding its lock) never allocates.
-type Dims = smallvec::SmallVec<[usize; 6]>;
+pub type Dims = smallvec::SmallVec<[usize; 6]>;
 
 /// Where a tensor's elements are in its storage: element `(i0, i1, ...)` lives at
 /// `offset + Σ i_k * strides[k]`, counted in elements.
@@ -184,7 +184,7 @@ impl Layout {
         if n == 1 {
             return self.sizes[0] < 2 || self.strides[0] == 1;
         }
-        let mut perm: Vec<usize> = (0..n).collect();
+        let mut perm: Dims = (0..n).collect();
         // Size-0/1 dimensions go last; the rest by increasing stride.
         perm.sort_by_key(|&d| (self.sizes[d] < 2, self.strides[d]));
         let mut required = 1usize;

@@ -4,6 +4,8 @@
 //! tensors gives a transposed result). These functions reproduce its ordering rules exactly,
 //! including how ties and broadcast (stride-0) dimensions are treated.
 
+use super::Dims;
+
 /// One operand's view of the iteration: its strides aligned to the iteration shape.
 #[derive(Debug, Clone, Copy)]
 pub struct OrderOperand<'a> {
@@ -15,9 +17,9 @@ pub struct OrderOperand<'a> {
 
 /// The permutation of dimensions from fastest-varying to slowest, as PyTorch's
 /// `TensorIterator::reorder_dimensions`: `perm[0]` is the innermost dimension.
-pub fn iteration_order(shape: &[usize], operands: &[OrderOperand<'_>]) -> Vec<usize> {
+pub fn iteration_order(shape: &[usize], operands: &[OrderOperand<'_>]) -> Dims {
     let n = shape.len();
-    let mut perm: Vec<usize> = (0..n).rev().collect();
+    let mut perm: Dims = (0..n).rev().collect();
     if n <= 1 {
         return perm;
     }
@@ -61,13 +63,13 @@ pub fn iteration_order(shape: &[usize], operands: &[OrderOperand<'_>]) -> Vec<us
 /// Strides for a new output of `shape` laid out in the order `perm` (fastest first), as
 /// TensorIterator allocates it: row-major when the order is the natural one, else dense in
 /// that order (multiplying by every size, so dimensions after a size-0 one get stride 0).
-pub fn output_strides(shape: &[usize], perm: &[usize]) -> Vec<usize> {
+pub fn output_strides(shape: &[usize], perm: &[usize]) -> Dims {
     let n = shape.len();
     let natural = perm.iter().enumerate().all(|(j, &p)| p == n - 1 - j);
     if natural {
-        return super::contiguous_strides(shape);
+        return Dims::from_slice(super::Layout::contiguous(shape, 0).strides());
     }
-    let mut strides = vec![0usize; n];
+    let mut strides: Dims = smallvec::smallvec![0usize; n];
     let mut next = 1usize;
     for &d in perm {
         strides[d] = next;
@@ -131,15 +133,15 @@ mod tests {
     fn transposed_inputs_give_transposed_output() {
         let shape = [3, 4];
         let perm = iteration_order(&shape, &[op(&[1, 3]), op(&[1, 3])]);
-        assert_eq!(perm, vec![0, 1]);
-        assert_eq!(output_strides(&shape, &perm), vec![1, 3]);
+        assert_eq!(perm.as_slice(), [0, 1]);
+        assert_eq!(output_strides(&shape, &perm).as_slice(), [1, 3]);
     }
 
     #[test]
     fn contiguous_inputs_keep_row_major() {
         let shape = [3, 4];
         let perm = iteration_order(&shape, &[op(&[4, 1])]);
-        assert_eq!(output_strides(&shape, &perm), vec![4, 1]);
+        assert_eq!(output_strides(&shape, &perm).as_slice(), [4, 1]);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! locking — the *infer* half is [`ElementwiseSpec::infer`], the *execute* half
 //! [`Prepared::execute`].
 
-use crate::engine::{Operand, Plan};
+use smallvec::SmallVec;
+
+use crate::engine::{Dims, Plan};
 use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
 use crate::layout::order::{iteration_order, output_strides, OrderOperand};
 use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};
@@ -55,35 +57,65 @@ impl<'a> ElementwiseSpec<'a> {
 /// PyTorch's "fast setup" for a new output when every operand has the same shape: a
 /// contiguous result if all are contiguous, channels-last if all are, the strides of the last
 /// input if all are dense with identical strides; `None` to fall back to the stride order.
-fn fast_setup_strides(layouts: &[&Layout], scalar_operand: bool) -> Option<Vec<usize>> {
+fn fast_setup_strides(layouts: &[&Layout], scalar_operand: bool) -> Option<Dims> {
     let first = layouts.first()?;
     if scalar_operand || layouts.iter().any(|l| l.sizes() != first.sizes()) {
         return None;
     }
     if layouts.iter().all(|l| l.is_contiguous()) {
-        return Some(crate::layout::contiguous_strides(first.sizes()));
+        return Some(Dims::from_slice(
+            Layout::contiguous(first.sizes(), 0).strides(),
+        ));
     }
     if layouts.iter().all(|l| l.is_channels_last_contiguous()) {
-        return Some(crate::layout::channels_last_strides(first.sizes()));
+        return Some(crate::layout::channels_last_strides(first.sizes()).into());
     }
     let last = layouts.last()?;
     if layouts
         .iter()
         .all(|l| l.is_non_overlapping_and_dense() && l.strides() == last.strides())
     {
-        return Some(last.strides().to_vec());
+        return Some(Dims::from_slice(last.strides()));
     }
     None
 }
 
+/// Inputs stored inline (up to three).
+type Inputs<T> = SmallVec<[T; 3]>;
+
 /// A validated element-wise op: nothing allocated or written yet.
 pub(crate) struct Prepared {
-    shape: Vec<usize>,
+    shape: Dims,
     out: OutPlan,
-    inputs: Vec<(Body, DType, Vec<usize>)>,
-    perm: Vec<usize>,
+    /// Each input with its dtype and its strides over `shape` (unused when `linear`).
+    inputs: Inputs<(Body, DType, Dims)>,
+    perm: Dims,
     parallel: bool,
     bump_version: bool,
+    /// Every operand, the output included, stores its elements densely in the same order:
+    /// the loop is one run over all of them ([`Plan::linear`]).
+    linear: bool,
+}
+
+/// Whether `layouts` (all of the same sizes) hold their elements densely and in the same
+/// memory order: each is non-overlapping and dense, and their strides agree on every
+/// dimension of size > 1. Then element `k` in memory order is the same logical element for
+/// all of them, counted from each one's first element.
+fn same_dense_order<'a>(first: &Layout, mut layouts: impl Iterator<Item = &'a Layout>) -> bool {
+    if !first.is_non_overlapping_and_dense() {
+        return false;
+    }
+    let contiguous = first.is_contiguous();
+    layouts.all(|l| {
+        if contiguous && l.is_contiguous() {
+            return true;
+        }
+        l.is_non_overlapping_and_dense()
+            && l.sizes()
+                .iter()
+                .zip(l.strides().iter().zip(first.strides()))
+                .all(|(&n, (a, b))| n < 2 || a == b)
+    })
 }
 
 enum OutPlan {
@@ -116,12 +148,20 @@ impl ElementwiseSpec<'_> {
         if let Output::Out(out) = self.output {
             return self.infer_out(op, out);
         }
+        if let Some(prepared) = self.infer_linear() {
+            return Ok(prepared);
+        }
+        self.infer_general(op, refuse_self_overlap)
+    }
+
+    /// Any shapes and layouts: broadcasting, overlap checks, the iteration order.
+    fn infer_general(self, op: &'static str, refuse_self_overlap: bool) -> Result<Prepared> {
         let out_body = match &self.output {
             Output::Existing(t) => Some(t.body()),
             Output::Out(_) => None,
             Output::New(_) | Output::NewWithLayout(..) => None,
         };
-        let bodies: Vec<Body> = self.inputs.iter().map(|t| t.body()).collect();
+        let bodies: Inputs<Body> = self.inputs.iter().map(|t| t.body()).collect();
         // Broadcast every operand, the existing output included, as PyTorch does.
         let mut shape: Vec<usize> = match (&out_body, &self.output) {
             (Some(b), _) => b.layout.sizes().to_vec(),
@@ -190,12 +230,12 @@ impl ElementwiseSpec<'_> {
                 }
             }
         }
-        let input_strides: Vec<Vec<usize>> = bodies
+        let input_strides: Inputs<Dims> = bodies
             .iter()
-            .map(|b| broadcast_strides(b.layout.sizes(), b.layout.strides(), &shape))
+            .map(|b| broadcast_strides(b.layout.sizes(), b.layout.strides(), &shape).into())
             .collect();
         let out_strides_existing = out_body.as_ref().map(|b| b.layout.strides().to_vec());
-        let mut order_ops: Vec<OrderOperand<'_>> = Vec::new();
+        let mut order_ops: SmallVec<[OrderOperand<'_>; 4]> = SmallVec::new();
         if let Some(s) = &out_strides_existing {
             order_ops.push(OrderOperand {
                 strides: s,
@@ -209,6 +249,7 @@ impl ElementwiseSpec<'_> {
             });
         }
         let perm = iteration_order(&shape, &order_ops);
+        drop(order_ops);
         let out = match (self.output, out_body) {
             (Output::Existing(t), Some(b)) => OutPlan::Existing(t.clone(), b),
             (Output::NewWithLayout(dtype, layout), _) => {
@@ -225,10 +266,10 @@ impl ElementwiseSpec<'_> {
                 OutPlan::New(dtype, layout)
             }
             (Output::New(dtype), _) => {
-                let layouts: Vec<&Layout> = bodies.iter().map(|b| &b.layout).collect();
+                let layouts: Inputs<&Layout> = bodies.iter().map(|b| &b.layout).collect();
                 let strides = fast_setup_strides(&layouts, self.scalar_operand)
                     .unwrap_or_else(|| output_strides(&shape, &perm));
-                let layout = Layout::new(shape.clone(), strides, 0);
+                let layout = Layout::from_slices(&shape, &strides, 0);
                 if layout.validate(dtype.size()).is_none() {
                     return Err(Error::shape(
                         op,
@@ -252,12 +293,96 @@ impl ElementwiseSpec<'_> {
             .map(|((b, t), s)| (b, t.dtype(), s))
             .collect();
         Ok(Prepared {
-            shape,
+            shape: shape.into(),
             out,
             inputs,
             perm,
             parallel,
             bump_version: true,
+            linear: false,
+        })
+    }
+
+    /// The fast setup for the common case: every operand has the same shape and they all
+    /// store their elements densely in the same order (for instance all contiguous). The
+    /// loop is then one run over memory, with nothing to broadcast, order or coalesce, and
+    /// nothing is allocated. Decides exactly as the general path would; `None` leaves every
+    /// other case (and every error) to it.
+    fn infer_linear(&self) -> Option<Prepared> {
+        let out_body = match &self.output {
+            Output::Existing(t) => Some(t.body()),
+            Output::New(_) | Output::NewWithLayout(..) => None,
+            Output::Out(_) => return None,
+        };
+        let bodies: Inputs<Body> = self.inputs.iter().map(|t| t.body()).collect();
+        let shape = Dims::from_slice(match (&out_body, &self.output) {
+            (Some(b), _) => b.layout.sizes(),
+            (None, Output::NewWithLayout(_, l)) => l.sizes(),
+            (None, _) => bodies.first()?.layout.sizes(),
+        });
+        let sizes = &shape[..];
+        if bodies.iter().any(|b| b.layout.sizes() != sizes) {
+            return None;
+        }
+        let out = match (&self.output, out_body) {
+            (Output::Existing(t), Some(ob)) => {
+                // A dense output has no internal overlap; an input on the same storage must
+                // be the output itself or disjoint from it (else the general path decides).
+                if !ob.layout.is_non_overlapping_and_dense()
+                    || bodies.iter().any(|b| {
+                        b.storage.id() == ob.storage.id()
+                            && !matches!(
+                                overlap(&ob.layout, &b.layout),
+                                Overlap::Full | Overlap::No
+                            )
+                    })
+                {
+                    return None;
+                }
+                OutPlan::Existing((*t).clone(), ob)
+            }
+            (Output::NewWithLayout(dtype, layout), _) => OutPlan::New(*dtype, layout.clone()),
+            (Output::New(dtype), _) => {
+                // The general path's rule, with the inputs' own strides (nothing broadcasts).
+                let layouts: Inputs<&Layout> = bodies.iter().map(|b| &b.layout).collect();
+                let strides =
+                    fast_setup_strides(&layouts, self.scalar_operand).unwrap_or_else(|| {
+                        let order: SmallVec<[OrderOperand<'_>; 4]> = layouts
+                            .iter()
+                            .map(|l| OrderOperand {
+                                strides: l.strides(),
+                                is_reduction_output: false,
+                            })
+                            .collect();
+                        output_strides(sizes, &iteration_order(sizes, &order))
+                    });
+                let layout = Layout::from_slices(sizes, &strides, 0);
+                layout.validate(dtype.size())?;
+                OutPlan::New(*dtype, layout)
+            }
+            _ => return None,
+        };
+        let out_layout = match &out {
+            OutPlan::New(_, l) => l,
+            OutPlan::Existing(_, b) => &b.layout,
+            OutPlan::Resize(..) => return None,
+        };
+        if !same_dense_order(out_layout, bodies.iter().map(|b| &b.layout)) {
+            return None;
+        }
+        let inputs = bodies
+            .into_iter()
+            .zip(&self.inputs)
+            .map(|(b, t)| (b, t.dtype(), Dims::new()))
+            .collect();
+        Some(Prepared {
+            shape,
+            out,
+            inputs,
+            perm: Dims::new(),
+            parallel: true,
+            bump_version: true,
+            linear: true,
         })
     }
 }
@@ -267,7 +392,7 @@ impl ElementwiseSpec<'_> {
     /// resize), then plans as if it were an in-place write into an output of the broadcast
     /// shape; the resize itself happens in `execute`.
     fn infer_out(self, op: &'static str, out: &Tensor) -> Result<Prepared> {
-        let bodies: Vec<Body> = self.inputs.iter().map(|t| t.body()).collect();
+        let bodies: Inputs<Body> = self.inputs.iter().map(|t| t.body()).collect();
         let mut shape = bodies
             .first()
             .map(|b| b.layout.sizes().to_vec())
@@ -307,15 +432,16 @@ impl ElementwiseSpec<'_> {
                 .infer(op);
         }
         Ok(Prepared {
-            shape,
+            shape: shape.into(),
             out: OutPlan::Resize(
                 out.clone(),
                 self.inputs.iter().map(|t| (*t).clone()).collect(),
             ),
-            inputs: vec![],
-            perm: vec![],
+            inputs: SmallVec::new(),
+            perm: Dims::new(),
             parallel: true,
             bump_version: true,
+            linear: false,
         })
     }
 }
@@ -353,31 +479,43 @@ impl Prepared {
             OutPlan::Resize(..) => unreachable!("handled above"),
         };
         {
-            let mut locks = vec![(&*out_body.storage, Access::Write)];
+            let mut locks: SmallVec<[_; 4]> = SmallVec::new();
+            locks.push((&*out_body.storage, Access::Write));
             locks.extend(
                 self.inputs
                     .iter()
                     .map(|(b, _, _)| (&*b.storage, Access::Read)),
             );
             let guards = lock_storages(&locks);
-            let mut operands = vec![Operand {
-                ptr: guards
-                    .write_ptr(&out_body.storage)
-                    .wrapping_add(out_body.layout.offset() * out_dtype.size()),
-                strides: out_body.layout.strides().to_vec(),
-                dtype: out_dtype,
-            }];
-            for (b, dtype, strides) in &self.inputs {
-                operands.push(Operand {
-                    ptr: guards
-                        .read_ptr(&b.storage)
-                        .wrapping_add(b.layout.offset() * dtype.size())
-                        as *mut u8,
-                    strides: strides.clone(),
-                    dtype: *dtype,
-                });
-            }
-            let plan = Plan::new(&self.shape, &operands, &self.perm, self.parallel);
+            let out_ptr = guards
+                .write_ptr(&out_body.storage)
+                .wrapping_add(out_body.layout.offset() * out_dtype.size());
+            let input_ptr = |b: &Body, dtype: DType| {
+                guards
+                    .read_ptr(&b.storage)
+                    .wrapping_add(b.layout.offset() * dtype.size()) as *mut u8
+            };
+            let plan = if self.linear {
+                let numel = out_body.layout.numel();
+                let inputs = self.inputs.iter().map(|(b, d, _)| (input_ptr(b, *d), *d));
+                Plan::linear(
+                    numel,
+                    std::iter::once((out_ptr, out_dtype)).chain(inputs),
+                    self.parallel,
+                )
+            } else {
+                let out = (out_ptr, out_body.layout.strides(), out_dtype);
+                let inputs = self
+                    .inputs
+                    .iter()
+                    .map(|(b, d, s)| (input_ptr(b, *d), &s[..], *d));
+                Plan::from_parts(
+                    &self.shape,
+                    std::iter::once(out).chain(inputs),
+                    &self.perm,
+                    self.parallel,
+                )
+            };
             kernel(&plan);
         }
         if existing && self.bump_version {
@@ -386,3 +524,7 @@ impl Prepared {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+#[path = "iter_tests.rs"]
+mod tests;

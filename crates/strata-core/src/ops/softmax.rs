@@ -23,6 +23,14 @@ use crate::{DType, Error, Result, Tensor};
 /// -87.3 (no subnormal results), and keeps NaN.
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
+    exp_f32_with::<false>(x)
+}
+
+/// [`exp_f32`], with fused multiply-adds when `FUSED` (for code compiled with FMA enabled,
+/// where they are one instruction each; elsewhere they would be library calls).
+#[inline(always)]
+fn exp_f32_with<const FUSED: bool>(x: f32) -> f32 {
+    let madd = |a: f32, b: f32, c: f32| if FUSED { a.mul_add(b, c) } else { a * b + c };
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -30,16 +38,18 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     // Round to nearest by adding and subtracting 1.5·2^23 (|xc·log2e| < 2^7), which
     // vectorises where `round` would be a library call.
     const MAGIC: f32 = 12_582_912.0;
-    let t = xc * LOG2E + MAGIC;
+    let t = madd(xc, LOG2E, MAGIC);
     let n = t - MAGIC;
     // The same integer, read from the low mantissa bits (an integer subtraction, which
     // vectorises where a float-to-int cast would not).
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (0.166_666_67 + r * (0.041_666_52 + r * (0.008_333_49 + r * 0.001_393_98)))));
+    let r = madd(-n, LN2_LO, madd(-n, LN2_HI, xc));
+    let p = madd(r, 0.001_393_98, 0.008_333_49);
+    let p = madd(r, p, 0.041_666_52);
+    let p = madd(r, p, 0.166_666_67);
+    let p = madd(r, p, 0.5);
+    let p = madd(r, p, 1.0);
+    let p = madd(r, p, 1.0);
     // 2^n as two factors, so that n = 128 (just below the overflow threshold) stays finite.
     let half = ni >> 1;
     let s1 = f32::from_bits(((half + 127) as u32) << 23);
@@ -59,6 +69,11 @@ trait SoftmaxFloat: Copy + Send + Sync + PartialOrd + 'static {
     const NEG_INF: Self;
     const ZERO: Self;
     fn exp(self) -> Self;
+    /// `exp` in code compiled with FMA enabled (see [`exp_f32_with`]).
+    #[inline(always)]
+    fn exp_fused(self) -> Self {
+        self.exp()
+    }
     fn ln(self) -> Self;
     fn max_nan(self, other: Self) -> Self;
     fn sub(self, other: Self) -> Self;
@@ -67,7 +82,7 @@ trait SoftmaxFloat: Copy + Send + Sync + PartialOrd + 'static {
     fn recip(self) -> Self;
     /// [`slab`] with the widest vector instructions this CPU has.
     fn slab_best(x: &[Self], out: &mut [Self], inner: usize, log: bool, scratch: &mut Vec<Self>) {
-        slab(x, out, inner, log, scratch);
+        slab::<Self, false>(x, out, inner, log, scratch);
     }
 }
 
@@ -77,12 +92,18 @@ macro_rules! softmax_float {
             #[inline]
             fn slab_best(x: &[Self], out: &mut [Self], inner: usize, log: bool, scratch: &mut Vec<Self>) {
                 #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above).
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked just above).
                     unsafe { slab_avx2(x, out, inner, log, scratch) };
                     return;
                 }
-                slab(x, out, inner, log, scratch);
+                slab::<Self, false>(x, out, inner, log, scratch);
+            }
+            #[inline(always)]
+            fn exp_fused(self) -> Self {
+                exp_f32_with::<true>(self)
             }
         });
     };
@@ -131,14 +152,14 @@ macro_rules! softmax_float {
     };
 }
 
-/// [`slab`] for f32 compiled for AVX2 (8 lanes instead of SSE2's 4).
+/// [`slab`] for f32 compiled for AVX2 (8 lanes instead of SSE2's 4) and FMA.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn slab_avx2(x: &[f32], out: &mut [f32], inner: usize, log: bool, scratch: &mut Vec<f32>) {
-    slab(x, out, inner, log, scratch);
+    slab::<f32, true>(x, out, inner, log, scratch);
 }
 
 softmax_float!(f32, exp_f32, avx2);
@@ -169,7 +190,8 @@ fn row_max<T: SoftmaxFloat>(x: &[T]) -> T {
 
 /// Softmax (or log-softmax) of one contiguous row `x` into `out`.
 #[inline(always)]
-fn row<T: SoftmaxFloat>(x: &[T], out: &mut [T], log: bool) {
+fn row<T: SoftmaxFloat, const FUSED: bool>(x: &[T], out: &mut [T], log: bool) {
+    let exp = |v: T| if FUSED { v.exp_fused() } else { v.exp() };
     let m = row_max(x);
     // An all -inf row gives NaN in PyTorch (exp(-inf - -inf)); keep that.
     let mut acc = [T::ZERO; LANES];
@@ -177,13 +199,13 @@ fn row<T: SoftmaxFloat>(x: &[T], out: &mut [T], log: bool) {
         let mut chunks = x.chunks_exact(LANES);
         for c in &mut chunks {
             for (a, &v) in acc.iter_mut().zip(c) {
-                *a = a.add(v.sub(m).exp());
+                *a = a.add(exp(v.sub(m)));
             }
         }
         let mut s = chunks
             .remainder()
             .iter()
-            .fold(T::ZERO, |a, &v| a.add(v.sub(m).exp()));
+            .fold(T::ZERO, |a, &v| a.add(exp(v.sub(m))));
         for a in acc {
             s = s.add(a);
         }
@@ -196,14 +218,14 @@ fn row<T: SoftmaxFloat>(x: &[T], out: &mut [T], log: bool) {
         let mut os = out.chunks_exact_mut(LANES);
         for (c, o) in (&mut xs).zip(&mut os) {
             for ((a, &v), o) in acc.iter_mut().zip(c).zip(o) {
-                let e = v.sub(m).exp();
+                let e = exp(v.sub(m));
                 *o = e;
                 *a = a.add(e);
             }
         }
         let mut s = T::ZERO;
         for (&v, o) in xs.remainder().iter().zip(os.into_remainder()) {
-            let e = v.sub(m).exp();
+            let e = exp(v.sub(m));
             *o = e;
             s = s.add(e);
         }
@@ -220,7 +242,14 @@ fn row<T: SoftmaxFloat>(x: &[T], out: &mut [T], log: bool) {
 /// Softmax along the middle dimension of one `[len, inner]` block, `inner > 1`; `scratch`
 /// holds `2·inner` values.
 #[inline(always)]
-fn block<T: SoftmaxFloat>(x: &[T], out: &mut [T], inner: usize, log: bool, scratch: &mut [T]) {
+fn block<T: SoftmaxFloat, const FUSED: bool>(
+    x: &[T],
+    out: &mut [T],
+    inner: usize,
+    log: bool,
+    scratch: &mut [T],
+) {
+    let exp = |v: T| if FUSED { v.exp_fused() } else { v.exp() };
     let (m, s) = scratch.split_at_mut(inner);
     m.fill(T::NEG_INF);
     s.fill(T::ZERO);
@@ -231,7 +260,7 @@ fn block<T: SoftmaxFloat>(x: &[T], out: &mut [T], inner: usize, log: bool, scrat
     }
     for r in x.chunks_exact(inner) {
         for ((a, &v), &mx) in s.iter_mut().zip(r).zip(m.iter()) {
-            *a = a.add(v.sub(mx).exp());
+            *a = a.add(exp(v.sub(mx)));
         }
     }
     if log {
@@ -245,23 +274,25 @@ fn block<T: SoftmaxFloat>(x: &[T], out: &mut [T], inner: usize, log: bool, scrat
     }
     for (r, o) in x.chunks_exact(inner).zip(out.chunks_exact_mut(inner)) {
         for (((o, &v), &mx), &k) in o.iter_mut().zip(r).zip(m.iter()).zip(s.iter()) {
-            *o = if log {
-                v.sub(k)
-            } else {
-                v.sub(mx).exp().mul(k)
-            };
+            *o = if log { v.sub(k) } else { exp(v.sub(mx)).mul(k) };
         }
     }
 }
 
 /// One `[len, inner]` slab of the input and the output, in compute precision.
 #[inline(always)]
-fn slab<T: SoftmaxFloat>(x: &[T], out: &mut [T], inner: usize, log: bool, scratch: &mut Vec<T>) {
+fn slab<T: SoftmaxFloat, const FUSED: bool>(
+    x: &[T],
+    out: &mut [T],
+    inner: usize,
+    log: bool,
+    scratch: &mut Vec<T>,
+) {
     if inner == 1 {
-        row(x, out, log);
+        row::<T, FUSED>(x, out, log);
     } else {
         scratch.resize(2 * inner, T::ZERO);
-        block(x, out, inner, log, scratch);
+        block::<T, FUSED>(x, out, inner, log, scratch);
     }
 }
 
@@ -443,19 +474,23 @@ mod tests {
 
     #[test]
     fn exp_f32_is_accurate_over_its_range() {
-        let mut worst = 0f64;
-        let mut x = -87.0f32;
-        while x < 88.5 {
-            let want = (x as f64).exp();
-            let got = exp_f32(x) as f64;
-            worst = worst.max(((got - want) / want).abs());
-            x += 0.0137;
+        // Both the plain and the fused (FMA) form; the latter through `mul_add`, which is
+        // exact wherever it runs.
+        for exp in [exp_f32 as fn(f32) -> f32, exp_f32_with::<true>] {
+            let mut worst = 0f64;
+            let mut x = -87.0f32;
+            while x < 88.5 {
+                let want = (x as f64).exp();
+                let got = exp(x) as f64;
+                worst = worst.max(((got - want) / want).abs());
+                x += 0.0137;
+            }
+            assert!(worst < 3e-7, "worst relative error {worst}");
+            assert_eq!(exp(0.0), 1.0);
+            assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+            assert_eq!(exp(100.0), f32::INFINITY);
+            assert!(exp(f32::NAN).is_nan());
         }
-        assert!(worst < 3e-7, "worst relative error {worst}");
-        assert_eq!(exp_f32(0.0), 1.0);
-        assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_f32(100.0), f32::INFINITY);
-        assert!(exp_f32(f32::NAN).is_nan());
     }
 
     fn reference(x: &[f64], outer: usize, len: usize, inner: usize, log: bool) -> Vec<f64> {
