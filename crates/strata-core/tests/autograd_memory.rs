@@ -159,6 +159,12 @@ fn residual_step(use_checkpoint: bool) -> (usize, usize) {
 fn checkpointing_every_block_keeps_a_fraction_of_the_activations() {
     let (held, peak) = residual_step(false);
     let (held_ckpt, peak_ckpt) = residual_step(true);
+    eprintln!(
+        "8 residual blocks: held after forward {held} -> {held_ckpt} bytes ({:.3}x), peak \
+         {peak} -> {peak_ckpt} bytes ({:.3}x)",
+        held_ckpt as f64 / held as f64,
+        peak_ckpt as f64 / peak as f64
+    );
     assert!(
         (held_ckpt as f64) <= 0.3 * held as f64,
         "held after forward: {held_ckpt} with checkpoints vs {held} without"
@@ -231,6 +237,10 @@ fn a_bf16_pack_hook_halves_the_saved_activation_bytes() {
     };
     let plain = run(false);
     let hooked = run(true);
+    eprintln!(
+        "saved activations: {plain} bytes in f32, {hooked} with the bf16 hook ({:.3}x)",
+        hooked as f64 / plain as f64
+    );
     // Held: the matmul output is freed either way; what stays is exp's and tanh's outputs
     // plus the loss. In bf16 that is half.
     let activation = 512 * 512 * 4;
