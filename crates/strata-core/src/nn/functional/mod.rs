@@ -1,0 +1,16 @@
+//! The functional neural-network ops (`torch.nn.functional`): free functions on tensors,
+//! each an op of its own (`#[track_caller]`, one [`OpContext`](crate::OpContext)) that
+//! validates everything before it allocates and records its own backward where composing
+//! other ops would save more than the backward needs.
+
+mod check;
+mod class_target;
+mod cross_entropy;
+mod linear;
+mod loss;
+mod reduction;
+
+pub use cross_entropy::cross_entropy;
+pub use linear::linear;
+pub use loss::{mse_loss, nll_loss};
+pub use reduction::Reduction;
