@@ -6,11 +6,17 @@
 mod check;
 mod class_target;
 mod cross_entropy;
+mod dropout;
+mod embedding;
+mod layer_norm;
 mod linear;
 mod loss;
 mod reduction;
 
 pub use cross_entropy::cross_entropy;
+pub use dropout::{dropout, dropout_with};
+pub use embedding::embedding;
+pub use layer_norm::layer_norm;
 pub use linear::linear;
 pub use loss::{mse_loss, nll_loss};
 pub use reduction::Reduction;
