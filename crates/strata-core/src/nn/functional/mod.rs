@@ -5,18 +5,24 @@
 
 mod check;
 mod class_target;
+mod conv;
 mod cross_entropy;
 mod dropout;
 mod embedding;
 mod layer_norm;
 mod linear;
 mod loss;
+mod pair;
+mod pool;
 mod reduction;
 
+pub use conv::conv2d;
 pub use cross_entropy::cross_entropy;
 pub use dropout::{dropout, dropout_with};
 pub use embedding::embedding;
 pub use layer_norm::layer_norm;
 pub use linear::linear;
 pub use loss::{mse_loss, nll_loss};
+pub use pair::Pair;
+pub use pool::max_pool2d;
 pub use reduction::Reduction;
