@@ -14,3 +14,6 @@
 //! ```
 
 pub mod functional;
+
+#[cfg(test)]
+mod tests;
