@@ -5,6 +5,7 @@
 //! sizes and anything strata refuses become that program's error, and the next program runs.
 
 mod args;
+mod nn;
 mod observe;
 mod ops;
 

@@ -438,6 +438,6 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
             }
             Ok(Produced::Nothing)
         }
-        _ => Err(format!("unsupported op: {op}")),
+        _ => super::nn::run(op, xs, a).unwrap_or_else(|| Err(format!("unsupported op: {op}"))),
     }
 }

@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod nn;
 pub mod op;
 pub mod ops;
 pub mod random;

@@ -1,0 +1,83 @@
+//! `cross_entropy` with class-index targets, as one node whose backward keeps only the
+//! logits and the target.
+
+use super::check::to_i64;
+use super::class_target::{self, ClassShapes};
+use super::Reduction;
+use crate::autograd::formulas::{record, Grads};
+use crate::autograd::mode::internal;
+use crate::op::OpContext;
+use crate::{Result, Tensor};
+
+/// The cross-entropy loss between `logits` (`[N, C]`, `[N, C, d1, ..]` or `[C]`) and the
+/// class indices `target` (i64, `[N]`, `[N, d1, ..]` or `[]`): `-log_softmax(logits)` at
+/// each target class, reduced by `reduction` (PyTorch's `F.cross_entropy`).
+///
+/// Its backward node saves the logits and the target, nothing of their size more: the
+/// gradient `(softmax(logits) - onehot(target)) * g` is recomputed from them, subtracting
+/// at the target positions without building a one-hot tensor.
+///
+/// ```
+/// use strata_core::nn::functional::{cross_entropy, Reduction};
+/// use strata_core::Tensor;
+/// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 10.0, 0.0], &[2, 2])?.requires_grad_(true)?;
+/// let target = Tensor::from_vec(vec![1i64, 0], &[2])?;
+/// let loss = cross_entropy(&logits, &target, Reduction::Mean)?;
+/// assert!((loss.item::<f32>()? - 2f32.ln() / 2.0).abs() < 1e-4);
+/// loss.backward()?;
+/// let g = logits.grad().unwrap().to_vec::<f32>()?;
+/// assert!((g[0] - 0.25).abs() < 1e-6 && (g[1] + 0.25).abs() < 1e-6);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn cross_entropy(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let ctx = OpContext::enter("cross_entropy");
+    let cs = class_target::check(ctx.op(), logits, target)?;
+    let out = internal(|| -> Result<Tensor> {
+        let lsm = cs.batched_input(logits)?.log_softmax(1)?;
+        reduction.apply(&picked_losses(&lsm, target, &cs)?)
+    })?;
+    record(&ctx, "CrossEntropyLossBackward0", &[logits], &out, |rec| {
+        let saved_logits = rec.save(logits)?;
+        let saved_target = rec.save(target)?;
+        Ok(move |g: Tensor| -> Grads {
+            let (x, t) = (saved_logits.get()?, saved_target.get()?);
+            let gw = per_target_grad(&g, &cs, reduction)?;
+            let idx = cs.class_index(&t)?;
+            let gx = cs.batched_input(&x)?.softmax(1)?;
+            gx.mul_(&gw)?;
+            let gx = subtract_at_targets(&gx, &idx, &gw)?;
+            Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
+        })
+    })?;
+    Ok(out)
+}
+
+/// `-input[n, target[n, ..], ..]` for every target element, shaped like the target.
+pub(super) fn picked_losses(input: &Tensor, target: &Tensor, cs: &ClassShapes) -> Result<Tensor> {
+    input
+        .gather(1, &cs.class_index(target)?)?
+        .neg()?
+        .reshape(&to_i64(&cs.target_shape))
+}
+
+/// The gradient reaching each target element's loss, shaped `[N, 1, d1, ..]` (or 0-d when
+/// the loss was reduced), ready to broadcast over the class dimension.
+pub(super) fn per_target_grad(
+    g: &Tensor,
+    cs: &ClassShapes,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    match reduction {
+        Reduction::None if cs.unbatched => g.reshape(&[1, 1]),
+        Reduction::None => g.unsqueeze(1),
+        Reduction::Mean => g.div(cs.count() as f64),
+        Reduction::Sum => Ok(g.clone()),
+    }
+}
+
+/// `grad` with `gw` subtracted at each target class (`idx` is `[N, 1, d1, ..]`).
+pub(super) fn subtract_at_targets(grad: &Tensor, idx: &Tensor, gw: &Tensor) -> Result<Tensor> {
+    let src = gw.neg()?.expand(&to_i64(&idx.shape()))?;
+    grad.scatter_add(1, idx, &src)
+}

@@ -1,0 +1,70 @@
+//! `linear`: `x @ w.T + b`.
+
+use super::check::{dtype_is, floating, ndim_in, shape};
+use crate::op::OpContext;
+use crate::{Result, Tensor};
+
+/// `x @ w.T + b` for `x` of shape `[.., in]`, `w` of shape `[out, in]` and an optional bias
+/// of shape `[out]` (PyTorch's `F.linear`). Differentiable in all three through the matmul
+/// and the addition, which save only views of their operands.
+///
+/// ```
+/// use strata_core::nn::functional::linear;
+/// use strata_core::Tensor;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2])?;
+/// let w = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 1.0, 0.0, -1.0], &[3, 2])?;
+/// let b = Tensor::from_vec(vec![0.5f32, 0.0, 1.0], &[3])?;
+/// let y = linear(&x, &w, Some(&b))?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 3.0, -1.0]);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let ctx = OpContext::enter("linear");
+    let op = ctx.op();
+    floating(op, "the input", x)?;
+    dtype_is(op, "the weight", w, x.dtype())?;
+    ndim_in(op, "the weight", w, &[2])?;
+    if x.dim() == 0 {
+        return Err(shape(
+            op,
+            "the input must have at least one dimension, got a 0-d tensor".into(),
+            vec![x.shape()],
+            "give the input the shape [.., in_features]",
+        ));
+    }
+    let (xs, ws) = (x.shape(), w.shape());
+    if xs[xs.len() - 1] != ws[1] {
+        return Err(shape(
+            op,
+            format!(
+                "the input's last dimension ({}) must equal the weight's in_features ({}): \
+                 input {xs:?}, weight {ws:?}",
+                xs[xs.len() - 1],
+                ws[1]
+            ),
+            vec![xs, ws],
+            "the weight has shape [out_features, in_features]",
+        ));
+    }
+    if let Some(b) = b {
+        dtype_is(op, "the bias", b, x.dtype())?;
+        if b.shape() != [ws[0]] && b.numel() != 1 {
+            return Err(shape(
+                op,
+                format!(
+                    "the bias must have shape [{}] (out_features), got {:?}",
+                    ws[0],
+                    b.shape()
+                ),
+                vec![b.shape(), ws],
+                "give the bias one value per output feature",
+            ));
+        }
+    }
+    let y = x.matmul(&w.t()?)?;
+    match b {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
+}

@@ -1,0 +1,69 @@
+//! `nll_loss` and `mse_loss`.
+
+use super::check::{dtype_is, floating, to_i64};
+use super::class_target;
+use super::cross_entropy::{per_target_grad, picked_losses, subtract_at_targets};
+use super::Reduction;
+use crate::autograd::formulas::{record, Grads};
+use crate::autograd::mode::internal;
+use crate::op::OpContext;
+use crate::{Result, Tensor};
+
+/// The negative log-likelihood loss of `log_probs` (`[N, C]`, `[N, C, d1, ..]` or `[C]`,
+/// typically a `log_softmax` along dimension 1) at the class indices `target` (i64, the
+/// input's shape without dimension 1), reduced by `reduction` (PyTorch's `F.nll_loss`).
+/// Its backward saves only the target.
+///
+/// ```
+/// use strata_core::nn::functional::{nll_loss, Reduction};
+/// use strata_core::Tensor;
+/// let lp = Tensor::from_vec(vec![-0.5f32, -1.0, -2.0, -0.1], &[2, 2])?;
+/// let target = Tensor::from_vec(vec![1i64, 0], &[2])?;
+/// assert_eq!(nll_loss(&lp, &target, Reduction::Sum)?.item::<f32>()?, 3.0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let ctx = OpContext::enter("nll_loss");
+    let cs = class_target::check(ctx.op(), log_probs, target)?;
+    let out = internal(|| -> Result<Tensor> {
+        let x = cs.batched_input(log_probs)?;
+        reduction.apply(&picked_losses(&x, target, &cs)?)
+    })?;
+    let batched_shape = if cs.unbatched {
+        vec![1, cs.classes]
+    } else {
+        cs.input_shape.clone()
+    };
+    record(&ctx, "NllLossBackward0", &[log_probs], &out, |rec| {
+        let saved_target = rec.save(target)?;
+        Ok(move |g: Tensor| -> Grads {
+            let gw = per_target_grad(&g, &cs, reduction)?;
+            let idx = cs.class_index(&saved_target.get()?)?;
+            let zeros = Tensor::zeros(&batched_shape, g.dtype())?;
+            let gx = subtract_at_targets(&zeros, &idx, &gw)?;
+            Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
+        })
+    })?;
+    Ok(out)
+}
+
+/// The mean squared error `(input - target)²`, reduced by `reduction` (PyTorch's
+/// `F.mse_loss`); the two broadcast together. Differentiable in both.
+///
+/// ```
+/// use strata_core::nn::functional::{mse_loss, Reduction};
+/// use strata_core::Tensor;
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+/// let b = Tensor::from_vec(vec![1.0f32, 0.0, 0.0], &[3])?;
+/// assert_eq!(mse_loss(&a, &b, Reduction::Mean)?.item::<f32>()?, 13.0 / 3.0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let ctx = OpContext::enter("mse_loss");
+    floating(ctx.op(), "the input", input)?;
+    dtype_is(ctx.op(), "the target", target, input.dtype())?;
+    let d = input.sub(target)?;
+    reduction.apply(&d.mul(&d)?)
+}
