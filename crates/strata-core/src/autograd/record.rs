@@ -59,7 +59,7 @@ pub(crate) fn current_grad_fn(t: &Tensor) -> Option<Arc<Node>> {
                 "AsStridedBackward0",
                 edge,
                 &base,
-                ViewGrad::Geometry(bl, vl, None),
+                ViewGrad::Geometry(Box::new((bl, vl, None))),
             );
             st.grad_fn = Some(node);
             t.autograd_meta().set_requires_grad(true);

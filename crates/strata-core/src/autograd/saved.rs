@@ -14,10 +14,15 @@ use crate::{DType, Error, Result, Tensor};
 /// What a pack hook returns: anything, boxed.
 pub type Packed = Box<dyn Any + Send + Sync>;
 
+/// Packs a tensor being saved.
+pub(crate) type PackFn = Box<dyn Fn(&Tensor) -> Result<Packed> + Send + Sync>;
+/// Gives back the tensor a [`PackFn`] packed.
+pub(crate) type UnpackFn = Box<dyn Fn(&Packed) -> Result<Tensor> + Send + Sync>;
+
 /// A pack/unpack pair applied to every tensor autograd saves while it is installed.
 pub(crate) struct HookPair {
-    pub pack: Box<dyn Fn(&Tensor) -> Result<Packed> + Send + Sync>,
-    pub unpack: Box<dyn Fn(&Packed) -> Result<Tensor> + Send + Sync>,
+    pub pack: PackFn,
+    pub unpack: UnpackFn,
 }
 
 thread_local! {

@@ -27,7 +27,7 @@ pub(crate) enum ViewGrad {
     Expand(Vec<usize>),
     /// Through storage positions: (input layout, view layout), and the view op itself for
     /// an input whose elements overlap in memory.
-    Geometry(Layout, Layout, Option<Replay>),
+    Geometry(Box<(Layout, Layout, Option<Replay>)>),
 }
 
 /// The view op applied again to another tensor of the input's shape.
@@ -45,7 +45,8 @@ impl ViewGrad {
                 g.permute(&inv)
             }
             ViewGrad::Expand(shape) => sum_to(g, shape),
-            ViewGrad::Geometry(input, view, replay) => {
+            ViewGrad::Geometry(geo) => {
+                let (input, view, replay) = &**geo;
                 geometry_backward(g, input, view, replay.as_ref())
             }
         }
@@ -236,7 +237,7 @@ impl Tensor {
                 ViewGrad::Reshape(self.shape())
             }
             "expand" | "broadcast_to" => ViewGrad::Expand(self.shape()),
-            _ => ViewGrad::Geometry(self.layout(), layout.clone(), None),
+            _ => ViewGrad::Geometry(Box::new((self.layout(), layout.clone(), None))),
         };
         self.tracked_view(op, layout, creation, grad)
     }
@@ -250,7 +251,7 @@ impl Tensor {
         creation: ViewCreation,
         replay: Replay,
     ) -> Tensor {
-        let grad = ViewGrad::Geometry(self.layout(), layout.clone(), Some(replay));
+        let grad = ViewGrad::Geometry(Box::new((self.layout(), layout.clone(), Some(replay))));
         self.tracked_view(op, layout, creation, grad)
     }
 
