@@ -65,18 +65,9 @@ impl Node {
         saves: bool,
         location: Option<&'static Location<'static>>,
     ) -> Arc<Node> {
-        Arc::new(Node {
-            name,
-            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
-            next,
-            inputs,
-            kind: NodeKind::Function {
-                backward: Mutex::new(Some(backward)),
-                saves: AtomicBool::new(saves),
-            },
-            location,
-            hooks: Mutex::new(Vec::new()),
-        })
+        let node = Node::pending(name, next, inputs, location);
+        node.install(backward, saves);
+        node
     }
 
     /// A node whose backward is installed later (after its output knows its `grad_fn`, so

@@ -145,16 +145,15 @@ fn prod_grad(g: &Tensor, x: &Tensor, y: &Tensor, rd: &[usize], keepdim: bool) ->
 }
 
 fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Result<Tensor> {
-    let z = super::zero(x.dtype())?;
+    // The gradient is taken as 0 where the norm is 0.
+    let zero_where_norm_is_zero = |q: Tensor| -> Result<Tensor> {
+        let at_zero = n
+            .eq(0i64)?
+            .expand(&super::super::view::to_i64(&x.shape()))?;
+        Tensor::where_(&at_zero, &super::zero(x.dtype())?, &q)
+    };
     if p == 2.0 {
-        let q = x.div(n)?;
-        let q = Tensor::where_(
-            &n.eq(0i64)?
-                .expand(&super::super::view::to_i64(&x.shape()))?,
-            &z,
-            &q,
-        )?;
-        return ge.mul(&q);
+        return ge.mul(&zero_where_norm_is_zero(x.div(n)?)?);
     }
     if p == 1.0 {
         return ge.mul(&sign(x)?);
@@ -168,16 +167,8 @@ fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Resul
         return ge.mul(0i64);
     }
     // x |x|^(p-2) / norm^(p-1)
-    let a = x.abs()?;
-    let num = x.mul(&a.pow(p - 2.0)?)?;
-    let q = num.div(&n.pow(p - 1.0)?)?;
-    let q = Tensor::where_(
-        &n.eq(0i64)?
-            .expand(&super::super::view::to_i64(&x.shape()))?,
-        &z,
-        &q,
-    )?;
-    ge.mul(&q)
+    let num = x.mul(&x.abs()?.pow(p - 2.0)?)?;
+    ge.mul(&zero_where_norm_is_zero(num.div(&n.pow(p - 1.0)?)?)?)
 }
 
 /// Records `out = max/min(x, dim)` (the values; indices carry no gradient).
