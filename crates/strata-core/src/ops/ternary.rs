@@ -1,6 +1,7 @@
-//! Three-operand element-wise ops: `where` and `addcmul`.
+//! Three-operand element-wise ops: `where`, `addcmul`, and the fused multiply-add that
+//! backward formulas use to round as PyTorch's compiled kernels do.
 
-use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
+use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element, Wide};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -27,6 +28,52 @@ impl DTypeFn for AddCMul<'_> {
         // SAFETY: the plan comes from `Prepared::execute`, which holds the locks.
         unsafe { kernels::map3::<T, T>(self.0, move |x, a, b| x.add(v.mul(a.mul(b)))) }
     }
+}
+
+struct FusedMulAdd<'a>(&'a Plan);
+
+impl DTypeFn for FusedMulAdd<'_> {
+    type Output = ();
+    fn call<T: Element>(self) {
+        // SAFETY: the plan comes from `Prepared::execute`, which holds the locks.
+        unsafe {
+            if T::DTYPE == DType::F64 {
+                kernels::map3::<T, T>(self.0, |a, b, c| {
+                    T::from_wide(Wide::Float(a.to_f64().mul_add(b.to_f64(), c.to_f64())))
+                })
+            } else {
+                // The product of two f32 values is exact in f64, so one rounding of the sum
+                // to f32 gives the fused result except when the f64 sum lies exactly halfway
+                // between two f32 values after its own rounding (about 1 in 2^29).
+                kernels::map3::<T, T>(self.0, |a, b, c| {
+                    T::from_wide(Wide::Float(a.to_f64() * b.to_f64() + c.to_f64()))
+                })
+            }
+        }
+    }
+}
+
+/// `a * b + c` with a single rounding, all three broadcast; floating dtypes only. Not
+/// recorded by autograd: backward formulas use it where PyTorch's kernels are compiled to
+/// fused multiply-adds, so that gradients dominated by cancellation round the same way.
+#[track_caller]
+pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
+    let ctx = OpContext::enter("fused_mul_add");
+    let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b), Arg::Tensor(c)]);
+    if !dtype.is_floating() {
+        return Err(Error::dtype(
+            ctx.op(),
+            format!("a fused multiply-add needs floating tensors, got {dtype}"),
+            None,
+        ));
+    }
+    crate::autograd::mode::internal(|| {
+        ElementwiseSpec::new(Output::New(dtype), vec![a, b, c])
+            .infer(ctx.op())?
+            .execute(&ctx, |plan| {
+                dispatch(compute_dtype(dtype), FusedMulAdd(plan))
+            })
+    })
 }
 
 impl Tensor {

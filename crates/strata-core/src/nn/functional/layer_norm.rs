@@ -5,6 +5,7 @@ use super::check::{dtype_is, floating, shape};
 use crate::autograd::formulas::{record, take, Grads};
 use crate::autograd::mode::internal;
 use crate::op::OpContext;
+use crate::ops::ternary::fused_mul_add;
 use crate::{DType, Result, Tensor};
 
 /// Normalises `x` over its last dimensions, `normalized_shape`, to zero mean and unit
@@ -71,16 +72,16 @@ pub fn layer_norm(
     let count: usize = normalized_shape.iter().product();
     let (out, mean, rstd) = internal(|| -> Result<(Tensor, Tensor, Tensor)> {
         let xa = in_acc(x)?;
-        let mean = xa.mean(Some(&dims), true)?;
-        let rstd = xa.var(Some(&dims), 0.0, true)?.add(eps)?.rsqrt()?;
-        // As PyTorch: x·rstd + (-rstd·mean), then the affine part.
-        let mut y = xa.mul(&rstd)?.add(&rstd.mul(&mean)?.neg()?)?;
-        if let Some(w) = weight {
-            y = y.mul(w)?;
-        }
-        if let Some(b) = bias {
-            y = y.add(b)?;
-        }
+        let (mean, rstd) = moments(&xa, &dims, count, eps)?;
+        // As PyTorch's kernel rounds it: (x - mean)·rstd, then one fused multiply-add for
+        // the affine part.
+        let t = xa.sub(&mean)?.mul(&rstd)?;
+        let y = match (weight, bias) {
+            (Some(w), Some(b)) => fused_mul_add(&t, w, b)?,
+            (Some(w), None) => t.mul(w)?,
+            (None, Some(b)) => t.add(b)?,
+            (None, None) => t,
+        };
         Ok((y.to(x.dtype())?, mean, rstd))
     })?;
     let mut inputs = vec![x];
@@ -102,37 +103,38 @@ pub fn layer_norm(
             let ga = in_acc(&g)?;
             let mut grads = Vec::with_capacity(3);
             if need_x {
-                // PyTorch's CPU formula, in the same order (the gradient of a row with few
-                // elements is mostly cancellation, so the order shows):
-                // dx = rstd·dy·w + b·x + c with b = (Σdy·w·mean - Σdy·w·x)·rstd³/n and
-                // c = -b·mean - Σdy·w·rstd/n.
+                // PyTorch's CPU formula, rounded as its compiled kernel rounds (the gradient
+                // of a row with few elements is mostly cancellation, so the rounding shows):
+                // ds = Σ(dy·x)·w, db = Σdy·w, b = fma(db, mean, -ds)·rstd³/n,
+                // c = fma(-b, mean, -db·rstd/n), dx = fma(b, x, rstd·dy·w) + c.
                 let (xa, mean, rstd) = (in_acc(&take(&sx)?)?, take(&smean)?, take(&srstd)?);
                 let w = sw.as_ref().map(|w| w.get()).transpose()?;
                 let times_w = |t: Tensor| match &w {
                     Some(w) => t.mul(w),
                     None => Ok(t),
                 };
-                let dyw = times_w(ga.clone())?;
-                let ds = dyw.mul(&xa)?.sum(Some(&dims), true)?;
-                let db = dyw.sum(Some(&dims), true)?;
+                let ds = times_w(ga.mul(&xa)?)?.sum(Some(&dims), true)?;
+                let db = times_w(ga.clone())?.sum(Some(&dims), true)?;
                 let scale = 1.0 / count as f64;
-                let b = db
-                    .mul(&mean)?
-                    .sub(&ds)?
+                let b = fused_mul_add(&db, &mean, &ds.neg()?)?
                     .mul(&rstd)?
                     .mul(&rstd)?
                     .mul(&rstd)?
                     .mul(scale)?;
-                let c = b.neg()?.mul(&mean)?.sub(&db.mul(&rstd)?.mul(scale)?)?;
-                let gx = times_w(rstd.mul(&ga)?)?.add(&b.mul(&xa)?)?.add(&c)?;
+                let db_scaled = db.mul(&rstd)?.mul(scale)?.neg()?;
+                let c = fused_mul_add(&b.neg()?, &mean, &db_scaled)?;
+                let gx = fused_mul_add(&b, &xa, &times_w(rstd.mul(&ga)?)?)?.add(&c)?;
                 grads.push(Some(gx));
             } else {
                 grads.push(None);
             }
             if has_w {
                 grads.push(if need_w {
-                    let centred = in_acc(&take(&sx)?)?.sub(&take(&smean)?)?;
-                    Some(sum_lead(&ga.mul(&centred)?.mul(&take(&srstd)?)?, &lead)?)
+                    // x̂ = fma(rstd, x, -rstd·mean), as PyTorch's kernel rounds it.
+                    let (mean, rstd) = (take(&smean)?, take(&srstd)?);
+                    let shift = rstd.neg()?.mul(&mean)?;
+                    let xhat = fused_mul_add(&rstd, &in_acc(&take(&sx)?)?, &shift)?;
+                    Some(sum_lead(&ga.mul(&xhat)?, &lead)?)
                 } else {
                     None
                 });
@@ -148,6 +150,37 @@ pub fn layer_norm(
         })
     })?;
     Ok(out)
+}
+
+/// Rows shorter than this are reduced with PyTorch's scalar Welford update, in its order;
+/// longer rows take the vectorised mean and variance (which round differently from
+/// PyTorch's vectorised Welford by an ulp at most, invisible after normalisation except in
+/// rows so short that the gradient is mostly cancellation).
+const SCALAR_MOMENTS_BELOW: usize = 8;
+
+/// The mean and `1/sqrt(var + eps)` (biased variance) over `dims`, kept as size-1 dims.
+fn moments(xa: &Tensor, dims: &[i64], count: usize, eps: f64) -> Result<(Tensor, Tensor)> {
+    if count >= SCALAR_MOMENTS_BELOW {
+        let mean = xa.mean(Some(dims), true)?;
+        let rstd = xa.var(Some(dims), 0.0, true)?.add(eps)?.rsqrt()?;
+        return Ok((mean, rstd));
+    }
+    let mut kept = xa.shape();
+    let lead = kept.len() - dims.len();
+    kept[lead..].iter_mut().for_each(|s| *s = 1);
+    let rows = xa.reshape(&[-1, count as i64])?;
+    let m = rows.shape()[0];
+    let mut m1 = Tensor::zeros(&[m, 1], xa.dtype())?;
+    let mut m2 = Tensor::zeros(&[m, 1], xa.dtype())?;
+    for k in 0..count {
+        let xk = rows.narrow(1, k as i64, 1)?;
+        let delta = xk.sub(&m1)?;
+        m1 = m1.add(&delta.div((k + 1) as f64)?)?;
+        m2 = m2.add(&delta.mul(&xk.sub(&m1)?)?)?;
+    }
+    let rstd = m2.div(count as f64)?.add(eps)?.rsqrt()?;
+    let kept: Vec<i64> = kept.iter().map(|&s| s as i64).collect();
+    Ok((m1.reshape(&kept)?, rstd.reshape(&kept)?))
 }
 
 /// `t` in the dtype the statistics are computed in (f32 for f16 and bf16).
