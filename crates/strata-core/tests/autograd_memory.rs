@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use strata_alloc::{DeviceAllocator, HostBacking, HostCachingAllocator};
 use strata_core::autograd::{self, checkpoint, saved_tensors_hooks};
+use strata_core::nn::functional::{layer_norm, linear};
 use strata_core::{with_allocator, DType, Result, Tensor};
 
 fn caching() -> (Arc<HostCachingAllocator>, Arc<dyn DeviceAllocator>) {
@@ -104,16 +105,10 @@ fn a_loss_kept_in_a_list_keeps_its_graph_and_an_item_does_not() {
     });
 }
 
-fn layer_norm(x: &Tensor) -> Result<Tensor> {
-    let mean = x.mean(Some(&[-1]), true)?;
-    let centered = x.sub(&mean)?;
-    let var = centered.mul(&centered)?.mean(Some(&[-1]), true)?;
-    centered.mul(&var.add(1e-5)?.rsqrt()?)
-}
-
 fn block(x: &Tensor, w1: &Tensor, w2: &Tensor) -> Result<Tensor> {
-    let h = layer_norm(x)?.matmul(&w1.t()?)?.gelu()?;
-    x.add(&h.matmul(&w2.t()?)?)
+    let normed = layer_norm(x, &[x.shape()[1]], None, None, 1e-5)?;
+    let h = linear(&normed, w1, None)?.gelu()?;
+    x.add(&linear(&h, w2, None)?)
 }
 
 /// Runs 8 residual blocks (d = 256, hidden 1024, batch 1024) and returns the bytes held after
