@@ -3,6 +3,7 @@
 //! importable by `python3`, PyTorch on the same shapes with the same thread count.
 
 pub mod alloc;
+pub mod autograd;
 
 use std::time::{Duration, Instant};
 
@@ -213,6 +214,7 @@ pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
     }
     push("memory-copy probe", probe, "GB/s", false, false);
     rows.extend(alloc::rows(quick)?);
+    rows.extend(autograd::rows(quick, torch.as_ref())?);
     Ok(rows)
 }
 

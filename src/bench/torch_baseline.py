@@ -7,6 +7,7 @@ import sys
 import time
 
 import torch
+import torch.utils.checkpoint
 
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
 quick = len(sys.argv) > 2 and sys.argv[2] == "quick"
@@ -50,4 +51,42 @@ out["softmax [4096, 1024] f32"] = 2 * 4 * s.numel() / median(lambda: torch.softm
 for k in (512, 1024, 2048):
     x, y = torch.rand(k, k), torch.rand(k, k)
     out[f"sgemm {k}"] = 2 * k ** 3 / median(lambda: torch.mm(x, y)) / 1e9
+
+
+# A training step through 8 residual MLP blocks, plain and with every block checkpointed.
+D, BLOCKS, BATCH = 256, 8, 1024
+ws = [(torch.randn(4 * D, D, requires_grad=True), torch.randn(D, 4 * D, requires_grad=True))
+      for _ in range(BLOCKS)]
+for w1, w2 in ws:
+    with torch.no_grad():
+        w1.mul_(D ** -0.5)
+        w2.mul_((4 * D) ** -0.5)
+xb = torch.randn(BATCH, D)
+
+
+def block(x, w1, w2):
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(
+        torch.nn.functional.layer_norm(x, [D]), w1))
+    return x + torch.nn.functional.linear(h, w2)
+
+
+def step(checkpointed):
+    h = xb
+    for w1, w2 in ws:
+        if checkpointed:
+            h = torch.utils.checkpoint.checkpoint(block, h, w1, w2, use_reentrant=False)
+        else:
+            h = block(h, w1, w2)
+    h.mean().backward()
+    for w1, w2 in ws:
+        w1.grad = None
+        w2.grad = None
+
+
+STEP_REPS = 1 if quick else 5
+plain = median(lambda: step(False), STEP_REPS) * 1e3
+ckpt = median(lambda: step(True), STEP_REPS) * 1e3
+out["8 residual blocks: training step"] = plain
+out["8 residual blocks: training step, checkpointed"] = ckpt
+out["8 residual blocks: checkpointed / plain step time"] = ckpt / plain
 print(json.dumps(out))
