@@ -105,16 +105,15 @@ pub fn rows(
     let plain = timed(false)?.as_secs_f64() * 1e3;
     let ckpt = timed(true)?.as_secs_f64() * 1e3;
     let torch_fig = |name: &str| torch.and_then(|m| m.get(name)).and_then(|v| v.as_f64());
-    let lower = |name: &str, strata: f64, baseline: Option<f64>, baseline_name: &str, unit: &str| {
-        Row {
+    let lower =
+        |name: &str, strata: f64, baseline: Option<f64>, baseline_name: &str, unit: &str| Row {
             name: name.to_string(),
             strata,
             baseline,
             baseline_name: baseline_name.to_string(),
             ratio: baseline.map(|b| b / strata),
             unit: unit.to_string(),
-        }
-    };
+        };
     let mut rows = Vec::new();
     for (name, figure) in [
         ("8 residual blocks: training step", plain),
