@@ -31,8 +31,8 @@
 //! * Free blocks are ordered by `(stream, size, segment sequence number, offset)` instead of
 //!   `(stream, size, address)`: ties go to the oldest segment rather than the lowest address,
 //!   so the choices do not depend on the addresses a backing returns, and a
-//!   [`VirtualBacking`](crate::VirtualBacking) replay makes exactly the choices a
-//!   [`HostBacking`](crate::HostBacking) run makes. Expandable segments likewise prefer the
+//!   [`VirtualBacking`] replay makes exactly the choices a
+//!   [`HostBacking`] run makes. Expandable segments likewise prefer the
 //!   oldest segment, then the lowest offset.
 //! * With expandable segments the limit is checked against the pages actually mapped, not
 //!   against a whole segment's size.

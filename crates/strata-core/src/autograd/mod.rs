@@ -1,11 +1,13 @@
 //! Reverse-mode autograd with PyTorch's memory semantics.
 //!
-//! - A leaf asks for gradients with [`Tensor::requires_grad_`]; every op recorded on it gives
+//! - A leaf asks for gradients with
+//!   [`Tensor::requires_grad_`](crate::Tensor::requires_grad_); every op recorded on it gives
 //!   its result a `grad_fn` node that holds only what its backward needs (saved tensors are
 //!   checked against their version counter when used).
-//! - [`Tensor::backward`] walks the graph once, accumulates into leaves' `.grad` (taking the
-//!   first gradient over without a copy) and frees each node's saved tensors as it goes; a
-//!   second backward through freed nodes is an error unless the first passed `retain_graph`.
+//! - [`Tensor::backward`](crate::Tensor::backward) walks the graph once, accumulates into
+//!   leaves' `.grad` (taking the first gradient over without a copy) and frees each node's
+//!   saved tensors as it goes; a second backward through freed nodes is an error unless the
+//!   first passed `retain_graph`.
 //! - Dropping the last tensor of a graph frees it, iteratively.
 //! - [`no_grad`], [`enable_grad`] and [`inference_mode`] are thread-local; ops decide at
 //!   their entry whether they record.

@@ -2,7 +2,7 @@
 //! PyTorch's shapes, dtypes and output layouts.
 //!
 //! Every product is described as a batch of `m×k · k×n` products over strided operands
-//! ([`Product`]), so transposed, sliced and broadcast operands are read where they are, never
+//! (`Product`), so transposed, sliced and broadcast operands are read where they are, never
 //! copied. Floating products run on the `gemm` crate (f32, f64 and f16 directly; bf16 widened to
 //! f32), integer products on a plain loop with wrapping arithmetic; bool is refused, as PyTorch
 //! refuses it on the CPU. Matrix products do not promote: both operands (and `addmm`'s input)

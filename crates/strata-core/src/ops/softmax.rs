@@ -5,7 +5,7 @@
 //! three streaming passes over memory that stays in cache: the maximum, the sum of
 //! `exp(x - max)`, and the write. With `inner > 1` the passes run across the `inner`
 //! neighbours at once, so the inner loop is always over contiguous memory. f16 and bf16 are
-//! computed in f32 (converted slice-wise); f32 uses a vectorisable `exp` (see [`exp_f32`]).
+//! computed in f32 (converted slice-wise); f32 uses a vectorisable `exp` (`exp_f32`).
 //! Blocks of `outer` run in parallel on strata's pool.
 
 use half::slice::HalfFloatSliceExt;
