@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod copy;
 mod dense_sum;
+pub(crate) mod erf_f32;
 pub mod index;
 pub(crate) mod iter;
 pub mod joining;

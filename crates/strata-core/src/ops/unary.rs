@@ -45,22 +45,28 @@ impl FloatFn for FloatKernel<'_> {
                 FloatOp::Sin => kernels::map1::<T, T>(plan, |x| x.sin()),
                 FloatOp::Cos => kernels::map1::<T, T>(plan, |x| x.cos()),
                 FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh()),
-                FloatOp::Sigmoid => {
-                    kernels::map1::<T, T>(plan, move |x| one.div(one.add(x.neg().exp())))
-                }
+                FloatOp::Sigmoid => kernels::map1::<T, T>(plan, move |x| {
+                    one.div(one.add(x.neg().exp_vectorisable()))
+                }),
                 FloatOp::Gelu => kernels::map1::<T, T>(plan, move |x| {
-                    x.mul(half).mul(one.add(x.mul(inv_sqrt2).erf()))
+                    x.mul(half)
+                        .mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()))
                 }),
                 FloatOp::Silu => {
-                    kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp())))
+                    kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp_vectorisable())))
                 }
                 FloatOp::GeluDerivative => {
                     let inv_sqrt_2pi = T::from_f64(
                         0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
                     );
                     kernels::map1::<T, T>(plan, move |x| {
-                        let cdf = half.mul(one.add(x.mul(inv_sqrt2).erf()));
-                        let pdf = x.mul(x).mul(half).neg().exp().mul(inv_sqrt_2pi);
+                        let cdf = half.mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()));
+                        let pdf = x
+                            .mul(x)
+                            .mul(half)
+                            .neg()
+                            .exp_vectorisable()
+                            .mul(inv_sqrt_2pi);
                         cdf.add(x.mul(pdf))
                     })
                 }
