@@ -60,7 +60,7 @@ pub struct Storage {
     ptr: AtomicPtr<u8>,
     nbytes: AtomicUsize,
     device: Device,
-    owner: Mutex<Box<dyn Any + Send + Sync>>,
+    owner: Mutex<Owner>,
     version: AtomicU32,
     inference: bool,
     lock: RwLock<()>,
@@ -83,6 +83,14 @@ unsafe impl Send for Storage {}
 // SAFETY: as above; shared references only read metadata or take the lock.
 unsafe impl Sync for Storage {}
 
+/// What releases a storage's bytes: an allocator block (the common case, kept inline so a new
+/// storage costs one heap object, not two) or any other owner.
+enum Owner {
+    Block(AllocatorBlock),
+    // Held only to be dropped with the storage.
+    Other(#[allow(dead_code)] Box<dyn Any + Send + Sync>),
+}
+
 static NEXT_STORAGE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Storage {
@@ -97,6 +105,13 @@ impl Storage {
         device: Device,
         owner: Box<dyn Any + Send + Sync>,
     ) -> Self {
+        // SAFETY: forwarded from the caller.
+        unsafe { Storage::with_owner(ptr, nbytes, device, Owner::Other(owner)) }
+    }
+
+    /// # Safety
+    /// As for [`Storage::from_owner`].
+    unsafe fn with_owner(ptr: NonNull<u8>, nbytes: usize, device: Device, owner: Owner) -> Self {
         Storage {
             id: NEXT_STORAGE_ID.fetch_add(1, Ordering::Relaxed),
             ptr: AtomicPtr::new(ptr.as_ptr()),
@@ -115,11 +130,11 @@ impl Storage {
         // SAFETY: the block is `nbytes` bytes aligned to BLOCK_ALIGN, owned by the
         // AllocatorBlock until it is dropped together with this storage.
         unsafe {
-            Storage::from_owner(
+            Storage::with_owner(
                 ptr,
                 nbytes,
                 device,
-                Box::new(AllocatorBlock::new(allocator, block)),
+                Owner::Block(AllocatorBlock::new(allocator, block)),
             )
         }
     }
@@ -147,9 +162,17 @@ impl Storage {
     /// The allocator the bytes return to, when they came from one.
     pub fn allocator(&self) -> Option<Arc<dyn DeviceAllocator>> {
         let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
-        owner
-            .downcast_ref::<AllocatorBlock>()
-            .map(|b| b.allocator().clone())
+        match &*owner {
+            Owner::Block(b) => Some(b.allocator().clone()),
+            Owner::Other(_) => None,
+        }
+    }
+
+    /// Base address of the bytes for writing without a lock, when `this` is the only handle to
+    /// the storage (one an op has just allocated): nothing else can reach it, so nothing can
+    /// race. `None` once it is shared.
+    pub(crate) fn unshared_write_ptr(this: &mut Arc<Storage>) -> Option<*mut u8> {
+        Arc::get_mut(this).map(|s| *s.ptr.get_mut())
     }
 
     /// The in-place version counter shared by every view of this storage.
@@ -237,7 +260,7 @@ impl StorageGuards<'_> {
             std::ptr::copy_nonoverlapping(old_ptr, new_ptr, old_len);
             std::ptr::write_bytes(new_ptr.add(old_len), 0, new_len - old_len);
         }
-        let new_owner: Box<dyn Any + Send + Sync> = Box::new(AllocatorBlock::new(allocator, block));
+        let new_owner = Owner::Block(AllocatorBlock::new(allocator, block));
         let old_owner = {
             let mut owner = storage.owner.lock().unwrap_or_else(|p| p.into_inner());
             storage.ptr.store(new_ptr, Ordering::Release);

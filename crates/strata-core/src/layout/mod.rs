@@ -15,11 +15,23 @@ pub type Dims = smallvec::SmallVec<[usize; 6]>;
 
 /// Where a tensor's elements are in its storage: element `(i0, i1, ...)` lives at
 /// `offset + Σ i_k * strides[k]`, counted in elements.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, PartialEq, Eq, Hash, Default)]
 pub struct Layout {
     sizes: Dims,
     strides: Dims,
     offset: usize,
+}
+
+impl Clone for Layout {
+    /// A plain copy of the inline dimensions (`SmallVec`'s own `Clone` goes element by
+    /// element through an iterator, and layouts are copied on every op).
+    fn clone(&self) -> Self {
+        Layout {
+            sizes: Dims::from_slice(&self.sizes),
+            strides: Dims::from_slice(&self.strides),
+            offset: self.offset,
+        }
+    }
 }
 
 /// Row-major strides for `sizes`; a size-0 dimension counts as 1, as PyTorch does.

@@ -4,8 +4,11 @@
 use crate::autograd::formulas::elementwise as grad;
 use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
+use smallvec::{smallvec, SmallVec};
+
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
+use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
@@ -191,14 +194,17 @@ pub(crate) fn binary(
     } else {
         compute
     };
-    let mut inputs = vec![a];
-    if let Other::Tensor(t) = other {
-        inputs.push(t);
-    }
-    let prepared = ElementwiseSpec::new(Output::New(out_dtype), inputs)
-        .with_scalar_operand(matches!(other, Other::Scalar(_)))
-        .infer(ctx.op())?;
-    let out = prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))?;
+    let inputs: SmallVec<[&Tensor; 2]> = match other {
+        Other::Tensor(t) => smallvec![a, t],
+        Other::Scalar(_) => smallvec![a],
+    };
+    let out = contiguous::new_output(
+        ctx,
+        out_dtype,
+        &inputs,
+        matches!(other, Other::Scalar(_)),
+        |plan| run_kernel(plan, op, compute, &other),
+    )?;
     grad::binary(ctx, a, &other, op, &out)?;
     Ok(out)
 }

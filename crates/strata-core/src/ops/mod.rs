@@ -2,6 +2,7 @@
 //! validates everything (*infer*), then allocates and runs (*execute*).
 
 pub mod binary;
+mod contiguous;
 pub mod copy;
 mod dense_sum;
 pub(crate) mod erf_f32;

@@ -5,6 +5,7 @@ use crate::dtype::{compute_dtype, dispatch, dispatch_float, DTypeFn, Element, Fl
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
+use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
@@ -184,9 +185,7 @@ fn run_same(plan: &Plan, s: SameOp, compute: DType) {
 impl Tensor {
     pub(crate) fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let out = float_op_dtype(ctx.op(), f, self.dtype())?;
-        let result = ElementwiseSpec::new(Output::New(out), vec![self])
-            .infer(ctx.op())?
-            .execute(ctx, |plan| run_float(plan, f, out))?;
+        let result = contiguous::new_output(ctx, out, &[self], false, |plan| run_float(plan, f, out))?;
         grad::float_unary(ctx, f, self, &result)?;
         Ok(result)
     }
@@ -205,9 +204,7 @@ impl Tensor {
 
     fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let out = same_op_dtype(ctx.op(), s, self)?;
-        let result = ElementwiseSpec::new(Output::New(out), vec![self])
-            .infer(ctx.op())?
-            .execute(ctx, |plan| run_same(plan, s, out))?;
+        let result = contiguous::new_output(ctx, out, &[self], false, |plan| run_same(plan, s, out))?;
         grad::same_unary(ctx, s, self, &result)?;
         Ok(result)
     }

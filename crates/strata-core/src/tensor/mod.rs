@@ -16,7 +16,7 @@ use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device};
 
-pub(crate) use create::from_fn as create_from_fn;
+pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub(crate) use read::read_elements;
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
@@ -119,6 +119,12 @@ impl Tensor {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .layout = layout;
+    }
+
+    /// Calls `f` with the storage and layout, holding the tensor's body lock only for the call
+    /// (cheaper than [`Tensor::body`] when a few fields are all that is needed).
+    pub(crate) fn with_body<R>(&self, f: impl FnOnce(&Body) -> R) -> R {
+        f(&self.read_body())
     }
 
     /// A snapshot of storage and layout.

@@ -1,0 +1,99 @@
+//! The direct route for the commonest element-wise op: a new output computed from operands
+//! that all have one shape and are all contiguous (`a + b` on two fresh tensors, `x.exp()`,
+//! `x * 2.0`).
+//!
+//! [`crate::ops::iter::ElementwiseSpec`] decides the same thing for these operands (a
+//! contiguous output, one linear run of the loop), but it is built for every case:
+//! broadcasting, overlap, stride order, existing and resized outputs. This route reads each
+//! operand once under its lock, copies no layout and builds no plan beyond the linear one, so
+//! an op on a few elements costs little more than its allocation. The kernel that runs is the
+//! same one, over the same [`Plan`].
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::engine::Plan;
+use crate::layout::{Dims, Layout};
+use crate::op::OpContext;
+use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::storage::{lock_storages, Access, Storage};
+use crate::tensor::alloc_for;
+use crate::{DType, Device, Result, Tensor};
+
+/// An input operand: its storage, the element offset of its first element and its dtype.
+type Operand = (Arc<Storage>, usize, DType);
+
+/// A new output of `out_dtype` computed by `kernel` from `inputs` (operand 0 the output, then
+/// the inputs in order): through [`try_new_output`] when the inputs qualify, else through the
+/// general [`ElementwiseSpec`] route. `scalar_operand` says that a number also takes part
+/// (it affects only the general route's layout decision).
+pub(crate) fn new_output(
+    ctx: &OpContext,
+    out_dtype: DType,
+    inputs: &[&Tensor],
+    scalar_operand: bool,
+    kernel: impl Fn(&Plan),
+) -> Result<Tensor> {
+    if let Some(out) = try_new_output(ctx, out_dtype, inputs, &kernel) {
+        return out;
+    }
+    ElementwiseSpec::new(Output::New(out_dtype), inputs.to_vec())
+        .with_scalar_operand(scalar_operand)
+        .infer(ctx.op())?
+        .execute(ctx, kernel)
+}
+
+/// Runs `kernel` (operand 0 the output, then `inputs` in order) into a new contiguous tensor of
+/// `out_dtype` when every input is a contiguous host tensor of the first input's shape.
+/// Returns `None`, having done nothing, when they are not: the caller then takes the general
+/// route, which also produces every error.
+pub(crate) fn try_new_output(
+    ctx: &OpContext,
+    out_dtype: DType,
+    inputs: &[&Tensor],
+    kernel: impl FnOnce(&Plan),
+) -> Option<Result<Tensor>> {
+    let mut sizes = Dims::new();
+    let mut operands: SmallVec<[Operand; 3]> = SmallVec::new();
+    for (k, t) in inputs.iter().enumerate() {
+        let operand = t.with_body(|b| {
+            let layout = &b.layout;
+            let same_shape = if k == 0 {
+                sizes = Dims::from_slice(layout.sizes());
+                true
+            } else {
+                layout.sizes() == &sizes[..]
+            };
+            (same_shape && layout.is_contiguous() && b.storage.device() == Device::Cpu)
+                .then(|| (b.storage.clone(), layout.offset(), t.dtype()))
+        })?;
+        operands.push(operand);
+    }
+    if operands.is_empty() {
+        return None;
+    }
+    let layout = Layout::contiguous(&sizes, 0);
+    let numel = layout.numel();
+    let mut storage = match alloc_for(ctx, &layout, out_dtype, Device::Cpu) {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    let out_ptr = Storage::unshared_write_ptr(&mut storage)?;
+    {
+        // Only the inputs are locked: the output is not shared with anything yet.
+        let locks: SmallVec<[(&Storage, Access); 3]> = operands
+            .iter()
+            .map(|(s, _, _)| (&**s, Access::Read))
+            .collect();
+        let guards = lock_storages(&locks);
+        let inputs = operands.iter().map(|(s, offset, dtype)| {
+            let ptr = guards.read_ptr(s).wrapping_add(offset * dtype.size()) as *mut u8;
+            (ptr, *dtype)
+        });
+        // A fresh output cannot overlap an input, so the loop may be split across the pool.
+        let plan = Plan::linear(numel, std::iter::once((out_ptr, out_dtype)).chain(inputs), true);
+        kernel(&plan);
+    }
+    Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))
+}
