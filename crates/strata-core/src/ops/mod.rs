@@ -14,6 +14,7 @@ pub mod operators;
 pub mod promote;
 pub mod reduce;
 pub mod softmax;
+mod softmax_row_avx2;
 pub mod ternary;
 pub mod unary;
 pub mod views;

@@ -26,6 +26,12 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     exp_f32_with::<false>(x)
 }
 
+/// [`exp_f32`] with fused multiply-adds (for code compiled with FMA enabled).
+#[inline(always)]
+pub(crate) fn exp_f32_fused(x: f32) -> f32 {
+    exp_f32_with::<true>(x)
+}
+
 /// [`exp_f32`], with fused multiply-adds when `FUSED` (for code compiled with FMA enabled,
 /// where they are one instruction each; elsewhere they would be library calls).
 #[inline(always)]
@@ -80,8 +86,17 @@ trait SoftmaxFloat: Copy + Send + Sync + PartialOrd + 'static {
     fn add(self, other: Self) -> Self;
     fn mul(self, other: Self) -> Self;
     fn recip(self) -> Self;
-    /// [`slab`] with the widest vector instructions this CPU has.
-    fn slab_best(x: &[Self], out: &mut [Self], inner: usize, log: bool, scratch: &mut Vec<Self>) {
+    /// [`slab`] with the widest vector instructions this CPU has. `stream` allows
+    /// non-temporal stores for the output (the caller fences after the last slab).
+    fn slab_best(
+        x: &[Self],
+        out: &mut [Self],
+        inner: usize,
+        log: bool,
+        scratch: &mut Vec<Self>,
+        stream: bool,
+    ) {
+        let _ = stream;
         slab::<Self, false>(x, out, inner, log, scratch);
     }
 }
@@ -90,15 +105,23 @@ macro_rules! softmax_float {
     ($t:ty, $exp:expr, avx2) => {
         softmax_float!($t, $exp, {
             #[inline]
-            fn slab_best(x: &[Self], out: &mut [Self], inner: usize, log: bool, scratch: &mut Vec<Self>) {
+            fn slab_best(
+                x: &[Self],
+                out: &mut [Self],
+                inner: usize,
+                log: bool,
+                scratch: &mut Vec<Self>,
+                stream: bool,
+            ) {
                 #[cfg(target_arch = "x86_64")]
                 if std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
                 {
                     // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-                    unsafe { slab_avx2(x, out, inner, log, scratch) };
+                    unsafe { slab_avx2(x, out, inner, log, scratch, stream) };
                     return;
                 }
+                let _ = stream;
                 slab::<Self, false>(x, out, inner, log, scratch);
             }
             #[inline(always)]
@@ -158,8 +181,20 @@ macro_rules! softmax_float {
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn slab_avx2(x: &[f32], out: &mut [f32], inner: usize, log: bool, scratch: &mut Vec<f32>) {
-    slab::<f32, true>(x, out, inner, log, scratch);
+unsafe fn slab_avx2(
+    x: &[f32],
+    out: &mut [f32],
+    inner: usize,
+    log: bool,
+    scratch: &mut Vec<f32>,
+    stream: bool,
+) {
+    if inner == 1 {
+        // SAFETY: forwarded (AVX2 and FMA).
+        unsafe { super::softmax_row_avx2::row(x, out, log, scratch, stream) };
+    } else {
+        slab::<f32, true>(x, out, inner, log, scratch);
+    }
 }
 
 softmax_float!(f32, exp_f32, avx2);
@@ -332,6 +367,8 @@ unsafe fn run_direct<T: SoftmaxFloat>(
     inner: usize,
     log: bool,
 ) {
+    // Outputs much larger than the caches are written with streaming stores.
+    let stream = outer * slab_len * std::mem::size_of::<T>() >= STREAM_BYTES;
     for_slabs(outer, slab_len, |first, count| {
         let mut scratch = Vec::new();
         for o in first..first + count {
@@ -346,9 +383,23 @@ unsafe fn run_direct<T: SoftmaxFloat>(
                     ),
                 )
             };
-            T::slab_best(x, y, inner, log, &mut scratch);
+            T::slab_best(x, y, inner, log, &mut scratch, stream);
+        }
+        if stream {
+            store_fence();
         }
     });
+}
+
+/// Output size from which softmax writes with streaming stores (well past a core's share of
+/// the last-level cache, where the output would be evicted before it is read anyway).
+const STREAM_BYTES: usize = 8 << 20;
+
+/// Orders streaming stores made by this thread before its later writes (the pool's join
+/// then publishes them).
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    super::softmax_row_avx2::store_fence();
 }
 
 /// Softmax over f16/bf16 slabs, computed in f32 through per-thread buffers.
@@ -376,7 +427,7 @@ where
                 )
             };
             x.convert_to_f32_slice(&mut xs);
-            f32::slab_best(&xs, &mut ys, inner, log, &mut scratch);
+            f32::slab_best(&xs, &mut ys, inner, log, &mut scratch, false);
             y.convert_from_f32_slice(&ys);
         }
     });
