@@ -47,10 +47,10 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Option<Result<Produced, Str
             }
             .map_err(|e| e.to_string())
         }),
-        "layer_norm" => need(op, xs, 1).and_then(|()| {
-            let shape = a
-                .usizes("normalized_shape")
-                .or_else(|_| a.usize("normalized_shape").map(|s| vec![s]))?;
+        // The oracle always passes a weight and a bias, and `normalized_shape` as given
+        // (PyTorch refuses a bare int).
+        "layer_norm" => need(op, xs, 3).and_then(|()| {
+            let shape = a.usizes("normalized_shape")?;
             let eps = a.float_or("eps", 1e-5)?;
             F::layer_norm(&xs[0], &shape, xs.get(1), xs.get(2), eps).map_err(|e| e.to_string())
         }),

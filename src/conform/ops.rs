@@ -49,13 +49,31 @@ fn tensor_from_data(a: &Args<'_>) -> Result<Tensor, String> {
             .collect::<Result<_, _>>()?;
         Tensor::from_vec(v, &[list.len()]).and_then(|t| t.to(dtype))
     } else {
+        // As `torch.tensor`: a number outside an integer dtype's range is refused (a
+        // negative integer for u8 too); bool takes anything.
+        let range = match dtype {
+            DType::U8 => Some((0, 255)),
+            DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
+            _ => None,
+        };
+        let overflow =
+            || format!("a value in 'data' cannot be converted to {dtype} without overflow");
         let v: Vec<i64> = list
             .iter()
             .map(|x| match scalar_of(x) {
-                Some(Scalar::Int(i)) => Ok(i),
+                Some(Scalar::Int(i)) => match range {
+                    Some((lo, hi)) if i < lo || i > hi => Err(overflow()),
+                    _ => Ok(i),
+                },
                 Some(Scalar::Bool(b)) => Ok(b as i64),
+                Some(Scalar::Float(f))
+                    if dtype != DType::Bool && Scalar::Float(f).overflows(dtype) =>
+                {
+                    Err(overflow())
+                }
+                Some(Scalar::Float(f)) if dtype == DType::Bool => Ok((f != 0.0) as i64),
                 Some(Scalar::Float(f)) => Ok(f as i64),
-                None => Err("'data' must hold numbers"),
+                None => Err("'data' must hold numbers".to_string()),
             })
             .collect::<Result<_, _>>()?;
         Tensor::from_vec(v, &[list.len()]).and_then(|t| t.to(dtype))
@@ -215,11 +233,8 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
             let alpha = a.scalar_or("alpha", Scalar::Int(1))?;
             one(x0()?.add_scaled(other(xs, a)?, alpha))
         }
-        "sub" => {
-            need(op, xs, 1)?;
-            let alpha = a.scalar_or("alpha", Scalar::Int(1))?;
-            one(x0()?.sub_scaled(other(xs, a)?, alpha))
-        }
+        // The oracle passes no `alpha` to `sub`.
+        "sub" => one(x0()?.sub(other(xs, a)?)),
         "mul" => one(x0()?.mul(other(xs, a)?)),
         "div" => one(x0()?.div(other(xs, a)?)),
         "pow" => one(x0()?.pow(other(xs, a)?)),
@@ -292,12 +307,15 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         }
         // reductions
         "sum" | "mean" | "prod" | "amax" | "amin" | "logsumexp" => {
-            let dims = if a.has("dim") {
-                Some(a.int_or_ints("dim")?)
+            // As the oracle: `keepdim` only goes with `dim`, and `prod` takes one int dim.
+            let (dims, keep) = if a.has("dim") {
+                if op == "prod" && a.is_list("dim") {
+                    return Err("prod(): argument 'dim' must be an int, not a list".into());
+                }
+                (Some(a.int_or_ints("dim")?), a.bool_or("keepdim", false)?)
             } else {
-                None
+                (None, false)
             };
-            let keep = a.bool_or("keepdim", false)?;
             let x = x0()?;
             let d = dims.as_deref();
             one(match op {
@@ -341,30 +359,28 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
             })
         }
         "norm" => {
+            // The oracle calls `vector_norm(x, p, dim=dim)`: `p` must be a number (null and
+            // strings are refused) and `keepdim` is not passed.
             let p = match a.0.get("p") {
-                None | Some(serde_json::Value::Null) => 2.0,
-                Some(serde_json::Value::String(s)) => match s.as_str() {
-                    "inf" => f64::INFINITY,
-                    "-inf" => f64::NEG_INFINITY,
-                    other => return Err(format!("argument 'p' must be a number, got {other}")),
-                },
-                Some(_) => a.float_or("p", 2.0)?,
+                None => 2.0,
+                Some(v) if v.is_number() => a.float_or("p", 2.0)?,
+                Some(v) => return Err(format!("argument 'p' must be a number, got {v}")),
             };
             let dims = if a.has("dim") {
                 Some(a.int_or_ints("dim")?)
             } else {
                 None
             };
-            one(x0()?.norm(p, dims.as_deref(), a.bool_or("keepdim", false)?))
+            one(x0()?.norm(p, dims.as_deref(), false))
         }
         "softmax" => one(x0()?.softmax(a.int("dim")?)),
         "log_softmax" => one(x0()?.log_softmax(a.int("dim")?)),
         "cumsum" => one(x0()?.cumsum(a.int("dim")?)),
         // out=
+        // The oracle passes no `alpha` to `add_out`.
         "add_out" => {
             need(op, xs, 3)?;
-            let alpha = a.scalar_or("alpha", Scalar::Int(1))?;
-            one(xs[0].add_out(&xs[1], alpha, &xs[2]))
+            one(xs[0].add_out(&xs[1], Scalar::Int(1), &xs[2]))
         }
         "matmul" => {
             need(op, xs, 2)?;

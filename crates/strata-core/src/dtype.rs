@@ -268,6 +268,27 @@ macro_rules! float_element {
     };
 }
 
+/// `v` truncated toward zero as x86's `cvttsd2si` does into a register of 64 bits (when
+/// `bits` is 64) or 32 bits (otherwise): NaN and values outside the register's range give
+/// its minimum.
+#[inline(always)]
+fn x86_truncate(v: f64, bits: u32) -> i64 {
+    // 2^63 and 2^31, exactly representable.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    const TWO_31: f64 = 2_147_483_648.0;
+    if bits == 64 {
+        if (-TWO_63..TWO_63).contains(&v) {
+            v as i64
+        } else {
+            i64::MIN
+        }
+    } else if v > -TWO_31 - 1.0 && v < TWO_31 {
+        v as i64
+    } else {
+        i32::MIN as i64
+    }
+}
+
 macro_rules! int_element {
     ($t:ty, $d:expr) => {
         impl Element for $t {
@@ -281,8 +302,10 @@ macro_rules! int_element {
             #[inline(always)]
             fn from_wide(w: Wide) -> Self {
                 match w {
-                    // Truncate toward zero, then wrap, as x86 C++ casts do in practice.
-                    Wide::Float(v) => (v as i64) as $t,
+                    // As x86 C++ casts do in practice: truncate toward zero in a 32-bit
+                    // (64-bit for i64) register, where NaN and out-of-range values give the
+                    // register's minimum, then keep the low bits.
+                    Wide::Float(v) => x86_truncate(v, <$t>::BITS) as $t,
                     Wide::Int(v) => v as $t,
                     Wide::Bool(b) => b as $t,
                 }

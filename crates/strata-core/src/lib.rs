@@ -15,6 +15,8 @@
 //! ```
 
 pub mod autograd;
+#[cfg(test)]
+mod conformance;
 pub mod device;
 pub mod dtype;
 pub mod engine;

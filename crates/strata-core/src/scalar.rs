@@ -39,6 +39,58 @@ impl Scalar {
         }
     }
 
+    /// Whether converting the number into `dtype` overflows, by PyTorch's checked conversion
+    /// of a number given for a whole tensor (`fill_`, `full`, `masked_fill`): a floating
+    /// dtype refuses finite numbers beyond its largest (infinities and NaN pass); an integer
+    /// dtype refuses NaN, infinities and floats outside its range (truncated toward zero),
+    /// and integers outside its range, except that an unsigned dtype takes a negative integer
+    /// as small in magnitude as its largest value (it wraps: -1 is 255 for u8); bool takes
+    /// anything.
+    pub fn overflows(self, dtype: DType) -> bool {
+        let f = match self {
+            Scalar::Bool(_) => return false,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        };
+        let (lo, hi): (f64, f64) = match dtype {
+            DType::Bool => return false,
+            DType::F16 => (-65504.0, 65504.0),
+            DType::BF16 => (-3.3895313892515355e38, 3.3895313892515355e38),
+            DType::F32 => (f32::MIN as f64, f32::MAX as f64),
+            DType::F64 => return false,
+            DType::U8 => (0.0, 255.0),
+            DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+        };
+        if dtype.is_floating() {
+            return f.is_finite() && (f < lo || f > hi);
+        }
+        match self {
+            Scalar::Int(i) => match dtype {
+                DType::U8 => !(-255..=255).contains(&i),
+                DType::I32 => i32::try_from(i).is_err(),
+                _ => false,
+            },
+            // Integers: a float may carry a fraction that truncation drops.
+            _ => f.is_nan() || f < lo || f >= hi + 1.0,
+        }
+    }
+
+    /// `Err` when the number does not fit `dtype` (see [`Scalar::overflows`]).
+    pub(crate) fn check_fits(self, op: &'static str, dtype: DType) -> crate::Result<()> {
+        if !self.overflows(dtype) {
+            return Ok(());
+        }
+        Err(crate::Error::argument(
+            op,
+            format!(
+                "the value {} cannot be converted to {dtype} without overflow",
+                self.to_f64()
+            ),
+            Some("pass a value within the dtype's range, or convert the tensor first"),
+        ))
+    }
+
     /// The number as `f64`.
     pub fn to_f64(self) -> f64 {
         match self {

@@ -155,6 +155,12 @@ impl Recorder {
         }
     }
 
+    /// Marks the backward as holding saved state that is not a tensor (PyTorch's wrapped
+    /// numbers), so that running it a second time without `retain_graph` is refused.
+    pub fn mark_saves(&mut self) {
+        self.saves = true;
+    }
+
     /// Makes the node and gives it to `out`.
     pub fn finish(
         self,
@@ -353,6 +359,11 @@ impl InplaceRecorder {
     /// Saves `t` when `cond` holds.
     pub fn save_if(&mut self, cond: bool, t: &Tensor) -> Result<Option<SavedTensor>> {
         self.rec.save_if(cond, t)
+    }
+
+    /// See [`Recorder::mark_saves`].
+    pub fn mark_saves(&mut self) {
+        self.rec.mark_saves();
     }
 
     /// Records the write (call after it happened, with the version already bumped).

@@ -112,6 +112,27 @@ fn compute_type(
                 Some("use an integer alpha for integer tensors"),
             ))
         }
+        BinaryOp::Add(Scalar::Bool(_)) | BinaryOp::Sub(Scalar::Bool(_))
+            if common != DType::Bool =>
+        {
+            Err(Error::dtype(
+                op_name,
+                format!("a bool alpha is accepted only when the result is bool, here {common}"),
+                Some("pass alpha as a number (1 or 0)"),
+            ))
+        }
+        BinaryOp::Pow
+            if !common.is_floating()
+                && matches!(other, Other::Scalar(Scalar::Int(e)) if *e < 0) =>
+        {
+            Err(Error::dtype(
+                op_name,
+                format!(
+                    "an integer tensor ({common}) cannot be raised to a negative integer power"
+                ),
+                Some("convert the base to a floating dtype first, or pass the exponent as a float"),
+            ))
+        }
         BinaryOp::Div if !common.is_floating() => Ok(DType::F32),
         _ => Ok(common),
     }
@@ -280,6 +301,15 @@ pub(crate) fn binary_out(
         operands.push(t);
     }
     refuse_out_with_grad(ctx.op(), &operands, out)?;
+    if result != out.dtype() {
+        // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`.
+        drop(prepared);
+        let value = crate::autograd::mode::internal(|| binary(ctx, a, other, op))?;
+        return ElementwiseSpec::new(Output::Out(out), vec![&value])
+            .infer(ctx.op())?
+            // SAFETY: `execute` locks the storages and passes a plan valid for them.
+            .execute(ctx, |plan| unsafe { crate::engine::kernels::copy(plan) });
+    }
     prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
 }
 

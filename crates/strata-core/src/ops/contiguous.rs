@@ -27,7 +27,7 @@ type Operand = (Arc<Storage>, usize, DType);
 /// A new output of `out_dtype` computed by `kernel` from `inputs` (operand 0 the output, then
 /// the inputs in order): through [`try_new_output`] when the inputs qualify, else through the
 /// general [`ElementwiseSpec`] route. `scalar_operand` says that a number also takes part
-/// (it affects only the general route's layout decision).
+/// (then only inputs with exactly row-major strides take the direct route).
 pub(crate) fn new_output(
     ctx: &OpContext,
     out_dtype: DType,
@@ -35,8 +35,17 @@ pub(crate) fn new_output(
     scalar_operand: bool,
     kernel: impl Fn(&Plan),
 ) -> Result<Tensor> {
-    if let Some(out) = try_new_output(ctx, out_dtype, inputs, &kernel) {
-        return out;
+    // With a number as an operand the shapes differ, so PyTorch lays the output out in the
+    // inputs' stride order: a size-1 dimension's stride then matters, and only inputs with
+    // exactly row-major strides give the contiguous output this route makes.
+    let direct = !scalar_operand
+        || inputs
+            .iter()
+            .all(|t| t.stride() == crate::layout::contiguous_strides(&t.shape()));
+    if direct {
+        if let Some(out) = try_new_output(ctx, out_dtype, inputs, &kernel) {
+            return out;
+        }
     }
     ElementwiseSpec::new(Output::New(out_dtype), inputs.to_vec())
         .with_scalar_operand(scalar_operand)
@@ -92,7 +101,11 @@ pub(crate) fn try_new_output(
             (ptr, *dtype)
         });
         // A fresh output cannot overlap an input, so the loop may be split across the pool.
-        let plan = Plan::linear(numel, std::iter::once((out_ptr, out_dtype)).chain(inputs), true);
+        let plan = Plan::linear(
+            numel,
+            std::iter::once((out_ptr, out_dtype)).chain(inputs),
+            true,
+        );
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))

@@ -92,7 +92,7 @@ impl Tensor {
     }
 
     /// This tensor converted to `dtype`: itself when the dtype already matches, else a copy
-    /// that keeps a dense layout's strides.
+    /// that keeps a dense layout's strides (and any other layout's memory order).
     #[track_caller]
     pub fn to(&self, dtype: DType) -> Result<Tensor> {
         let ctx = OpContext::enter("to");
@@ -101,11 +101,14 @@ impl Tensor {
                 return Ok(self.clone());
             }
             let l = self.layout();
-            let layout = if l.is_non_overlapping_and_dense() {
-                Layout::new(l.sizes().to_vec(), l.strides().to_vec(), 0)
+            // As PyTorch: a dense layout's strides are kept, and any other layout's memory
+            // order is kept in dense strides.
+            let strides = if l.is_non_overlapping_and_dense() {
+                l.strides().to_vec()
             } else {
-                Layout::contiguous(l.sizes(), 0)
+                infer_dense_strides(l.sizes(), l.strides())
             };
+            let layout = Layout::new(l.sizes().to_vec(), strides, 0);
             self.copy_into_new(&ctx, layout, dtype)
         })?;
         if !out.is_same(self) {
@@ -126,7 +129,8 @@ impl Tensor {
         prepared.execute(ctx, |plan| unsafe { kernels::copy(plan) })
     }
 
-    /// Sets every element to `value` (converted to this tensor's dtype).
+    /// Sets every element to `value` (converted to this tensor's dtype; a value that
+    /// overflows it is refused, see [`Scalar::overflows`]).
     #[track_caller]
     pub fn fill_(&self, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("fill_");
@@ -141,6 +145,7 @@ impl Tensor {
     }
 
     pub(crate) fn fill_in(&self, ctx: &OpContext, value: Scalar) -> Result<Tensor> {
+        check_fill_value(ctx.op(), value, self.dtype(), self.numel())?;
         let prepared = ElementwiseSpec::new(Output::Existing(self), vec![]).infer_fill(ctx.op())?;
         let rec = overwrite_begin(ctx, self, &Overwrite::Fill)?;
         let out = prepared.execute(ctx, |plan| FillWith(value).run(plan))?;
@@ -149,4 +154,18 @@ impl Tensor {
         }
         Ok(out)
     }
+}
+
+/// Refuses a fill value that overflows `dtype`, as PyTorch's `fill_` does, except that (as
+/// PyTorch's single-element path) one f16 or bf16 element takes any value, rounded.
+pub(crate) fn check_fill_value(
+    op: &'static str,
+    value: Scalar,
+    dtype: DType,
+    numel: usize,
+) -> Result<()> {
+    if numel == 1 && matches!(dtype, DType::F16 | DType::BF16) {
+        return Ok(());
+    }
+    value.check_fits(op, dtype)
 }

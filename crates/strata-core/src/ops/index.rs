@@ -55,7 +55,8 @@ fn indices(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<
     read_elements::<i64>(index)
         .into_iter()
         .map(|i| {
-            let j = if i < 0 { i + size as i64 } else { i };
+            // As PyTorch, negative indices do not count from the end here.
+            let j = i;
             if j < 0 || j >= size as i64 {
                 Err(Error::Index {
                     op,
@@ -78,6 +79,7 @@ impl Tensor {
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
             check_mask(ctx.op(), mask)?;
             let value = value.into();
+            value.check_fits(ctx.op(), self.dtype())?;
             // As PyTorch: broadcast both, copy self contiguously, then fill in place (an internal write:
             // the result's version stays 0, as in PyTorch).
             let shape = crate::layout::broadcast::broadcast_shapes(&self.shape(), &mask.shape())
@@ -101,8 +103,11 @@ impl Tensor {
         let ctx = OpContext::enter("masked_fill_");
         check_mask(ctx.op(), mask)?;
         let value = value.into();
+        value.check_fits(ctx.op(), self.dtype())?;
+        // As PyTorch, an expanded (self-overlapping) tensor may be filled: the elements
+        // sharing memory are written in order.
         let prepared =
-            ElementwiseSpec::new(Output::Existing(self), vec![self, mask]).infer(ctx.op())?;
+            ElementwiseSpec::new(Output::Existing(self), vec![self, mask]).infer_fill(ctx.op())?;
         let rec = overwrite_begin(&ctx, self, &Overwrite::MaskedFill(mask))?;
         let out = prepared.execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))?;
         if let Some(rec) = rec {

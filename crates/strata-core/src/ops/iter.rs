@@ -459,8 +459,17 @@ impl Prepared {
     /// bumped. Returns the output.
     pub fn execute(self, ctx: &OpContext, kernel: impl FnOnce(&Plan)) -> Result<Tensor> {
         if let OutPlan::Resize(out, inputs) = self.out {
-            out.resize_for_out(ctx, &self.shape)?;
             let inputs: Vec<&Tensor> = inputs.iter().collect();
+            // As PyTorch's TensorIterator: the resized output takes the strides a new output
+            // of these inputs would have.
+            let planned =
+                ElementwiseSpec::new(Output::New(out.dtype()), inputs.clone()).infer(ctx.op())?;
+            let strides = match &planned.out {
+                OutPlan::New(_, layout) => layout.strides().to_vec(),
+                _ => crate::layout::contiguous_strides(&self.shape),
+            };
+            drop(planned);
+            out.resize_for_out_strided(ctx, &self.shape, strides)?;
             return ElementwiseSpec::new(Output::Existing(&out), inputs)
                 .infer(ctx.op())?
                 .execute(ctx, kernel);

@@ -3,8 +3,8 @@
 //!
 //! Every product is described as a batch of `m×k · k×n` products over strided operands
 //! (`Product`), so transposed, sliced and broadcast operands are read where they are, never
-//! copied. Floating products run on the `gemm` crate (f32, f64 and f16 directly; bf16 widened to
-//! f32), integer products on a plain loop with wrapping arithmetic; bool is refused, as PyTorch
+//! copied. Floating products run on the `gemm` crate (f32 and f64 directly; f16 and bf16 widened
+//! to f32), integer products on a plain loop with wrapping arithmetic; bool is refused, as PyTorch
 //! refuses it on the CPU. Matrix products do not promote: both operands (and `addmm`'s input)
 //! must share a dtype. Large products run on strata's pool.
 
@@ -362,13 +362,15 @@ impl<T: Element> One<T> {
     unsafe fn run(&self, par: Parallelism) {
         // SAFETY (all arms): forwarded from the caller.
         match T::DTYPE {
-            DType::F32 | DType::F64 | DType::F16 => unsafe { self.run_gemm(par) },
-            DType::BF16 => unsafe { self.run_widened(par) },
+            DType::F32 | DType::F64 => unsafe { self.run_gemm(par) },
+            // Half precision accumulates in f32, as PyTorch's CPU kernels do (an f16
+            // accumulator overflows on sums whose result fits).
+            DType::F16 | DType::BF16 => unsafe { self.run_widened(par) },
             _ => unsafe { self.run_loop(par) },
         }
     }
 
-    /// f32, f64 and f16: `gemm` on the operands as they lie.
+    /// f32 and f64: `gemm` on the operands as they lie.
     unsafe fn run_gemm(&self, par: Parallelism) {
         let (m, n, k) = (self.m, self.n, self.k);
         let alpha: T = self.alpha.to();
@@ -420,7 +422,8 @@ impl<T: Element> One<T> {
         }
     }
 
-    /// bf16: the operands widened to contiguous f32, multiplied by `gemm` in f32, rounded once.
+    /// f16 and bf16: the operands widened to contiguous f32, multiplied by `gemm` in f32,
+    /// rounded once.
     unsafe fn run_widened(&self, par: Parallelism) {
         let (m, n, k) = (self.m, self.n, self.k);
         let alpha: f32 = self.alpha.to();
@@ -838,7 +841,8 @@ impl Tensor {
     /// result), a 1-d first operand is a row and a 1-d second operand a column (dropped again
     /// from the result), and dimensions before the last two are batch dimensions that
     /// broadcast. Both operands must have the same dtype (no promotion); bool is refused. The
-    /// result is a new contiguous tensor.
+    /// result is a new contiguous tensor (at version 1 for a vector times a matrix, which
+    /// PyTorch squeezes in place).
     ///
     /// ```
     /// use strata_core::{Tensor, DType};
@@ -868,6 +872,11 @@ impl Tensor {
                 Scalar::Int(0),
             )
         })?;
+        if self.dim() == 1 && other.dim() == 2 {
+            // PyTorch computes a vector times a matrix as a `[1, p]` product that it squeezes
+            // in place, so the result starts at version 1.
+            out.bump_version();
+        }
         linalg_grad::matmul(&ctx, "MatmulBackward0", self, other, &out)?;
         Ok(out)
     }

@@ -33,23 +33,26 @@ impl Reduction {
         let shape = x.shape();
         let n = shape.len();
         let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
+        let mut seen = Vec::new();
         for &d in dims.unwrap_or(&[]) {
             let w = wrap_dim(d, n).ok_or(Error::Dim {
                 op,
                 dim: d,
                 ndim: n,
             })?;
+            // A 0-d tensor has no dimension to mark, but dim 0 may still appear only once.
+            if seen.contains(&w) {
+                return Err(Error::argument(
+                    op,
+                    format!(
+                        "dimension {w} appears more than once in {:?}",
+                        dims.unwrap_or(&[])
+                    ),
+                    Some("list each dimension once"),
+                ));
+            }
+            seen.push(w);
             if n > 0 {
-                if mask[w] {
-                    return Err(Error::argument(
-                        op,
-                        format!(
-                            "dimension {w} appears more than once in {:?}",
-                            dims.unwrap_or(&[])
-                        ),
-                        Some("list each dimension once"),
-                    ));
-                }
                 mask[w] = true;
             }
         }
@@ -332,7 +335,21 @@ impl Tensor {
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
             let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
             let out = sum_dtype(self.dtype());
-            if self.dtype().is_floating() {
+            if matches!(self.dtype(), DType::F16 | DType::BF16) {
+                // As PyTorch, a half-precision product is rounded at every step (so it
+                // overflows where the exact product would not).
+                let dt = self.dtype();
+                let round = move |v: f64| match dt {
+                    DType::F16 => half::f16::from_f64(v).to_f64(),
+                    _ => half::bf16::from_f64(v).to_f64(),
+                };
+                finish(
+                    &ctx,
+                    &r.fold(self, 1.0f64, move |a, x| round(a * x)),
+                    &r.out_shape,
+                    out,
+                )
+            } else if self.dtype().is_floating() {
                 finish(&ctx, &r.fold(self, 1.0f64, |a, x| a * x), &r.out_shape, out)
             } else {
                 finish(
@@ -433,6 +450,13 @@ impl Tensor {
         keepdim: bool,
         max: bool,
     ) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::dtype(
+                ctx.op(),
+                format!("{} does not accept a bool tensor", ctx.op()),
+                Some("convert it first with .to(DType::U8)"),
+            ));
+        }
         match dim {
             Some(d) => Ok(self.arg_reduce(ctx, d, keepdim, max)?.1),
             None => {
@@ -468,7 +492,7 @@ impl Tensor {
     pub fn var(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("var");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            self.var_in(&ctx, dims, correction, keepdim)
+            self.var_in(&ctx, dims, correction, keepdim, false)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Var(correction), self, dims, keepdim, &out)?;
         Ok(out)
@@ -479,7 +503,7 @@ impl Tensor {
     pub fn std(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("std");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            self.var_in(&ctx, dims, correction, keepdim)?.sqrt()
+            self.var_in(&ctx, dims, correction, keepdim, true)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Std(correction), self, dims, keepdim, &out)?;
         Ok(out)
@@ -491,6 +515,7 @@ impl Tensor {
         dims: Option<&[i64]>,
         correction: f64,
         keepdim: bool,
+        sqrt: bool,
     ) -> Result<Tensor> {
         floating_only(ctx.op(), self)?;
         let r = Reduction::new(ctx.op(), self, dims, keepdim)?;
@@ -500,7 +525,12 @@ impl Tensor {
         let sq = dev.mul(&dev)?;
         let denom = (r.count as f64 - correction).max(0.0);
         let ss = r.fold(&sq, 0.0f64, |a, x| a + x);
-        let v: Vec<f64> = ss.into_iter().map(|s| s / denom).collect();
+        // The square root of a standard deviation is taken in f64, before narrowing: an f32
+        // variance may overflow where its square root does not.
+        let v: Vec<f64> = ss
+            .into_iter()
+            .map(|s| if sqrt { (s / denom).sqrt() } else { s / denom })
+            .collect();
         finish(ctx, &v, &r.out_shape, self.dtype())
     }
 
@@ -526,6 +556,8 @@ impl Tensor {
             } else if p == 1.0 {
                 a.clone()
             } else if p == 2.0 {
+                // Squared in f64: a half-precision square overflows long before the norm.
+                let a = a.to(DType::F64)?;
                 a.mul(&a)?
             } else {
                 a.to(DType::F64)?.pow(p)?
@@ -548,6 +580,13 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("logsumexp");
+        if dims.is_some_and(<[i64]>::is_empty) && self.dim() > 0 {
+            return Err(Error::argument(
+                ctx.op(),
+                "an empty list of dimensions is not accepted (PyTorch refuses it too)",
+                Some("pass None to reduce over every dimension, or list the dimensions"),
+            ));
+        }
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
             let x = if self.dtype().is_floating() {
                 self.clone()

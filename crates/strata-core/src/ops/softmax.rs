@@ -244,9 +244,11 @@ fn row<T: SoftmaxFloat, const FUSED: bool>(x: &[T], out: &mut [T], log: bool) {
         for a in acc {
             s = s.add(a);
         }
-        let shift = m.add(s.ln());
+        // x - max - log(sum), in PyTorch's order: adding the log to a large max first
+        // would absorb it.
+        let ls = s.ln();
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = v.sub(shift);
+            *o = v.sub(m).sub(ls);
         }
     } else {
         let mut xs = x.chunks_exact(LANES);
@@ -299,8 +301,8 @@ fn block<T: SoftmaxFloat, const FUSED: bool>(
         }
     }
     if log {
-        for (a, &mx) in s.iter_mut().zip(m.iter()) {
-            *a = mx.add(a.ln());
+        for a in s.iter_mut() {
+            *a = a.ln();
         }
     } else {
         for a in s.iter_mut() {
@@ -309,7 +311,11 @@ fn block<T: SoftmaxFloat, const FUSED: bool>(
     }
     for (r, o) in x.chunks_exact(inner).zip(out.chunks_exact_mut(inner)) {
         for (((o, &v), &mx), &k) in o.iter_mut().zip(r).zip(m.iter()).zip(s.iter()) {
-            *o = if log { v.sub(k) } else { exp(v.sub(mx)).mul(k) };
+            *o = if log {
+                v.sub(mx).sub(k)
+            } else {
+                exp(v.sub(mx)).mul(k)
+            };
         }
     }
 }
@@ -435,7 +441,8 @@ where
 
 fn softmax_op(ctx: &OpContext, x: &Tensor, dim: i64, log: bool) -> Result<Tensor> {
     let op = ctx.op();
-    if !x.dtype().is_floating() {
+    // As PyTorch, an empty integer tensor is accepted (there is nothing to compute).
+    if !x.dtype().is_floating() && x.numel() > 0 {
         return Err(Error::dtype(
             op,
             format!("{op} needs a floating tensor, got {}", x.dtype()),

@@ -77,12 +77,14 @@ pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor
 }
 
 impl Tensor {
-    /// Elements of `a` where `condition` is true, else of `b`; all three broadcast.
+    /// Elements of `a` where `condition` is true (bool, or u8 non-zero), else of `b`; all
+    /// three broadcast.
     #[track_caller]
     pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("where");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            if condition.dtype() != DType::Bool {
+            // PyTorch also accepts a u8 condition (non-zero is true).
+            if !matches!(condition.dtype(), DType::Bool | DType::U8) {
                 return Err(Error::dtype(
                     ctx.op(),
                     format!(
@@ -101,23 +103,15 @@ impl Tensor {
         Ok(out)
     }
 
-    /// `self + value * t1 * t2`, all broadcast.
+    /// `self + value * t1 * t2`, all broadcast (with integer tensors a float `value` is
+    /// truncated, as in PyTorch).
     #[track_caller]
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("addcmul");
         let value = value.into();
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            // As PyTorch, a float value with integer tensors is truncated to an integer.
             let dtype = result_type(&[Arg::Tensor(self), Arg::Tensor(t1), Arg::Tensor(t2)]);
-            if !dtype.is_floating() && matches!(value, Scalar::Float(_)) {
-                return Err(Error::dtype(
-                    ctx.op(),
-                    format!(
-                        "value {} is a float but the tensors are {dtype}",
-                        value.to_f64()
-                    ),
-                    Some("use an integer value for integer tensors"),
-                ));
-            }
             ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
                 .infer(ctx.op())?
                 .execute(&ctx, |plan| {

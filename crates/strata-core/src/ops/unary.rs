@@ -150,6 +150,11 @@ fn same_op_dtype(op: &'static str, s: SameOp, a: &Tensor) -> Result<DType> {
             "negation of a bool tensor is not supported",
             Some("use logical_not() to invert a mask"),
         )),
+        SameOp::Abs if d == DType::Bool => Err(Error::dtype(
+            op,
+            "abs is not defined for bool tensors",
+            Some("a bool is its own absolute value; convert first with .to(DType::U8) if needed"),
+        )),
         SameOp::Relu if d == DType::Bool => Err(Error::dtype(
             op,
             "relu is not defined for bool tensors",
@@ -172,20 +177,85 @@ fn same_op_dtype(op: &'static str, s: SameOp, a: &Tensor) -> Result<DType> {
                     Some("convert first with .to(DType::U8)"),
                 ));
             }
+            check_clamp_bounds(op, r, lo, hi)?;
             Ok(r)
         }
         _ => Ok(d),
     }
 }
 
+/// The integer range of `dtype` (`None` for floating dtypes and i64, which holds every
+/// integer bound).
+fn int_range(dtype: DType) -> Option<(i64, i64)> {
+    match dtype {
+        DType::U8 => Some((0, 255)),
+        DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
+        _ => None,
+    }
+}
+
+/// As PyTorch: a floating result refuses a bound that overflows it; an integer result
+/// refuses a lower bound above its range or an upper bound below it (bounds are compared
+/// as the numbers they are, not wrapped into the dtype).
+fn check_clamp_bounds(
+    op: &'static str,
+    r: DType,
+    lo: Option<Scalar>,
+    hi: Option<Scalar>,
+) -> Result<()> {
+    if r.is_floating() {
+        for b in [lo, hi].into_iter().flatten() {
+            b.check_fits(op, r)?;
+        }
+        return Ok(());
+    }
+    let Some((min, max)) = int_range(r) else {
+        return Ok(());
+    };
+    let outside = |which: &str, v: Scalar| {
+        Error::argument(
+            op,
+            format!(
+                "the {which} bound {} lies outside the range of {r} ({min}..={max})",
+                v.to_f64()
+            ),
+            Some("pass a bound within the dtype's range, or convert the tensor first"),
+        )
+    };
+    if let Some(v @ Scalar::Int(l)) = lo {
+        if l > max {
+            return Err(outside("lower", v));
+        }
+    }
+    if let Some(v @ Scalar::Int(h)) = hi {
+        if h < min {
+            return Err(outside("upper", v));
+        }
+    }
+    Ok(())
+}
+
+/// `s` with integer clamp bounds that cannot bind in `compute` dropped (a lower bound below
+/// the dtype's range, an upper bound above it), so that none is wrapped into the dtype.
+fn without_idle_bounds(s: SameOp, compute: DType) -> SameOp {
+    let (SameOp::Clamp(lo, hi), Some((min, max))) = (s, int_range(compute)) else {
+        return s;
+    };
+    let lo = lo.filter(|b| !matches!(b, Scalar::Int(l) if *l < min));
+    let hi = hi.filter(|b| !matches!(b, Scalar::Int(h) if *h > max));
+    SameOp::Clamp(lo, hi)
+}
+
 fn run_same(plan: &Plan, s: SameOp, compute: DType) {
+    let s = without_idle_bounds(s, compute);
     dispatch(compute_dtype(compute), SameKernel(plan, s));
 }
 
 impl Tensor {
     pub(crate) fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
         let out = float_op_dtype(ctx.op(), f, self.dtype())?;
-        let result = contiguous::new_output(ctx, out, &[self], false, |plan| run_float(plan, f, out))?;
+        let result =
+            contiguous::new_output(ctx, out, &[self], false, |plan| run_float(plan, f, out))?;
         grad::float_unary(ctx, f, self, &result)?;
         Ok(result)
     }
@@ -204,7 +274,8 @@ impl Tensor {
 
     fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let out = same_op_dtype(ctx.op(), s, self)?;
-        let result = contiguous::new_output(ctx, out, &[self], false, |plan| run_same(plan, s, out))?;
+        let result =
+            contiguous::new_output(ctx, out, &[self], false, |plan| run_same(plan, s, out))?;
         grad::same_unary(ctx, s, self, &result)?;
         Ok(result)
     }

@@ -693,6 +693,10 @@ impl Tensor {
                 Some("each dimension may appear once"),
             ));
         }
+        if n == 0 {
+            // A 0-d tensor's only dimension (0 or -1) moves onto itself.
+            return Ok(self.permuted_view(ctx.op(), l.clone(), Vec::new()));
+        }
         let mut order: Vec<Option<usize>> = vec![None; n];
         for (&s, &d) in src.iter().zip(&dst) {
             order[d] = Some(s);

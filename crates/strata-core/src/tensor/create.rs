@@ -196,17 +196,20 @@ impl Tensor {
         )
     }
 
-    /// A tensor of `shape` filled with `value` (converted to `dtype`).
+    /// A tensor of `shape` filled with `value` (converted to `dtype`; refused when it
+    /// overflows it, as [`Tensor::fill_`]).
     #[track_caller]
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         let ctx = OpContext::enter("full");
         check_shape(ctx.op(), shape)?;
+        let value = value.into();
+        crate::ops::copy::check_fill_value(ctx.op(), value, dtype, shape.iter().product())?;
         dispatch(
             dtype,
             Fill {
                 ctx: &ctx,
                 shape,
-                value: value.into(),
+                value,
             },
         )
     }

@@ -12,15 +12,22 @@ impl Tensor {
     /// that held elements prints a warning, as PyTorch does, because it usually means the
     /// wrong `out` was passed.
     pub(crate) fn resize_for_out(&self, ctx: &OpContext, shape: &[usize]) -> Result<()> {
+        self.resize_for_out_strided(ctx, shape, contiguous_strides(shape))
+    }
+
+    /// [`Tensor::resize_for_out`] to the dense `strides` rather than contiguous ones (an
+    /// element-wise `out=` takes the layout a new output would have).
+    pub(crate) fn resize_for_out_strided(
+        &self,
+        ctx: &OpContext,
+        shape: &[usize],
+        strides: Vec<usize>,
+    ) -> Result<()> {
         let body = self.body();
         if body.layout.sizes() == shape {
             return Ok(());
         }
-        let layout = Layout::new(
-            shape.to_vec(),
-            contiguous_strides(shape),
-            body.layout.offset(),
-        );
+        let layout = Layout::new(shape.to_vec(), strides, body.layout.offset());
         let itemsize = self.element_size();
         let extent = layout.validate(itemsize).ok_or_else(|| {
             Error::shape(

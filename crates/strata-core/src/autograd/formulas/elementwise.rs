@@ -46,6 +46,10 @@ pub(crate) fn binary(
     let name = binary_name(op);
     match *other {
         Other::Scalar(s) => record(ctx, name, &[a], out, |rec| {
+            if matches!(op, BinaryOp::Mul | BinaryOp::Div) {
+                // PyTorch saves the number as a wrapped 0-d tensor: a second backward fails.
+                rec.mark_saves();
+            }
             let sa = rec.save_if(
                 matches!(op, BinaryOp::Pow | BinaryOp::Maximum | BinaryOp::Minimum),
                 a,
@@ -178,6 +182,10 @@ pub(crate) fn binary_inplace_begin(
     let Some(mut rec) = InplaceRecorder::begin(ctx, name, a, &others)? else {
         return Ok(None);
     };
+    if scalar.is_some() && matches!(op, BinaryOp::Mul | BinaryOp::Div) {
+        // The number is saved (wrapped), as out of place.
+        rec.mark_saves();
+    }
     // The old value of `a` is overwritten: keep a copy when the backward needs it.
     let needs_old = match op {
         BinaryOp::Mul => scalar.is_none() && rec.needs(1),
@@ -383,15 +391,18 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
     match s {
         SameOp::Neg => g.neg(),
         SameOp::Abs => g.mul(&sign(v)?),
-        SameOp::Relu => g.mul(&v.gt(0i64)?),
+        // Selected, not multiplied by a mask: an infinite or NaN gradient where the output
+        // is clamped must still give 0 there.
+        SameOp::Relu => Tensor::where_(&v.gt(0i64)?, g, &zero(g.dtype())?),
         SameOp::Clamp(lo, hi) => {
-            // The gradient passes where the input lies within the bounds (NaN: nowhere).
+            // The gradient passes where the input lies strictly within the bounds, as in
+            // PyTorch (an input equal to a bound, or NaN, gets 0).
             let mut keep = v.eq(v)?;
             if let Some(lo) = lo {
-                keep = keep.mul(&v.ge(lo)?)?;
+                keep = keep.mul(&v.gt(lo)?)?;
             }
             if let Some(hi) = hi {
-                keep = keep.mul(&v.le(hi)?)?;
+                keep = keep.mul(&v.lt(hi)?)?;
             }
             Tensor::where_(&keep, g, &zero(g.dtype())?)
         }

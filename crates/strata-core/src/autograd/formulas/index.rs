@@ -155,8 +155,13 @@ pub(crate) fn overwrite_begin(
 /// Records the write that just happened.
 pub(crate) fn overwrite_finish(mut rec: InplaceRecorder, w: Overwrite<'_>) -> Result<()> {
     match w {
-        Overwrite::Fill => rec.finish(|_g: Tensor| -> Grads { Ok(vec![None]) }),
-        Overwrite::Copy(_) => rec.finish(|g: Tensor| -> Grads { Ok(vec![None, Some(g)]) }),
+        // The overwritten values get a zero gradient (not none), as in PyTorch, so the
+        // nodes that made them are still visited: their saved tensors are checked and freed.
+        Overwrite::Fill => rec
+            .finish(|g: Tensor| -> Grads { Ok(vec![Some(Tensor::zeros(&g.shape(), g.dtype())?)]) }),
+        Overwrite::Copy(_) => rec.finish(|g: Tensor| -> Grads {
+            Ok(vec![Some(Tensor::zeros(&g.shape(), g.dtype())?), Some(g)])
+        }),
         Overwrite::MaskedFill(mask) => {
             let m = rec.save(mask)?;
             rec.finish(move |g: Tensor| -> Grads {

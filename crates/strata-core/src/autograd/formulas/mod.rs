@@ -36,6 +36,10 @@ where
 
 /// The dimensions a reduction over `dims` covers (none given, or an empty list: all).
 pub(crate) fn reduced_dims(dims: Option<&[i64]>, ndim: usize) -> Vec<usize> {
+    if ndim == 0 {
+        // A 0-d tensor accepts dim 0 or -1 but has no dimension to reduce.
+        return Vec::new();
+    }
     let mut v: Vec<usize> = match dims {
         Some(d) if !d.is_empty() => d.iter().filter_map(|&x| wrap_dim(x, ndim)).collect(),
         _ => (0..ndim).collect(),

@@ -15,6 +15,10 @@ pub(super) struct ClassShapes {
     pub target_shape: Vec<usize>,
     /// The input's shape as given.
     pub input_shape: Vec<usize>,
+    /// The target value that marks an element to ignore.
+    pub ignore_index: i64,
+    /// How many target elements hold `ignore_index`.
+    pub ignored: usize,
 }
 
 impl ClassShapes {
@@ -37,15 +41,31 @@ impl ClassShapes {
         }
     }
 
-    /// Number of target elements (the divisor of the mean).
+    /// Number of target elements that are not ignored (the divisor of the mean).
     pub fn count(&self) -> usize {
-        self.target_shape.iter().product()
+        self.target_shape.iter().product::<usize>() - self.ignored
+    }
+
+    /// `target` with its ignored elements replaced by class 0 (safe to gather with), and
+    /// the mask of those elements (`None` when there are none).
+    pub fn safe_target(&self, target: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        if self.ignored == 0 {
+            return Ok((target.clone(), None));
+        }
+        let mask = target.eq(self.ignore_index)?;
+        Ok((target.masked_fill(&mask, 0i64)?, Some(mask)))
     }
 }
 
-/// Checks `input` against the class-index `target` (dtypes, shapes, every index in
-/// `0..C`), reading nothing but the target's values and allocating no tensor.
-pub(super) fn check(op: &'static str, input: &Tensor, target: &Tensor) -> Result<ClassShapes> {
+/// Checks `input` against the class-index `target` (dtypes, shapes, every index in `0..C`
+/// or equal to `ignore_index`), reading nothing but the target's values and allocating no
+/// tensor.
+pub(super) fn check(
+    op: &'static str,
+    input: &Tensor,
+    target: &Tensor,
+    ignore_index: i64,
+) -> Result<ClassShapes> {
     floating(op, "the input", input)?;
     if target.dtype() != DType::I64 {
         return Err(Error::dtype(
@@ -87,7 +107,7 @@ pub(super) fn check(op: &'static str, input: &Tensor, target: &Tensor) -> Result
     if let Some((pos, &bad)) = values
         .iter()
         .enumerate()
-        .find(|(_, &v)| v < 0 || v as u64 >= classes as u64)
+        .find(|(_, &v)| v != ignore_index && (v < 0 || v as u64 >= classes as u64))
     {
         return Err(Error::argument(
             op,
@@ -96,13 +116,19 @@ pub(super) fn check(op: &'static str, input: &Tensor, target: &Tensor) -> Result
                  has {classes} classes (valid: 0..={})",
                 classes as i64 - 1
             ),
-            Some("class indices count from 0; check the labels against the number of classes"),
+            Some(
+                "class indices count from 0 (the ignored index excepted); check the labels \
+                 against the number of classes",
+            ),
         ));
     }
+    let ignored = values.iter().filter(|&&v| v == ignore_index).count();
     Ok(ClassShapes {
         classes,
         unbatched,
         target_shape: ts,
         input_shape: is,
+        ignore_index,
+        ignored,
     })
 }

@@ -9,9 +9,14 @@ use crate::autograd::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
+/// The target value PyTorch's class losses ignore by default (`ignore_index=-100`).
+pub const DEFAULT_IGNORE_INDEX: i64 = -100;
+
 /// The cross-entropy loss between `logits` (`[N, C]`, `[N, C, d1, ..]` or `[C]`) and the
 /// class indices `target` (i64, `[N]`, `[N, d1, ..]` or `[]`): `-log_softmax(logits)` at
-/// each target class, reduced by `reduction` (PyTorch's `F.cross_entropy`).
+/// each target class, reduced by `reduction` (PyTorch's `F.cross_entropy`). Targets equal
+/// to [`DEFAULT_IGNORE_INDEX`] (-100) are ignored, as PyTorch's default; see
+/// [`cross_entropy_ignoring`].
 ///
 /// Its backward node saves the logits and the target, nothing of their size more: the
 /// gradient `(softmax(logits) - onehot(target)) * g` is recomputed from them, subtracting
@@ -31,18 +36,42 @@ use crate::{Result, Tensor};
 /// ```
 #[track_caller]
 pub fn cross_entropy(logits: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    cross_entropy_ignoring(logits, target, reduction, DEFAULT_IGNORE_INDEX)
+}
+
+/// [`cross_entropy`] with PyTorch's `ignore_index`: target elements equal to it contribute
+/// a loss of 0 and no gradient, and are left out of the mean's divisor (a mean over only
+/// ignored elements is NaN, as in PyTorch).
+///
+/// ```
+/// use strata_core::nn::functional::{cross_entropy_ignoring, Reduction};
+/// use strata_core::Tensor;
+/// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 5.0, -5.0], &[2, 2])?;
+/// let target = Tensor::from_vec(vec![1i64, 7], &[2])?;
+/// let loss = cross_entropy_ignoring(&logits, &target, Reduction::Mean, 7)?;
+/// assert!((loss.item::<f32>()? - 2f32.ln()).abs() < 1e-6);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn cross_entropy_ignoring(
+    logits: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    ignore_index: i64,
+) -> Result<Tensor> {
     let ctx = OpContext::enter("cross_entropy");
-    let cs = class_target::check(ctx.op(), logits, target)?;
+    let cs = class_target::check(ctx.op(), logits, target, ignore_index)?;
     let out = internal(|| -> Result<Tensor> {
         let lsm = cs.batched_input(logits)?.log_softmax(1)?;
-        reduction.apply(&picked_losses(&lsm, target, &cs)?)
+        reduce(&picked_losses(&lsm, target, &cs)?, &cs, reduction)
     })?;
     record(&ctx, "CrossEntropyLossBackward0", &[logits], &out, |rec| {
         let saved_logits = rec.save(logits)?;
         let saved_target = rec.save(target)?;
         Ok(move |g: Tensor| -> Grads {
             let (x, t) = (saved_logits.get()?, saved_target.get()?);
-            let gw = per_target_grad(&g, &cs, reduction)?;
+            let (t, ignored) = cs.safe_target(&t)?;
+            let gw = per_target_grad(&g, &cs, reduction, ignored.as_ref())?;
             let idx = cs.class_index(&t)?;
             let gx = cs.batched_input(&x)?.softmax(1)?;
             gx.mul_(&gw)?;
@@ -53,26 +82,51 @@ pub fn cross_entropy(logits: &Tensor, target: &Tensor, reduction: Reduction) -> 
     Ok(out)
 }
 
-/// `-input[n, target[n, ..], ..]` for every target element, shaped like the target.
+/// `-input[n, target[n, ..], ..]` for every target element, shaped like the target (0 for
+/// an ignored element).
 pub(super) fn picked_losses(input: &Tensor, target: &Tensor, cs: &ClassShapes) -> Result<Tensor> {
-    input
-        .gather(1, &cs.class_index(target)?)?
+    let (safe, ignored) = cs.safe_target(target)?;
+    let losses = input
+        .gather(1, &cs.class_index(&safe)?)?
         .neg()?
-        .reshape(&to_i64(&cs.target_shape))
+        .reshape(&to_i64(&cs.target_shape))?;
+    match ignored {
+        Some(mask) => losses.masked_fill(&mask, 0i64),
+        None => Ok(losses),
+    }
+}
+
+/// The per-element `losses` reduced, the mean dividing by the elements not ignored.
+pub(super) fn reduce(losses: &Tensor, cs: &ClassShapes, reduction: Reduction) -> Result<Tensor> {
+    if cs.ignored > 0 && reduction == Reduction::Mean {
+        return losses.sum(None, false)?.div(cs.count() as f64);
+    }
+    reduction.apply(losses)
 }
 
 /// The gradient reaching each target element's loss, shaped `[N, 1, d1, ..]` (or 0-d when
-/// the loss was reduced), ready to broadcast over the class dimension.
+/// the loss was reduced and nothing is ignored), ready to broadcast over the class
+/// dimension; 0 at the elements `ignored` marks.
 pub(super) fn per_target_grad(
     g: &Tensor,
     cs: &ClassShapes,
     reduction: Reduction,
+    ignored: Option<&Tensor>,
 ) -> Result<Tensor> {
-    match reduction {
-        Reduction::None if cs.unbatched => g.reshape(&[1, 1]),
-        Reduction::None => g.unsqueeze(1),
-        Reduction::Mean => g.div(cs.count() as f64),
-        Reduction::Sum => Ok(g.clone()),
+    let gw = match reduction {
+        Reduction::None if cs.unbatched => g.reshape(&[1, 1])?,
+        Reduction::None => g.unsqueeze(1)?,
+        Reduction::Mean => g.div(cs.count() as f64)?,
+        Reduction::Sum => g.clone(),
+    };
+    match ignored {
+        // Selected, not multiplied: an infinite gradient must still give 0 there.
+        Some(mask) => Tensor::where_(
+            &cs.class_index(mask)?,
+            &crate::autograd::formulas::zero(g.dtype())?,
+            &gw,
+        ),
+        None => Ok(gw),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::{DType, Result, Tensor};
 /// Normalises `x` over its last dimensions, `normalized_shape`, to zero mean and unit
 /// variance (biased, with `eps` added to it), then scales by `weight` and shifts by `bias`
 /// (both of shape `normalized_shape`) when given (PyTorch's `F.layer_norm`). f16 and bf16
-/// are computed in f32.
+/// are computed in f32. The result is contiguous.
 ///
 /// ```
 /// use strata_core::nn::functional::layer_norm;
@@ -82,7 +82,8 @@ pub fn layer_norm(
             (None, Some(b)) => t.add(b)?,
             (None, None) => t,
         };
-        Ok((y.to(x.dtype())?, mean, rstd))
+        // PyTorch's result is always contiguous, whatever the input's layout.
+        Ok((y.to(x.dtype())?.contiguous()?, mean, rstd))
     })?;
     let mut inputs = vec![x];
     inputs.extend(weight);

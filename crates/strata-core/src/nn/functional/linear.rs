@@ -22,7 +22,10 @@ use crate::{Result, Tensor};
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let ctx = OpContext::enter("linear");
     let op = ctx.op();
-    floating(op, "the input", x)?;
+    if x.dtype() == crate::DType::Bool {
+        // Integer inputs are accepted, as in PyTorch; bool is not.
+        floating(op, "the input", x)?;
+    }
     dtype_is(op, "the weight", w, x.dtype())?;
     ndim_in(op, "the weight", w, &[2])?;
     if x.dim() == 0 {

@@ -2,7 +2,9 @@
 
 use super::check::{dtype_is, floating, to_i64};
 use super::class_target;
-use super::cross_entropy::{per_target_grad, picked_losses, subtract_at_targets};
+use super::cross_entropy::{
+    per_target_grad, picked_losses, reduce, subtract_at_targets, DEFAULT_IGNORE_INDEX,
+};
 use super::Reduction;
 use crate::autograd::formulas::{record, Grads};
 use crate::autograd::mode::internal;
@@ -12,7 +14,9 @@ use crate::{Result, Tensor};
 /// The negative log-likelihood loss of `log_probs` (`[N, C]`, `[N, C, d1, ..]` or `[C]`,
 /// typically a `log_softmax` along dimension 1) at the class indices `target` (i64, the
 /// input's shape without dimension 1), reduced by `reduction` (PyTorch's `F.nll_loss`).
-/// Its backward saves only the target.
+/// Its backward saves only the target. Targets equal to
+/// [`DEFAULT_IGNORE_INDEX`](super::DEFAULT_IGNORE_INDEX) (-100) are ignored, as PyTorch's
+/// default; see [`nll_loss_ignoring`].
 ///
 /// ```
 /// use strata_core::nn::functional::{nll_loss, Reduction};
@@ -24,11 +28,32 @@ use crate::{Result, Tensor};
 /// ```
 #[track_caller]
 pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    nll_loss_ignoring(log_probs, target, reduction, DEFAULT_IGNORE_INDEX)
+}
+
+/// [`nll_loss`] with PyTorch's `ignore_index`: target elements equal to it contribute a loss
+/// of 0 and no gradient, and are left out of the mean's divisor.
+///
+/// ```
+/// use strata_core::nn::functional::{nll_loss_ignoring, Reduction};
+/// use strata_core::Tensor;
+/// let lp = Tensor::from_vec(vec![-0.5f32, -1.0, -2.0, -0.1], &[2, 2])?;
+/// let target = Tensor::from_vec(vec![1i64, -1], &[2])?;
+/// assert_eq!(nll_loss_ignoring(&lp, &target, Reduction::Mean, -1)?.item::<f32>()?, 1.0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn nll_loss_ignoring(
+    log_probs: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    ignore_index: i64,
+) -> Result<Tensor> {
     let ctx = OpContext::enter("nll_loss");
-    let cs = class_target::check(ctx.op(), log_probs, target)?;
+    let cs = class_target::check(ctx.op(), log_probs, target, ignore_index)?;
     let out = internal(|| -> Result<Tensor> {
         let x = cs.batched_input(log_probs)?;
-        reduction.apply(&picked_losses(&x, target, &cs)?)
+        reduce(&picked_losses(&x, target, &cs)?, &cs, reduction)
     })?;
     let batched_shape = if cs.unbatched {
         vec![1, cs.classes]
@@ -38,8 +63,9 @@ pub fn nll_loss(log_probs: &Tensor, target: &Tensor, reduction: Reduction) -> Re
     record(&ctx, "NllLossBackward0", &[log_probs], &out, |rec| {
         let saved_target = rec.save(target)?;
         Ok(move |g: Tensor| -> Grads {
-            let gw = per_target_grad(&g, &cs, reduction)?;
-            let idx = cs.class_index(&saved_target.get()?)?;
+            let (t, ignored) = cs.safe_target(&saved_target.get()?)?;
+            let gw = per_target_grad(&g, &cs, reduction, ignored.as_ref())?;
+            let idx = cs.class_index(&t)?;
             let zeros = Tensor::zeros(&batched_shape, g.dtype())?;
             let gx = subtract_at_targets(&zeros, &idx, &gw)?;
             Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])

@@ -17,12 +17,12 @@ mod pool;
 mod reduction;
 
 pub use conv::conv2d;
-pub use cross_entropy::cross_entropy;
+pub use cross_entropy::{cross_entropy, cross_entropy_ignoring, DEFAULT_IGNORE_INDEX};
 pub use dropout::{dropout, dropout_with};
 pub use embedding::embedding;
 pub use layer_norm::layer_norm;
 pub use linear::linear;
-pub use loss::{mse_loss, nll_loss};
+pub use loss::{mse_loss, nll_loss, nll_loss_ignoring};
 pub use pair::Pair;
 pub use pool::max_pool2d;
 pub use reduction::Reduction;
