@@ -38,14 +38,8 @@ pub(crate) fn new_output(
     // With a number as an operand the shapes differ, so PyTorch lays the output out in the
     // inputs' stride order: a size-1 dimension's stride then matters, and only inputs with
     // exactly row-major strides give the contiguous output this route makes.
-    let direct = !scalar_operand
-        || inputs
-            .iter()
-            .all(|t| t.stride() == crate::layout::contiguous_strides(&t.shape()));
-    if direct {
-        if let Some(out) = try_new_output(ctx, out_dtype, inputs, &kernel) {
-            return out;
-        }
+    if let Some(out) = try_new_output(ctx, out_dtype, inputs, scalar_operand, &kernel) {
+        return out;
     }
     ElementwiseSpec::new(Output::New(out_dtype), inputs.to_vec())
         .with_scalar_operand(scalar_operand)
@@ -55,12 +49,16 @@ pub(crate) fn new_output(
 
 /// Runs `kernel` (operand 0 the output, then `inputs` in order) into a new contiguous tensor of
 /// `out_dtype` when every input is a contiguous host tensor of the first input's shape.
+/// With `row_major_only`, inputs must have exactly row-major strides (size-1 dimensions
+/// included), which is what a number operand requires: the shapes then differ, PyTorch lays
+/// the output out in the inputs' stride order, and a size-1 dimension's stride matters.
 /// Returns `None`, having done nothing, when they are not: the caller then takes the general
 /// route, which also produces every error.
 pub(crate) fn try_new_output(
     ctx: &OpContext,
     out_dtype: DType,
     inputs: &[&Tensor],
+    row_major_only: bool,
     kernel: impl FnOnce(&Plan),
 ) -> Option<Result<Tensor>> {
     let mut sizes = Dims::new();
@@ -74,7 +72,12 @@ pub(crate) fn try_new_output(
             } else {
                 layout.sizes() == &sizes[..]
             };
-            (same_shape && layout.is_contiguous() && b.storage.device() == Device::Cpu)
+            let contiguous = if row_major_only {
+                is_row_major(layout)
+            } else {
+                layout.is_contiguous()
+            };
+            (same_shape && contiguous && b.storage.device() == Device::Cpu)
                 .then(|| (b.storage.clone(), layout.offset(), t.dtype()))
         })?;
         operands.push(operand);
@@ -109,4 +112,16 @@ pub(crate) fn try_new_output(
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))
+}
+
+/// Whether every stride is exactly the row-major one (size-1 dimensions included).
+fn is_row_major(layout: &Layout) -> bool {
+    let mut expected = 1usize;
+    for (&n, &s) in layout.sizes().iter().zip(layout.strides()).rev() {
+        if s != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(n.max(1));
+    }
+    true
 }
