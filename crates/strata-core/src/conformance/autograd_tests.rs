@@ -64,4 +64,15 @@ fn relu_and_clamp_select_the_gradient() {
         x.grad().unwrap().to_vec::<f32>().unwrap(),
         vec![0.0, 0.0, 1.0, 0.0, 0.0]
     );
+    // A NaN output passes its gradient (PyTorch zeroes only where the output is <= 0).
+    let x = leaf(&[f32::NAN, 1.0]);
+    x.relu()
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = x.grad().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(g[0], 1.0);
+    assert_eq!(g[1], 1.0);
 }

@@ -77,7 +77,10 @@ pub(crate) fn try_new_output(
             } else {
                 layout.is_contiguous()
             };
-            (same_shape && contiguous && b.storage.device() == Device::Cpu)
+            // Empty tensors keep the general route's layout rules (PyTorch's strides for
+            // them are not always row-major).
+            let nonempty = layout.numel() > 0;
+            (same_shape && contiguous && nonempty && b.storage.device() == Device::Cpu)
                 .then(|| (b.storage.clone(), layout.offset(), t.dtype()))
         })?;
         operands.push(operand);

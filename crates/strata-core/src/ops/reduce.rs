@@ -580,11 +580,13 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("logsumexp");
-        if dims.is_some_and(<[i64]>::is_empty) && self.dim() > 0 {
+        // PyTorch reduces over every dimension for `dim=[]` only with keepdim; without it the
+        // result's shape is refused (an empty input goes through).
+        if dims.is_some_and(<[i64]>::is_empty) && self.dim() > 0 && self.numel() > 0 && !keepdim {
             return Err(Error::argument(
                 ctx.op(),
-                "an empty list of dimensions is not accepted (PyTorch refuses it too)",
-                Some("pass None to reduce over every dimension, or list the dimensions"),
+                "an empty list of dimensions is accepted only with keepdim (as in PyTorch)",
+                Some("pass None to reduce over every dimension, or keepdim = true"),
             ));
         }
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {

@@ -25,7 +25,10 @@ const W: usize = 8;
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn exp8(x: __m256) -> __m256 {
-    let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3)), _mm256_set1_ps(88.72));
+    let xc = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
+        _mm256_set1_ps(88.72),
+    );
     const MAGIC: f32 = 12_582_912.0;
     let magic = _mm256_set1_ps(MAGIC);
     let t = _mm256_fmadd_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E), magic);
@@ -36,7 +39,11 @@ unsafe fn exp8(x: __m256) -> __m256 {
     );
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_fmadd_ps(r, _mm256_set1_ps(0.001_393_98), _mm256_set1_ps(0.008_333_49));
+    let mut p = _mm256_fmadd_ps(
+        r,
+        _mm256_set1_ps(0.001_393_98),
+        _mm256_set1_ps(0.008_333_49),
+    );
     for c in [0.041_666_52, 0.166_666_67, 0.5, 1.0, 1.0] {
         p = _mm256_fmadd_ps(r, p, _mm256_set1_ps(c));
     }
@@ -180,7 +187,13 @@ unsafe fn write_row(
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn row(x: &[f32], out: &mut [f32], log: bool, scratch: &mut Vec<f32>, stream: bool) {
+pub(super) unsafe fn row(
+    x: &[f32],
+    out: &mut [f32],
+    log: bool,
+    scratch: &mut Vec<f32>,
+    stream: bool,
+) {
     debug_assert_eq!(x.len(), out.len());
     let m = row_max(x);
     if log {

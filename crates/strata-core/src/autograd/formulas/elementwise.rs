@@ -392,8 +392,9 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
         SameOp::Neg => g.neg(),
         SameOp::Abs => g.mul(&sign(v)?),
         // Selected, not multiplied by a mask: an infinite or NaN gradient where the output
-        // is clamped must still give 0 there.
-        SameOp::Relu => Tensor::where_(&v.gt(0i64)?, g, &zero(g.dtype())?),
+        // is clamped must still give 0 there. As PyTorch's threshold backward, the gradient
+        // is zeroed where the output is <= 0, so a NaN output passes its gradient.
+        SameOp::Relu => Tensor::where_(&v.le(0i64)?, &zero(g.dtype())?, g),
         SameOp::Clamp(lo, hi) => {
             // The gradient passes where the input lies strictly within the bounds, as in
             // PyTorch (an input equal to a bound, or NaN, gets 0).
