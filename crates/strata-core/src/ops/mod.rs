@@ -10,6 +10,7 @@ pub(crate) mod iter;
 pub mod joining;
 pub mod matmul;
 pub mod operators;
+pub(crate) mod out;
 pub mod promote;
 pub mod reduce;
 pub mod softmax;
