@@ -13,6 +13,8 @@ pub mod operators;
 pub(crate) mod out;
 pub mod promote;
 pub mod reduce;
+mod reduce_out;
+pub(crate) mod reduction;
 pub mod softmax;
 pub mod ternary;
 pub mod unary;
