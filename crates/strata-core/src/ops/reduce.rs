@@ -129,18 +129,22 @@ impl Tensor {
         outs: Option<(&Tensor, &Tensor)>,
     ) -> Result<(Tensor, Tensor)> {
         let a = ArgReduction::new(ctx.op(), self, Some(dim), keepdim)?;
+        let shape = a.out_shape();
+        if let Some((v, i)) = outs {
+            check_memory(ctx.op(), v, shape, &[self], Aliasing::Exact)?;
+            check_memory(ctx.op(), i, shape, &[self], Aliasing::Exact)?;
+            check_distinct_outputs(ctx.op(), v, i)?;
+        }
+        let x = a.input()?;
         let (vd, id) = match outs {
             None => (Dest::New, Dest::New),
             Some((v, i)) => {
-                check_memory(ctx.op(), v, a.out_shape(), &[self], Aliasing::Exact)?;
-                check_memory(ctx.op(), i, a.out_shape(), &[self], Aliasing::Exact)?;
-                check_distinct_outputs(ctx.op(), v, i)?;
-                v.resize_for_out(ctx, a.out_shape())?;
-                i.resize_for_out(ctx, a.out_shape())?;
+                v.resize_for_out(ctx, shape)?;
+                i.resize_for_out(ctx, shape)?;
                 (Dest::Out(v), Dest::Out(i))
             }
         };
-        let (v, i) = a.run(ctx, max, Some(vd), id)?;
+        let (v, i) = a.run(ctx, &x, max, Some(vd), id)?;
         match v {
             Some(v) => Ok((v, i)),
             None => Err(Error::Unsupported {
@@ -160,8 +164,12 @@ impl Tensor {
         out: Option<&Tensor>,
     ) -> Result<Tensor> {
         let a = ArgReduction::new(ctx.op(), self, dim, keepdim)?;
+        if let Some(o) = out {
+            check_memory(ctx.op(), o, a.out_shape(), &[self], Aliasing::Exact)?;
+        }
+        let x = a.input()?;
         let dest = Dest::prepare(ctx, out, a.out_shape(), &[self])?;
-        Ok(a.run(ctx, max, None, dest)?.1)
+        Ok(a.run(ctx, &x, max, None, dest)?.1)
     }
 
     /// `var` (or `std` with `sqrt`) into a new tensor or `out`, in two passes: the means,

@@ -35,13 +35,23 @@ pub(crate) struct Reduction {
 }
 
 impl Reduction {
+    /// The reduction of `x` over `dims` (all when `None` or empty), after checking them.
     pub(crate) fn new(
         op: &'static str,
         x: &Tensor,
         dims: Option<&[i64]>,
         keepdim: bool,
     ) -> Result<Self> {
-        let shape = x.shape();
+        Reduction::for_shape(op, x.shape(), dims, keepdim)
+    }
+
+    /// [`Reduction::new`] for an input of `shape`.
+    fn for_shape(
+        op: &'static str,
+        shape: Vec<usize>,
+        dims: Option<&[i64]>,
+        keepdim: bool,
+    ) -> Result<Self> {
         let n = shape.len();
         let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
         for &d in dims.unwrap_or(&[]) {
@@ -384,16 +394,18 @@ fn nan_min(c: f64, b: f64) -> bool {
 }
 
 /// A validated reduction to a best element along one dimension (`max`/`min` with a dim,
-/// `argmax`/`argmin`): the tensor folded (flattened for a reduction over everything, seen as
-/// `[1]` when 0-d), the reduction, and its dimension.
+/// `argmax`/`argmin`): the input, whether it is folded flattened (a reduction over
+/// everything, or a 0-d input seen as `[1]`), the reduction, and its dimension.
 pub(crate) struct ArgReduction {
     x: Tensor,
+    flatten: bool,
     r: Reduction,
     d: usize,
 }
 
 impl ArgReduction {
     /// Validates `dim` (`None`: over all elements, as `argmax` without a dim) for `x`.
+    /// Nothing is read or allocated yet.
     pub(crate) fn new(
         op: &'static str,
         x: &Tensor,
@@ -401,32 +413,32 @@ impl ArgReduction {
         keepdim: bool,
     ) -> Result<Self> {
         let n = x.dim();
-        let (x, r) = match dim {
+        let flat = vec![x.numel()];
+        let (flatten, r) = match dim {
             Some(dim) => {
                 let d = wrap_dim(dim, n).ok_or(Error::Dim { op, dim, ndim: n })?;
                 if n == 0 {
-                    let x1 = x.view(&[1])?;
-                    let r = Reduction::new(op, &x1, Some(&[0]), false)?;
-                    (x1, r)
+                    (true, Reduction::for_shape(op, flat, Some(&[0]), false)?)
                 } else {
-                    (
-                        x.clone(),
-                        Reduction::new(op, x, Some(&[d as i64]), keepdim)?,
-                    )
+                    (false, Reduction::new(op, x, Some(&[d as i64]), keepdim)?)
                 }
             }
             None => {
-                let flat = x.reshape(&[-1])?;
-                let mut r = Reduction::new(op, &flat, Some(&[0]), false)?;
+                let mut r = Reduction::for_shape(op, flat, Some(&[0]), false)?;
                 if keepdim {
                     r.out_shape = vec![1; n];
                 }
-                (flat, r)
+                (true, r)
             }
         };
         r.refuse_empty(op)?;
         let d = r.mask.iter().position(|&m| m).unwrap_or(0);
-        Ok(ArgReduction { x, r, d })
+        Ok(ArgReduction {
+            x: x.clone(),
+            flatten,
+            r,
+            d,
+        })
     }
 
     /// The result's shape.
@@ -434,16 +446,28 @@ impl ArgReduction {
         &self.r.out_shape
     }
 
-    /// The best values and their positions; writes the values (in the input's dtype) to
-    /// `values` unless it is `None`, and the positions (i64) to `indices`.
+    /// The tensor folded: the input, or its flattening, which is a view unless the input is
+    /// not contiguous (then a copy, as PyTorch's `reshape(-1)` makes).
+    pub(crate) fn input(&self) -> Result<Tensor> {
+        if self.flatten {
+            self.x.reshape(&[-1])
+        } else {
+            Ok(self.x.clone())
+        }
+    }
+
+    /// The best values and their positions in `x` (from [`ArgReduction::input`]); writes the
+    /// values (in the input's dtype) to `values` unless it is `None`, and the positions (i64)
+    /// to `indices`.
     pub(crate) fn run(
         &self,
         ctx: &OpContext,
+        x: &Tensor,
         max: bool,
         values: Option<Dest<'_>>,
         indices: Dest<'_>,
     ) -> Result<(Option<Tensor>, Tensor)> {
-        let (x, r, d) = (&self.x, &self.r, self.d);
+        let (r, d) = (&self.r, self.d);
         let shape = &r.out_shape;
         let (v, i) = if x.dtype().is_floating() {
             let better = if max { nan_max } else { nan_min };
