@@ -83,11 +83,11 @@ pub unsafe fn fold_map<I: Element, A: Element>(
     });
 }
 
-/// Running folds (`cumsum`): operands are (output, carry `A`, input). The plan visits the
-/// scanned dimension outermost, in order, and the carry has stride 0 along it, so each
-/// carry slot follows one line: `carry = f(carry, x)`, then the output element is the carry
-/// (converted to the output's dtype). The input is read as `I` and widened to `A`, as in
-/// [`fold_map`]. The carry must start at the identity of `f`.
+/// Running folds (`cumsum`): operands are (output, carry `A`, input). The carry has stride 0
+/// along the scanned dimension, so each carry slot follows one line: `carry = f(carry, x)`,
+/// then the output element is the carry (converted to the output's dtype). A sequential walk
+/// visits each line's elements in order whatever the loop order. The input is read as `I`
+/// and widened to `A`, as in [`fold_map`]. The carry must start at the identity of `f`.
 ///
 /// # Safety
 /// As for [`fold`]: the output writable (it may be the input itself, element for element),

@@ -45,7 +45,7 @@ pub(crate) fn expect_dtype(op: &'static str, out: &Tensor, expected: DType) -> R
 
 /// The layout `out` is written through for a result of `shape`: its own when it already has
 /// that shape, else contiguous at its current offset (what the resize gives it).
-pub(crate) fn written_layout(out: &Tensor, shape: &[usize]) -> Layout {
+fn written_layout(out: &Tensor, shape: &[usize]) -> Layout {
     let l = out.layout();
     if l.sizes() == shape {
         l

@@ -494,9 +494,8 @@ pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
     impl DTypeFn for Scan<'_> {
         type Output = ();
         fn call<I: Element>(self) {
-            // SAFETY: `scan_sum` holds the locks; the carry buffer is ours, laid out with
-            // stride 0 along the scanned dimension, which the plan visits outermost and in
-            // order; the plan is sequential.
+            // SAFETY: `scan_sum` holds the locks; the carry buffer is ours, one slot per line
+            // (stride 0 along the scanned dimension); the plan is sequential.
             unsafe {
                 if I::DTYPE.is_floating() {
                     reduce::scan::<I, f64>(self.0, |a, v| a + v)
@@ -525,8 +524,10 @@ pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
         carry_i = vec![0i64; lines];
         (carry_i.as_mut_ptr() as *mut u8, DType::I64)
     };
-    // The other dimensions in memory order, then the scanned one outermost.
-    let mut perm: Vec<usize> = iteration_order(
+    // Memory order. A sequential walk visits the elements of every line in increasing
+    // position along `d` whatever the order, and the carry's stride 0 along `d` keeps it
+    // from being coalesced with another dimension.
+    let perm = iteration_order(
         &shape,
         &[
             OrderOperand {
@@ -538,13 +539,7 @@ pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
                 is_reduction_output: false,
             },
         ],
-    )
-    .into_iter()
-    .filter(|&k| k != d)
-    .collect();
-    if !shape.is_empty() {
-        perm.push(d);
-    }
+    );
     let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
     let operands = [
         Operand {
