@@ -82,11 +82,12 @@ unsafe fn load<T: Element>(
 ///
 /// # Safety
 /// The elements must be writable (inside a storage the caller holds write-locked).
-unsafe fn store<T: Element>(src: &[T], dst: *mut u8, stride: isize, dtype: DType) {
+pub(crate) unsafe fn store<T: Element>(src: &[T], dst: *mut u8, stride: isize, dtype: DType) {
     dispatch(dtype, Store { src, dst, stride });
 }
 
-fn direct<T: Element>(plan: &Plan, operand: usize, stride: isize) -> bool {
+/// Whether operand `operand` of a run with byte stride `stride` can be used in place as `T`.
+pub(crate) fn direct<T: Element>(plan: &Plan, operand: usize, stride: isize) -> bool {
     plan.dtype(operand) == T::DTYPE && stride == size_of::<T>() as isize
 }
 

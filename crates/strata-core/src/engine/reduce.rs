@@ -1,9 +1,9 @@
 //! Reduction kernels over the runs of a [`Plan`] whose operand 0 is an accumulator with
 //! stride 0 along the reduced dimensions (the plan orders those innermost).
 
-use super::kernels::{buffer, input_block, BLOCK};
+use super::kernels::{buffer, input_block, store, BLOCK};
 use super::Plan;
-use crate::dtype::Element;
+use crate::dtype::{cast, Element};
 
 /// Folds the input (operand 1, read as `A`) into the accumulator (operand 0, of type `A`,
 /// already holding the initial values): `acc = fold(acc, x)` in iteration order.
@@ -14,29 +14,50 @@ use crate::dtype::Element;
 /// `f` must combine two partial results of its own kind (a sum, a product, a maximum): the
 /// loop folds independent lanes and then folds the lanes together with `f`.
 pub unsafe fn fold<A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
+    // SAFETY: forwarded from the caller.
+    unsafe { fold_map::<A, A>(plan, |x, _| x, f) }
+}
+
+/// [`fold`] with each element transformed first: `acc = f(acc, g(x, p))`. The input is read
+/// as `I` (each element rounded to `I`, as an op computing in that dtype sees it) and
+/// widened to `A`; `p` is the element's slot in operand 2, a buffer of `A` with the
+/// accumulator's strides (a per-result parameter such as a mean), or `A::ZERO` when the plan
+/// has only two operands.
+///
+/// # Safety
+/// As for [`fold`]; operand 2, when present, must be readable with the accumulator's layout.
+pub unsafe fn fold_map<I: Element, A: Element>(
+    plan: &Plan,
+    g: impl Fn(A, A) -> A + Sync,
+    f: impl Fn(A, A) -> A + Sync,
+) {
+    let has_param = plan.num_operands() > 2;
     plan.for_each_run(|p, s, n| {
-        let mut buf = buffer::<A>();
+        let mut buf = buffer::<I>();
         let acc = p[0] as *mut A;
         let acc_step = s[0] / std::mem::size_of::<A>() as isize;
+        let param = has_param.then(|| (p[2] as *const A, s[2] / std::mem::size_of::<A>() as isize));
         for start in (0..n).step_by(BLOCK) {
             let m = BLOCK.min(n - start);
-            // SAFETY: the caller guarantees the run is valid for both operands.
+            // SAFETY: the caller guarantees the run is valid for every operand.
             unsafe {
                 let x = input_block(plan, 1, p[1], s[1], start, m, &mut buf);
+                let value = |i: usize| cast::<I, A>(*x.add(i));
                 if acc_step == 0 {
+                    let pv = param.map_or(A::ZERO, |(pp, _)| *pp);
                     // Eight independent partial folds, so the loop is not bound by the
                     // latency of one chain (the ops folded are associative).
                     let mut a = *acc;
                     let mut i = 0;
                     if m >= 16 {
-                        let mut lanes = [*x; 8];
+                        let mut lanes = [A::ZERO; 8];
                         for (k, lane) in lanes.iter_mut().enumerate() {
-                            *lane = *x.add(k);
+                            *lane = g(value(k), pv);
                         }
                         i = 8;
                         while i + 8 <= m {
                             for (k, lane) in lanes.iter_mut().enumerate() {
-                                *lane = f(*lane, *x.add(i + k));
+                                *lane = f(*lane, g(value(i + k), pv));
                             }
                             i += 8;
                         }
@@ -44,7 +65,7 @@ pub unsafe fn fold<A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
                         a = f(a, folded);
                     }
                     while i < m {
-                        a = f(a, *x.add(i));
+                        a = f(a, g(value(i), pv));
                         i += 1;
                     }
                     *acc = a;
@@ -52,9 +73,47 @@ pub unsafe fn fold<A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
                     let at = acc.offset(start as isize * acc_step);
                     for i in 0..m {
                         let slot = at.offset(i as isize * acc_step);
-                        *slot = f(*slot, *x.add(i));
+                        let pv =
+                            param.map_or(A::ZERO, |(pp, ps)| *pp.offset((start + i) as isize * ps));
+                        *slot = f(*slot, g(value(i), pv));
                     }
                 }
+            }
+        }
+    });
+}
+
+/// Running folds (`cumsum`): operands are (output, carry `A`, input). The carry has stride 0
+/// along the scanned dimension, so each carry slot follows one line: `carry = f(carry, x)`,
+/// then the output element is the carry (converted to the output's dtype). A sequential walk
+/// visits each line's elements in order whatever the loop order. The input is read as `I`
+/// and widened to `A`, as in [`fold_map`]. The carry must start at the identity of `f`.
+///
+/// # Safety
+/// As for [`fold`]: the output writable (it may be the input itself, element for element),
+/// the carry a private buffer, the plan not parallel.
+pub unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
+    plan.for_each_run(|p, s, n| {
+        let mut xbuf = buffer::<I>();
+        let mut obuf = buffer::<A>();
+        let carry = p[1] as *mut A;
+        let step = s[1] / std::mem::size_of::<A>() as isize;
+        for start in (0..n).step_by(BLOCK) {
+            let m = BLOCK.min(n - start);
+            // SAFETY: the caller guarantees the run is valid for every operand; `obuf` holds
+            // BLOCK elements, of which the loop initialises the first `m` before `store`
+            // reads them. Each output element is written after its input element is read.
+            unsafe {
+                let x = input_block(plan, 2, p[2], s[2], start, m, &mut xbuf);
+                let c = carry.offset(start as isize * step);
+                for (i, o) in obuf[..m].iter_mut().enumerate() {
+                    let slot = c.offset(i as isize * step);
+                    *slot = f(*slot, cast::<I, A>(*x.add(i)));
+                    o.write(*slot);
+                }
+                let done = std::slice::from_raw_parts(obuf.as_ptr() as *const A, m);
+                let o_at = p[0].wrapping_offset(start as isize * s[0]);
+                store(done, o_at, s[0], plan.dtype(0));
             }
         }
     });

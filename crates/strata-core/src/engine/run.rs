@@ -138,6 +138,11 @@ impl Plan {
         self.shape.iter().product()
     }
 
+    /// How many operands the loop has (the output first).
+    pub fn num_operands(&self) -> usize {
+        self.ptrs.len()
+    }
+
     /// The dtype of operand `i`.
     pub fn dtype(&self, i: usize) -> DType {
         self.dtypes[i]

@@ -458,7 +458,7 @@ impl Tensor {
 }
 
 macro_rules! comparison_methods {
-    ($($name:ident, $op:expr, $doc:literal;)*) => {
+    ($($name:ident, $name_out:ident, $op:expr, $doc:literal;)*) => {
         impl Tensor {
             $(
                 #[doc = concat!("`", $doc, "` element-wise, as a bool tensor.")]
@@ -467,16 +467,58 @@ macro_rules! comparison_methods {
                     let ctx = OpContext::enter(stringify!($name));
                     binary(&ctx, self, other.into(), $op)
                 }
+
+                #[doc = concat!("`", $doc, "` written into `out` (PyTorch's `", stringify!($name),
+                    "(..., out=out)`): the bool result is stored in `out`'s dtype, whichever it is.")]
+                #[track_caller]
+                pub fn $name_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
+                    let ctx = OpContext::enter(stringify!($name_out));
+                    binary_out(&ctx, self, other.into(), $op, out)
+                }
             )*
         }
     };
 }
 
 comparison_methods! {
-    eq, BinaryOp::Eq, "self == other";
-    ne, BinaryOp::Ne, "self != other";
-    lt, BinaryOp::Lt, "self < other";
-    le, BinaryOp::Le, "self <= other";
-    gt, BinaryOp::Gt, "self > other";
-    ge, BinaryOp::Ge, "self >= other";
+    eq, eq_out, BinaryOp::Eq, "self == other";
+    ne, ne_out, BinaryOp::Ne, "self != other";
+    lt, lt_out, BinaryOp::Lt, "self < other";
+    le, le_out, BinaryOp::Le, "self <= other";
+    gt, gt_out, BinaryOp::Gt, "self > other";
+    ge, ge_out, BinaryOp::Ge, "self >= other";
+}
+
+impl Tensor {
+    /// `self ** other` written into `out` (PyTorch's `pow(..., out=out)`); `out`'s dtype must
+    /// hold the promoted result (a float result cannot go into an integer tensor).
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2., 3.], &[3])?;
+    /// let out = Tensor::zeros(&[3], DType::F64)?;
+    /// x.pow_out(2i64, &out)?;
+    /// assert_eq!(out.to_vec::<f64>()?, vec![1., 4., 9.]);
+    /// assert!(x.pow_out(2i64, &Tensor::zeros(&[3], DType::I64)?).is_err());
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn pow_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("pow_out");
+        binary_out(&ctx, self, other.into(), BinaryOp::Pow, out)
+    }
+
+    /// [`Tensor::maximum`] written into `out`, whose dtype must hold the promoted result.
+    #[track_caller]
+    pub fn maximum_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("maximum_out");
+        binary_out(&ctx, self, Other::Tensor(other), BinaryOp::Maximum, out)
+    }
+
+    /// [`Tensor::minimum`] written into `out`, whose dtype must hold the promoted result.
+    #[track_caller]
+    pub fn minimum_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("minimum_out");
+        binary_out(&ctx, self, Other::Tensor(other), BinaryOp::Minimum, out)
+    }
 }

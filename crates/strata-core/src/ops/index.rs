@@ -1,11 +1,14 @@
-//! Masked and indexed writes: `masked_fill(_)`, `index_add_`.
+//! Masked and indexed writes: `masked_fill` (also in place and into a given tensor),
+//! `index_add_`.
 
 use crate::autograd::formulas::index::{overwrite_begin, overwrite_finish, Overwrite};
+use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::{binary_inplace, BinaryOp, Other};
 use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::expect_dtype;
 use crate::ops::views::dim_arg;
 use crate::tensor::{read_elements, ViewCreation};
 use crate::{DType, Error, Result, Scalar, Tensor};
@@ -95,6 +98,35 @@ impl Tensor {
         })?;
         crate::autograd::formulas::index::masked_fill(&ctx, self, mask, &out)?;
         Ok(out)
+    }
+
+    /// [`Tensor::masked_fill`] written into `out`, which must have `self`'s dtype: `self`
+    /// where `mask` is false, `value` where it is true, both broadcast. An `out` of the
+    /// broadcast shape is written where it is, in one pass; one of another shape is resized.
+    /// `out` may be `self` itself. Returns `out`, whose version goes up by one.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2., 3.], &[3])?;
+    /// let out = Tensor::zeros(&[3], DType::F32)?;
+    /// x.masked_fill_out(&x.gt(1.5)?, -1.0, &out)?;
+    /// assert_eq!(out.to_vec::<f32>()?, vec![1., -1., -1.]);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn masked_fill_out(
+        &self,
+        mask: &Tensor,
+        value: impl Into<Scalar>,
+        out: &Tensor,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("masked_fill_out");
+        check_mask(ctx.op(), mask)?;
+        expect_dtype(ctx.op(), out, self.dtype())?;
+        let value = value.into();
+        let prepared = ElementwiseSpec::new(Output::Out(out), vec![self, mask]).infer(ctx.op())?;
+        refuse_out_with_grad(ctx.op(), &[self, mask], out)?;
+        prepared.execute(&ctx, |plan| dispatch(self.dtype(), MaskedFill(plan, value)))
     }
 
     /// Writes `value` where `mask` is true, in place.

@@ -836,6 +836,151 @@ fn torch_fold_shape(a: &Layout, b: &Layout) -> Option<Vec<usize>> {
     }
 }
 
+/// The validated operands of `mm`: the plan and the result's dtype.
+fn check_mm(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(MatmulPlan, DType)> {
+    let (la, lb) = (a.layout(), b.layout());
+    let hint = "mm multiplies two matrices; use matmul() for vectors and batches";
+    expect_ndim(op, "self", &la, 2, "matrix", hint)?;
+    expect_ndim(op, "mat2", &lb, 2, "matrix", hint)?;
+    let plan = plan_matmul(op, &la, &lb)?;
+    let operands = [("self", a), ("mat2", b)];
+    let dtype = product_dtype(op, &operands, Kernel::Batched, plan.trivial())?;
+    Ok((plan, dtype))
+}
+
+/// The validated operands of `bmm`: the plan and the result's dtype.
+fn check_bmm(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(MatmulPlan, DType)> {
+    let (la, lb) = (a.layout(), b.layout());
+    let hint = "bmm takes [batch, n, m] and [batch, m, p]; use matmul() to broadcast";
+    expect_ndim(op, "self", &la, 3, "batch of matrices", hint)?;
+    expect_ndim(op, "mat2", &lb, 3, "batch of matrices", hint)?;
+    let (sa, sb) = (la.sizes(), lb.sizes());
+    if sa[0] != sb[0] {
+        return Err(shape_error(
+            op,
+            format!(
+                "the batch sizes differ: self {sa:?} has {} matrices and mat2 {sb:?} has {}",
+                sa[0], sb[0]
+            ),
+            &[sa, sb],
+            "bmm does not broadcast: expand() the operand with batch size 1, or use matmul()",
+        ));
+    }
+    let plan = plan_matmul(op, &la, &lb)?;
+    let operands = [("self", a), ("mat2", b)];
+    let dtype = product_dtype(op, &operands, Kernel::Batched, plan.trivial())?;
+    Ok((plan, dtype))
+}
+
+/// The validated operands of `dot`: the plan and the result's dtype.
+fn check_dot(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(MatmulPlan, DType)> {
+    let (la, lb) = (a.layout(), b.layout());
+    let hint = "dot multiplies two vectors; use matmul() for matrices, or flatten() both";
+    expect_ndim(op, "self", &la, 1, "vector", hint)?;
+    expect_ndim(op, "other", &lb, 1, "vector", hint)?;
+    let (sa, sb) = (la.sizes(), lb.sizes());
+    if sa != sb {
+        return Err(shape_error(
+            op,
+            format!(
+                "the vectors have different lengths: {} (shape {sa:?}) and {} (shape {sb:?})",
+                sa[0], sb[0]
+            ),
+            &[sa, sb],
+            "both vectors must have the same number of elements",
+        ));
+    }
+    let plan = plan_matmul(op, &la, &lb)?;
+    let operands = [("self", a), ("other", b)];
+    let dtype = product_dtype(op, &operands, Kernel::Dot, false)?;
+    Ok((plan, dtype))
+}
+
+/// The column view `[n, 1]` of a vector that `outer` multiplies by a row, after checking
+/// both operands are vectors.
+fn outer_column(op: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let l = a.layout();
+    let hint = "outer multiplies two vectors; flatten() the operands first";
+    expect_ndim(op, "self", &l, 1, "vector", hint)?;
+    expect_ndim(op, "other", &b.layout(), 1, "vector", hint)?;
+    let n = l.sizes()[0];
+    let strides =
+        compute_stride(l.sizes(), l.strides(), &[n, 1]).unwrap_or_else(|| vec![l.strides()[0], 1]);
+    Ok(a.make_view(
+        op,
+        Layout::new(vec![n, 1], strides, l.offset()),
+        ViewCreation::Plain,
+    ))
+}
+
+/// A validated `addmm`: the product's plan, the result's dtype, and where `self` (broadcast
+/// to the result's shape) is read.
+struct Addmm {
+    plan: MatmulPlan,
+    dtype: DType,
+    c_mat: Mat,
+}
+
+fn check_addmm(
+    op: &'static str,
+    c: &Tensor,
+    mat1: &Tensor,
+    mat2: &Tensor,
+    beta: Scalar,
+) -> Result<Addmm> {
+    let (lc, la, lb) = (c.layout(), mat1.layout(), mat2.layout());
+    let hint = "addmm multiplies two matrices; use matmul() and add() for other shapes";
+    expect_ndim(op, "mat1", &la, 2, "matrix", hint)?;
+    expect_ndim(op, "mat2", &lb, 2, "matrix", hint)?;
+    let plan = plan_matmul(op, &la, &lb)?;
+    let target = [plan.product.m, plan.product.n];
+    let sc = lc.sizes();
+    let fits = sc.len() <= 2
+        && broadcast_shapes(sc, &target).is_ok_and(|s| s.as_slice() == target.as_slice());
+    if !fits {
+        return Err(shape_error(
+            op,
+            format!(
+                "self of shape {sc:?} cannot be broadcast to the shape {target:?} of the \
+                 product of {:?} and {:?}",
+                la.sizes(),
+                lb.sizes()
+            ),
+            &[sc, la.sizes(), lb.sizes()],
+            "self must be broadcastable to [rows of mat1, columns of mat2]",
+        ));
+    }
+    let operands = [("self", c), ("mat1", mat1), ("mat2", mat2)];
+    let dtype = product_dtype(op, &operands, Kernel::Matrix, plan.trivial())?;
+    if plan.product.k == 0 && beta.to_f64() != 0.0 {
+        // PyTorch computes `self * beta` (with type promotion) and casts it to the result.
+        let scaled = result_type(&[Arg::Tensor(c), Arg::Scalar(beta)]);
+        if !scaled.can_cast_to(dtype) {
+            return Err(Error::dtype(
+                op,
+                format!(
+                    "with an empty inner dimension the result is self * beta, which has dtype \
+                     {scaled} for self of dtype {dtype} and beta {}; it cannot be stored as \
+                     {dtype}",
+                    beta.to_f64()
+                ),
+                Some(
+                    "give beta the kind of the tensors (an integer for integer tensors, \
+                      true or 0 for bool)",
+                ),
+            ));
+        }
+    }
+    let cs = broadcast_strides(sc, lc.strides(), &target);
+    let c_mat = Mat {
+        offset: lc.offset(),
+        batch: vec![],
+        rs: cs[0],
+        cs: cs[1],
+    };
+    Ok(Addmm { plan, dtype, c_mat })
+}
+
 impl Tensor {
     /// The matrix product with PyTorch's `matmul` rules: 1-d·1-d is a dot product (0-d
     /// result), a 1-d first operand is a row and a 1-d second operand a column (dropped again
@@ -861,16 +1006,7 @@ impl Tensor {
             let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
             let operands = [("self", self), ("other", other)];
             let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
-            new_product(
-                &ctx,
-                dtype,
-                &plan,
-                &a,
-                &b,
-                None,
-                Scalar::Int(1),
-                Scalar::Int(0),
-            )
+            new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
         })?;
         if self.dim() == 1 && other.dim() == 2 {
             // PyTorch computes a vector times a matrix as a `[1, p]` product that it squeezes
@@ -881,156 +1017,15 @@ impl Tensor {
         Ok(out)
     }
 
-    /// [`Tensor::matmul`] written into `out`, which must have the result's dtype. An `out` of
-    /// the result's shape is written where it is (its strides kept, no allocation); one of
-    /// another shape is resized first, as PyTorch does. `out` may share memory with the
-    /// operands (the product is then computed aside and copied in). Returns `out`.
-    ///
-    /// As in PyTorch, a vector times a matrix writes its result through a `[1, p]` view of
-    /// `out` that is squeezed again, which counts as two writes (the version goes up by 2) and
-    /// leaves `out` contiguous; every other case counts one write.
-    #[track_caller]
-    pub fn matmul_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("matmul_out");
-        crate::autograd::record::refuse_out_with_grad(ctx.op(), &[self, other], out)?;
-        let (a, b) = (self.body(), other.body());
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let kernel = matmul_kernel(&a.layout, &b.layout);
-        let operands = [("self", self), ("other", other)];
-        let dtype = product_dtype(ctx.op(), &operands, kernel, plan.trivial())?;
-        if out.dtype() != dtype {
-            return Err(Error::dtype(
-                ctx.op(),
-                format!(
-                    "the result has dtype {dtype} but the output has dtype {}",
-                    out.dtype()
-                ),
-                None,
-            )
-            .with_hint(format!(
-                "pass an output of dtype {dtype} (e.g. Tensor::zeros(&shape, DType::{dtype:?})), \
-                 or use matmul() and convert the result"
-            )));
-        }
-        let current = out.layout();
-        let vector_matrix = a.layout.ndim() == 1 && b.layout.ndim() == 2;
-        // The layout the product is written through, and whether it is `out`'s own (to be
-        // checked) or a fresh contiguous one (after a resize).
-        let (target, resize): (Vec<usize>, bool) = if vector_matrix {
-            let p = plan.product.n;
-            let as_is = current.sizes() == [1, p];
-            (vec![1, p], !as_is)
-        } else {
-            let as_is = current.sizes() == plan.shape.as_slice();
-            (plan.shape.clone(), !as_is)
-        };
-        if !resize {
-            if internal_overlap(&current) == InternalOverlap::Yes {
-                return Err(Error::Overlap {
-                    op: ctx.op(),
-                    message: format!(
-                        "the output of shape {:?} has strides {:?}: more than one of its \
-                         elements refers to the same memory location",
-                        current.sizes(),
-                        current.strides()
-                    ),
-                    hint: Some(
-                        "the output is expanded or otherwise self-overlapping; pass a fresh \
-                         output tensor"
-                            .into(),
-                    ),
-                });
-            }
-            if let Some(fs) = torch_fold_shape(&a.layout, &b.layout) {
-                if current.numel() > 0
-                    && compute_stride(current.sizes(), current.strides(), &fs).is_none()
-                {
-                    return Err(shape_error(
-                        ctx.op(),
-                        format!(
-                            "the product of {:?} and {:?} is computed as one matrix product of \
-                             shape {fs:?} written through a view of the output, but the output \
-                             (shape {:?}, strides {:?}) cannot be viewed with that shape",
-                            a.layout.sizes(),
-                            b.layout.sizes(),
-                            current.sizes(),
-                            current.strides()
-                        ),
-                        &[a.layout.sizes(), b.layout.sizes(), current.sizes()],
-                        "pass a contiguous output (or an empty one, which is resized), or use \
-                         matmul() and copy_() the result",
-                    ));
-                }
-            }
-        }
-        // Everything is checked: from here on the output changes.
-        let mut squeeze_to = None;
-        if vector_matrix {
-            let p = plan.product.n;
-            let offset = current.offset();
-            let fits = (offset + p) * dtype.size() <= out.storage_nbytes();
-            if resize && current.sizes() == [p] && fits {
-                // The resize to [1, p] that PyTorch makes; enough memory is already there.
-                out.set_layout(Layout::contiguous(&[1, p], offset));
-            } else if resize {
-                out.resize_for_out(&ctx, &target)?;
-            }
-            let l = out.layout();
-            squeeze_to = Some(Layout::new(vec![p], vec![l.strides()[1]], l.offset()));
-        } else if resize {
-            out.resize_for_out(&ctx, &target)?;
-        }
-        let body = out.body();
-        let out_mat = if vector_matrix {
-            let st = body.layout.strides();
-            Mat::unbatched(body.layout.offset(), 0, 0, st[1])
-        } else {
-            plan.out_mat(&body.layout)
-        };
-        let dense = body.layout.is_non_overlapping_and_dense();
-        execute(
-            dtype,
-            &plan.product,
-            &a,
-            &b,
-            None,
-            &body,
-            &out_mat,
-            dense,
-            Scalar::Int(1),
-            Scalar::Int(0),
-        );
-        out.bump_version();
-        if let Some(l) = squeeze_to {
-            out.set_layout(l);
-            out.bump_version();
-        }
-        Ok(out.clone())
-    }
-
     /// The product of two matrices (`[n, m] · [m, p] → [n, p]`), without broadcasting. Both
     /// must have the same dtype. The result is a new contiguous tensor.
     #[track_caller]
     pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("mm");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (plan, dtype) = check_mm(ctx.op(), self, mat2)?;
             let (a, b) = (self.body(), mat2.body());
-            let hint = "mm multiplies two matrices; use matmul() for vectors and batches";
-            expect_ndim(ctx.op(), "self", &a.layout, 2, "matrix", hint)?;
-            expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
-            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-            let operands = [("self", self), ("mat2", mat2)];
-            let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
-            new_product(
-                &ctx,
-                dtype,
-                &plan,
-                &a,
-                &b,
-                None,
-                Scalar::Int(1),
-                Scalar::Int(0),
-            )
+            new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
         })?;
         linalg_grad::matmul(&ctx, "MmBackward0", self, mat2, &out)?;
         Ok(out)
@@ -1042,35 +1037,9 @@ impl Tensor {
     pub fn bmm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("bmm");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (plan, dtype) = check_bmm(ctx.op(), self, mat2)?;
             let (a, b) = (self.body(), mat2.body());
-            let hint = "bmm takes [batch, n, m] and [batch, m, p]; use matmul() to broadcast";
-            expect_ndim(ctx.op(), "self", &a.layout, 3, "batch of matrices", hint)?;
-            expect_ndim(ctx.op(), "mat2", &b.layout, 3, "batch of matrices", hint)?;
-            let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
-            if sa[0] != sb[0] {
-                return Err(shape_error(
-                    ctx.op(),
-                    format!(
-                        "the batch sizes differ: self {sa:?} has {} matrices and mat2 {sb:?} has {}",
-                        sa[0], sb[0]
-                    ),
-                    &[sa, sb],
-                    "bmm does not broadcast: expand() the operand with batch size 1, or use matmul()",
-                ));
-            }
-            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-            let operands = [("self", self), ("mat2", mat2)];
-            let dtype = product_dtype(ctx.op(), &operands, Kernel::Batched, plan.trivial())?;
-            new_product(
-                &ctx,
-                dtype,
-                &plan,
-                &a,
-                &b,
-                None,
-                Scalar::Int(1),
-                Scalar::Int(0),
-            )
+            new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
         })?;
         linalg_grad::matmul(&ctx, "BmmBackward0", self, mat2, &out)?;
         Ok(out)
@@ -1081,35 +1050,9 @@ impl Tensor {
     pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("dot");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+            let (plan, dtype) = check_dot(ctx.op(), self, other)?;
             let (a, b) = (self.body(), other.body());
-            let hint = "dot multiplies two vectors; use matmul() for matrices, or flatten() both";
-            expect_ndim(ctx.op(), "self", &a.layout, 1, "vector", hint)?;
-            expect_ndim(ctx.op(), "other", &b.layout, 1, "vector", hint)?;
-            let (sa, sb) = (a.layout.sizes(), b.layout.sizes());
-            if sa != sb {
-                return Err(shape_error(
-                    ctx.op(),
-                    format!(
-                        "the vectors have different lengths: {} (shape {sa:?}) and {} (shape {sb:?})",
-                        sa[0], sb[0]
-                    ),
-                    &[sa, sb],
-                    "both vectors must have the same number of elements",
-                ));
-            }
-            let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-            let operands = [("self", self), ("other", other)];
-            let dtype = product_dtype(ctx.op(), &operands, Kernel::Dot, false)?;
-            new_product(
-                &ctx,
-                dtype,
-                &plan,
-                &a,
-                &b,
-                None,
-                Scalar::Int(1),
-                Scalar::Int(0),
-            )
+            new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
         })?;
         linalg_grad::dot(&ctx, self, other, &out)?;
         Ok(out)
@@ -1122,18 +1065,7 @@ impl Tensor {
     pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("outer");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            let l = self.layout();
-            let hint = "outer multiplies two vectors; flatten() the operands first";
-            expect_ndim(ctx.op(), "self", &l, 1, "vector", hint)?;
-            expect_ndim(ctx.op(), "other", &other.layout(), 1, "vector", hint)?;
-            let n = l.sizes()[0];
-            let strides = compute_stride(l.sizes(), l.strides(), &[n, 1])
-                .unwrap_or_else(|| vec![l.strides()[0], 1]);
-            let column = self.make_view(
-                "outer",
-                Layout::new(vec![n, 1], strides, l.offset()),
-                ViewCreation::Plain,
-            );
+            let column = outer_column(ctx.op(), self, other)?;
             binary(&ctx, &column, Other::Tensor(other), BinaryOp::Mul)
         })?;
         linalg_grad::outer(&ctx, self, other, &out)?;
@@ -1154,62 +1086,22 @@ impl Tensor {
         alpha: impl Into<Scalar>,
     ) -> Result<Tensor> {
         let ctx = OpContext::enter("addmm");
-        let (c, a, b) = (self.body(), mat1.body(), mat2.body());
-        let hint = "addmm multiplies two matrices; use matmul() and add() for other shapes";
-        expect_ndim(ctx.op(), "mat1", &a.layout, 2, "matrix", hint)?;
-        expect_ndim(ctx.op(), "mat2", &b.layout, 2, "matrix", hint)?;
-        let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
-        let target = [plan.product.m, plan.product.n];
-        let sc = c.layout.sizes();
-        let fits = sc.len() <= 2
-            && broadcast_shapes(sc, &target).is_ok_and(|s| s.as_slice() == target.as_slice());
-        if !fits {
-            return Err(shape_error(
-                ctx.op(),
-                format!(
-                    "self of shape {sc:?} cannot be broadcast to the shape {target:?} of the \
-                     product of {:?} and {:?}",
-                    a.layout.sizes(),
-                    b.layout.sizes()
-                ),
-                &[sc, a.layout.sizes(), b.layout.sizes()],
-                "self must be broadcastable to [rows of mat1, columns of mat2]",
-            ));
-        }
-        let operands = [("self", self), ("mat1", mat1), ("mat2", mat2)];
-        let dtype = product_dtype(ctx.op(), &operands, Kernel::Matrix, plan.trivial())?;
         let (alpha, beta) = (alpha.into(), beta.into());
-        if plan.product.k == 0 && beta.to_f64() != 0.0 {
-            // PyTorch computes `self * beta` (with type promotion) and casts it to the result.
-            let scaled = result_type(&[Arg::Tensor(self), Arg::Scalar(beta)]);
-            if !scaled.can_cast_to(dtype) {
-                return Err(Error::dtype(
-                    ctx.op(),
-                    format!(
-                        "with an empty inner dimension the result is self * beta, which has dtype \
-                         {scaled} for self of dtype {dtype} and beta {}; it cannot be stored as \
-                         {dtype}",
-                        beta.to_f64()
-                    ),
-                    Some(
-                        "give beta the kind of the tensors (an integer for integer tensors, \
-                          true or 0 for bool)",
-                    ),
-                ));
-            }
-        }
-        let cs = broadcast_strides(sc, c.layout.strides(), &target);
-        let c_mat = Mat {
-            offset: c.layout.offset(),
-            batch: vec![],
-            rs: cs[0],
-            cs: cs[1],
-        };
-        let out = new_product(&ctx, dtype, &plan, &a, &b, Some((&c, &c_mat)), alpha, beta)?;
+        let v = check_addmm(ctx.op(), self, mat1, mat2, beta)?;
+        let (c, a, b) = (self.body(), mat1.body(), mat2.body());
+        let c = Some((&c, &v.c_mat));
+        let out = new_product(&ctx, v.dtype, &v.plan, &a, &b, c, alpha, beta)?;
         linalg_grad::addmm(&ctx, self, mat1, mat2, beta, alpha, &out)?;
         Ok(out)
     }
 }
+
+/// `alpha` and `beta` of a plain product.
+const ONE: Scalar = Scalar::Int(1);
+const ZERO: Scalar = Scalar::Int(0);
+
+#[path = "matmul_out.rs"]
+mod out_forms;
 
 #[cfg(test)]
 #[path = "matmul_tests.rs"]

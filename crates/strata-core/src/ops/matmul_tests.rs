@@ -549,3 +549,88 @@ fn matmul_out_may_alias_its_inputs() {
     assert_close(&as_f64(&yt), &want, 1e-12);
     assert_eq!(y.version(), 1);
 }
+
+#[test]
+fn product_out_forms_match_their_ops() {
+    use crate::ops::out::testing::{check_dtype_refused, check_out_form};
+    for dtype in [DType::F32, DType::F64, DType::I64] {
+        let (a, b) = (tensor(&[3, 4], 1, dtype), tensor(&[4, 5], 2, dtype));
+        let bt = tensor(&[5, 4], 3, dtype).t().unwrap();
+        check_out_form(&a.mm(&b).unwrap(), 1e-6, |o| a.mm_out(&b, o));
+        check_out_form(&a.mm(&bt).unwrap(), 1e-6, |o| a.mm_out(&bt, o));
+        let (a3, b3) = (tensor(&[2, 3, 4], 4, dtype), tensor(&[2, 4, 5], 5, dtype));
+        check_out_form(&a3.bmm(&b3).unwrap(), 1e-6, |o| a3.bmm_out(&b3, o));
+        let c = tensor(&[5], 6, dtype);
+        check_out_form(&c.addmm(&a, &b, 2i64, 3i64).unwrap(), 1e-6, |o| {
+            c.addmm_out(&a, &b, 2i64, 3i64, o)
+        });
+        let (u, v) = (tensor(&[4], 7, dtype), tensor(&[4], 8, dtype));
+        check_out_form(&u.dot(&v).unwrap(), 1e-6, |o| u.dot_out(&v, o));
+        check_out_form(&u.outer(&c).unwrap(), 0.0, |o| u.outer_out(&c, o));
+        check_out_form(&a.matmul(&b).unwrap(), 1e-6, |o| a.matmul_out(&b, o));
+    }
+    // Products never convert their result (PyTorch: "Expected out tensor to have dtype
+    // float, but got double"); outer is an element-wise product and converts.
+    let (a, b) = (
+        tensor(&[3, 4], 1, DType::F32),
+        tensor(&[4, 5], 2, DType::F32),
+    );
+    check_dtype_refused(&[3, 5], DType::F64, |o| a.mm_out(&b, o));
+    let (a3, b3) = (
+        tensor(&[1, 3, 4], 1, DType::F32),
+        tensor(&[1, 4, 5], 2, DType::F32),
+    );
+    check_dtype_refused(&[1, 3, 5], DType::F64, |o| a3.bmm_out(&b3, o));
+    let c = tensor(&[5], 3, DType::F32);
+    check_dtype_refused(&[3, 5], DType::F64, |o| c.addmm_out(&a, &b, 1i64, 1i64, o));
+    let u = tensor(&[4], 4, DType::F32);
+    check_dtype_refused(&[], DType::F64, |o| u.dot_out(&u, o));
+    check_dtype_refused(&[4, 4], DType::I64, |o| u.outer_out(&u, o));
+    let wide = Tensor::zeros(&[4, 5], DType::F64).unwrap();
+    u.outer_out(&c, &wide).unwrap();
+    assert_eq!(as_f64(&wide), as_f64(&u.outer(&c).unwrap()));
+}
+
+#[test]
+fn product_outs_validate_first_and_may_alias_their_operands() {
+    let x = tensor(&[4, 4], 1, DType::F64);
+    let out = Tensor::full(&[4, 4], 5.0, DType::F64).unwrap();
+    // Shape errors and expanded outputs leave the output as it was.
+    let expanded = Tensor::zeros(&[4], DType::F64)
+        .unwrap()
+        .expand(&[4, 4])
+        .unwrap();
+    assert!(matches!(
+        x.mm_out(&x, &expanded),
+        Err(Error::Overlap { .. })
+    ));
+    assert!(matches!(
+        x.mm_out(&tensor(&[3, 4], 2, DType::F64), &out),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(x.bmm_out(&x, &out), Err(Error::Shape { .. })));
+    assert!(matches!(
+        tensor(&[3], 1, DType::F64).dot_out(&tensor(&[4], 1, DType::F64), &out),
+        Err(Error::Shape { .. })
+    ));
+    assert_eq!((out.version(), as_f64(&out)), (0, vec![5.0; 16]));
+    // As PyTorch (and matmul_out), the output may be an operand.
+    let want = naive(&x, &x).1;
+    let y = x.deep_clone().unwrap();
+    y.mm_out(&y, &y).unwrap();
+    assert_close(&as_f64(&y), &want, 1e-12);
+    assert_eq!(y.version(), 1);
+    let z = x.deep_clone().unwrap();
+    let want: Vec<f64> = as_f64(&z.addmm(&x, &x, 1i64, 1i64).unwrap());
+    z.addmm_out(&x, &x, 1i64, 1i64, &z).unwrap();
+    assert_close(&as_f64(&z), &want, 1e-12);
+    // Grad.
+    let leaf = x.deep_clone().unwrap().requires_grad_(true).unwrap();
+    assert!(matches!(leaf.mm_out(&x, &out), Err(Error::Autograd { .. })));
+    let row = leaf.select(0, 0).unwrap();
+    assert!(matches!(
+        row.outer_out(&row, &out),
+        Err(Error::Autograd { .. })
+    ));
+    assert_eq!(out.version(), 0);
+}

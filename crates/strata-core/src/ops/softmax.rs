@@ -1,7 +1,7 @@
-//! `softmax` and `log_softmax` along one dimension.
+//! `softmax` and `log_softmax` along one dimension, into a new tensor or a given one.
 //!
 //! The input is viewed as `[outer, len, inner]` (made contiguous first if it is not), and the
-//! result is a new contiguous tensor, as PyTorch's is. Each slice along `dim` is processed in
+//! result is a new contiguous tensor, as PyTorch's is (or a contiguous `out=` tensor). Each slice along `dim` is processed in
 //! three streaming passes over memory that stays in cache: the maximum, the sum of
 //! `exp(x - max)`, and the write. With `inner > 1` the passes run across the `inner`
 //! neighbours at once, so the inner loop is always over contiguous memory. f16 and bf16 are
@@ -11,9 +11,14 @@
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
+use crate::autograd::record::refuse_out_with_grad;
+use crate::engine::kernels;
 use crate::engine::pool::{pool, GRAIN_SIZE};
+use crate::layout::overlap::{overlap, Overlap};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
+use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::{check_memory, expect_dtype, Aliasing};
 use crate::storage::{lock_storages, Access};
 use crate::{DType, Error, Result, Tensor};
 
@@ -439,7 +444,15 @@ where
     });
 }
 
-fn softmax_op(ctx: &OpContext, x: &Tensor, dim: i64, log: bool) -> Result<Tensor> {
+/// `softmax`/`log_softmax` of `x` along `dim` into a new contiguous tensor, or into `out`
+/// (checked, resized and written, its version bumped once).
+fn softmax_op(
+    ctx: &OpContext,
+    x: &Tensor,
+    dim: i64,
+    log: bool,
+    out: Option<&Tensor>,
+) -> Result<Tensor> {
     let op = ctx.op();
     // As PyTorch, an empty integer tensor is accepted (there is nothing to compute).
     if !x.dtype().is_floating() && x.numel() > 0 {
@@ -452,6 +465,10 @@ fn softmax_op(ctx: &OpContext, x: &Tensor, dim: i64, log: bool) -> Result<Tensor
     let shape = x.shape();
     let ndim = shape.len();
     let d = wrap_dim(dim, ndim).ok_or(Error::Dim { op, dim, ndim })?;
+    if let Some(o) = out {
+        expect_dtype(op, o, x.dtype())?;
+        check_memory(op, o, &shape, &[x], Aliasing::Exact)?;
+    }
     let (outer, len, inner) = if ndim == 0 {
         (1, 1, 1)
     } else {
@@ -463,32 +480,58 @@ fn softmax_op(ctx: &OpContext, x: &Tensor, dim: i64, log: bool) -> Result<Tensor
     };
     // A contiguous input (size-1 dims aside) is read in place; anything else is copied once.
     let src = x.contiguous()?;
-    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype())?;
-    if x.numel() == 0 {
-        return Ok(out);
-    }
-    let (sb, ob) = (src.body(), out.body());
-    let guards = lock_storages(&[(&*ob.storage, Access::Write), (&*sb.storage, Access::Read)]);
-    let esize = x.dtype().size();
-    let p = Ptrs {
-        input: guards.read_ptr(&sb.storage) as usize + sb.layout.offset() * esize,
-        output: guards.write_ptr(&ob.storage) as usize,
+    // The kernel writes a contiguous range that must not overlap its input: an `out` that is
+    // not contiguous, or is the input itself, gets the result through a temporary.
+    let target = match out {
+        None => Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype())?,
+        Some(o) => {
+            o.resize_for_out(ctx, &shape)?;
+            let l = o.layout();
+            let apart = !o.shares_storage(&src) || overlap(&l, &src.layout()) == Overlap::No;
+            if l.is_contiguous() && apart {
+                o.clone()
+            } else {
+                Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype())?
+            }
+        }
     };
-    let slab_len = len * inner;
-    // SAFETY: `src` is contiguous from its offset and holds outer·len·inner elements; `out` is
-    // a fresh contiguous tensor of the same size in its own storage (so the ranges do not
-    // overlap); both storages are locked (output for writing) until `guards` drops.
-    unsafe {
-        match x.dtype() {
-            DType::F32 => run_direct::<f32>(p, outer, slab_len, inner, log),
-            DType::F64 => run_direct::<f64>(p, outer, slab_len, inner, log),
-            DType::F16 => run_widened::<half::f16>(p, outer, slab_len, inner, log),
-            DType::BF16 => run_widened::<half::bf16>(p, outer, slab_len, inner, log),
-            _ => unreachable!("checked floating above"),
+    if x.numel() > 0 {
+        let (sb, ob) = (src.body(), target.body());
+        let guards = lock_storages(&[(&*ob.storage, Access::Write), (&*sb.storage, Access::Read)]);
+        let esize = x.dtype().size();
+        let p = Ptrs {
+            input: guards.read_ptr(&sb.storage) as usize + sb.layout.offset() * esize,
+            output: guards.write_ptr(&ob.storage) as usize + ob.layout.offset() * esize,
+        };
+        let slab_len = len * inner;
+        // SAFETY: `src` is contiguous from its offset and holds outer·len·inner elements, as
+        // does `target` from its own offset; `target` is either fresh or an output that shares
+        // no memory with `src` (checked above); both storages are locked (the output's for
+        // writing) until `guards` drops.
+        unsafe {
+            match x.dtype() {
+                DType::F32 => run_direct::<f32>(p, outer, slab_len, inner, log),
+                DType::F64 => run_direct::<f64>(p, outer, slab_len, inner, log),
+                DType::F16 => run_widened::<half::f16>(p, outer, slab_len, inner, log),
+                DType::BF16 => run_widened::<half::bf16>(p, outer, slab_len, inner, log),
+                _ => unreachable!("checked floating above"),
+            }
         }
     }
-    drop(guards);
-    Ok(out)
+    match out {
+        None => Ok(target),
+        Some(o) if target.is_same(o) => {
+            o.bump_version();
+            Ok(o.clone())
+        }
+        Some(o) => {
+            // SAFETY: `execute` locks the storages and passes a plan valid for them; it counts
+            // the copy as the op's one write.
+            ElementwiseSpec::new(Output::Existing(o), vec![&target])
+                .infer(op)?
+                .execute(ctx, |plan| unsafe { kernels::copy(plan) })
+        }
+    }
 }
 
 impl Tensor {
@@ -507,7 +550,7 @@ impl Tensor {
     pub fn softmax(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("softmax");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            softmax_op(&ctx, self, dim, false)
+            softmax_op(&ctx, self, dim, false, None)
         })?;
         crate::autograd::formulas::reduce::softmax(&ctx, false, self, dim, &out)?;
         Ok(out)
@@ -519,10 +562,40 @@ impl Tensor {
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("log_softmax");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            softmax_op(&ctx, self, dim, true)
+            softmax_op(&ctx, self, dim, true, None)
         })?;
         crate::autograd::formulas::reduce::softmax(&ctx, true, self, dim, &out)?;
         Ok(out)
+    }
+
+    /// [`Tensor::softmax`] written into `out`, which must have `self`'s dtype. A contiguous
+    /// `out` of `self`'s shape that does not share memory with `self` is written directly;
+    /// a non-contiguous `out`, or `self` itself, receives the result through a temporary
+    /// contiguous tensor (the kernel writes whole contiguous slices). A non-contiguous
+    /// `self` is copied first, as for [`Tensor::softmax`]. Returns `out`, whose version goes
+    /// up by one.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![0.0f32, 0.0], &[2])?;
+    /// let out = Tensor::zeros(&[0], DType::F32)?;
+    /// x.softmax_out(0, &out)?;
+    /// assert_eq!(out.to_vec::<f32>()?, vec![0.5, 0.5]);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn softmax_out(&self, dim: i64, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("softmax_out");
+        refuse_out_with_grad(ctx.op(), &[self], out)?;
+        softmax_op(&ctx, self, dim, false, Some(out))
+    }
+
+    /// [`Tensor::log_softmax`] written into `out`, as [`Tensor::softmax_out`].
+    #[track_caller]
+    pub fn log_softmax_out(&self, dim: i64, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("log_softmax_out");
+        refuse_out_with_grad(ctx.op(), &[self], out)?;
+        softmax_op(&ctx, self, dim, true, Some(out))
     }
 }
 
@@ -637,5 +710,56 @@ mod tests {
         assert_eq!(e.shape(), vec![0, 3]);
         assert!(Tensor::arange(3, DType::I64).unwrap().softmax(0).is_err());
         assert!(x.softmax(2).is_err());
+    }
+
+    #[test]
+    fn softmax_out_writes_its_output_and_follows_pytorch_dtypes() {
+        use crate::ops::out::testing::{check_dtype_refused, check_out_form};
+        let x = Tensor::arange(12, DType::F32)
+            .unwrap()
+            .mul(0.5)
+            .unwrap()
+            .view(&[3, 4])
+            .unwrap();
+        let xt = x.t().unwrap();
+        for d in [0, 1] {
+            check_out_form(&x.softmax(d).unwrap(), 0.0, |o| x.softmax_out(d, o));
+            check_out_form(&x.log_softmax(d).unwrap(), 0.0, |o| x.log_softmax_out(d, o));
+            // A strided input is made contiguous first, as for softmax().
+            let out = Tensor::zeros(&[4, 3], DType::F32).unwrap();
+            xt.log_softmax_out(d, &out).unwrap();
+            assert_eq!(
+                out.to_vec::<f32>().unwrap(),
+                xt.log_softmax(d).unwrap().to_vec::<f32>().unwrap()
+            );
+        }
+        check_dtype_refused(&[3, 4], DType::F64, |o| x.softmax_out(1, o));
+        check_dtype_refused(&[3, 4], DType::F64, |o| x.log_softmax_out(1, o));
+        // Into its own input (through a temporary), one write.
+        let y = x.deep_clone().unwrap();
+        y.softmax_out(1, &y).unwrap();
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            x.softmax(1).unwrap().to_vec::<f32>().unwrap()
+        );
+        assert_eq!(y.version(), 1);
+        // Overlapping the input elsewhere is refused, untouched.
+        let z = Tensor::arange(8, DType::F32).unwrap();
+        let r = z
+            .narrow(0, 0, 6)
+            .unwrap()
+            .softmax_out(0, &z.narrow(0, 2, 6).unwrap());
+        assert!(matches!(r, Err(Error::Overlap { .. })));
+        assert_eq!(z.version(), 0);
+        // A contiguous output of the right shape with an offset is written in place.
+        let big = Tensor::zeros(&[20], DType::F32).unwrap();
+        let part = big.narrow(0, 4, 12).unwrap().view(&[3, 4]).unwrap();
+        x.softmax_out(1, &part).unwrap();
+        assert_eq!(
+            part.to_vec::<f32>().unwrap(),
+            x.softmax(1).unwrap().to_vec::<f32>().unwrap()
+        );
+        assert_eq!(big.to_vec::<f32>().unwrap()[..4], [0.0; 4]);
+        assert_eq!(big.to_vec::<f32>().unwrap()[16..], [0.0; 4]);
     }
 }

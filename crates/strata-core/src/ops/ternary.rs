@@ -1,10 +1,13 @@
-//! Three-operand element-wise ops: `where`, `addcmul`, and the fused multiply-add that
+//! Three-operand element-wise ops: `where`, `addcmul` (both also into a given tensor), and the fused multiply-add that
 //! backward formulas use to round as PyTorch's compiled kernels do.
 
+use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element, Wide};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
+use crate::ops::binary::check_cast;
 use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::expect_dtype;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
@@ -83,24 +86,37 @@ impl Tensor {
     pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("where");
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            // PyTorch also accepts a u8 condition (non-zero is true).
-            if !matches!(condition.dtype(), DType::Bool | DType::U8) {
-                return Err(Error::dtype(
-                    ctx.op(),
-                    format!(
-                        "the condition must be a bool tensor, got {}",
-                        condition.dtype()
-                    ),
-                    Some("build it with a comparison, or convert with .to(DType::Bool)"),
-                ));
-            }
-            let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b)]);
+            let dtype = where_dtype(ctx.op(), condition, a, b)?;
             ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
                 .infer(ctx.op())?
                 .execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
         })?;
         crate::autograd::formulas::elementwise::where_(&ctx, condition, a, b, &out)?;
         Ok(out)
+    }
+
+    /// [`Tensor::where_`] written into `out`, which must have the promoted dtype of `a` and
+    /// `b` exactly (as in PyTorch). An `out` of the broadcast shape is written where it is;
+    /// one of another shape is resized. Returns `out`, whose version goes up by one.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let c = Tensor::from_vec(vec![true, false], &[2])?;
+    /// let (a, b) = (Tensor::ones(&[2], DType::F32)?, Tensor::zeros(&[2], DType::F32)?);
+    /// let out = Tensor::zeros(&[0], DType::F32)?;
+    /// Tensor::where_out(&c, &a, &b, &out)?;
+    /// assert_eq!(out.to_vec::<f32>()?, vec![1., 0.]);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn where_out(condition: &Tensor, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Tensor> {
+        let ctx = OpContext::enter("where_out");
+        let dtype = where_dtype(ctx.op(), condition, a, b)?;
+        expect_dtype(ctx.op(), out, dtype)?;
+        let prepared =
+            ElementwiseSpec::new(Output::Out(out), vec![condition, a, b]).infer(ctx.op())?;
+        refuse_out_with_grad(ctx.op(), &[condition, a, b], out)?;
+        prepared.execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
     }
 
     /// `self + value * t1 * t2`, all broadcast (with integer tensors a float `value` is
@@ -110,8 +126,7 @@ impl Tensor {
         let ctx = OpContext::enter("addcmul");
         let value = value.into();
         let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            // As PyTorch, a float value with integer tensors is truncated to an integer.
-            let dtype = result_type(&[Arg::Tensor(self), Arg::Tensor(t1), Arg::Tensor(t2)]);
+            let dtype = addcmul_dtype(ctx.op(), self, t1, t2, value)?;
             ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
                 .infer(ctx.op())?
                 .execute(&ctx, |plan| {
@@ -121,4 +136,56 @@ impl Tensor {
         crate::autograd::formulas::elementwise::addcmul(&ctx, self, t1, t2, value, &out)?;
         Ok(out)
     }
+
+    /// [`Tensor::addcmul`] written into `out`, whose dtype must hold the promoted result. An
+    /// `out` of the broadcast shape is written where it is; one of another shape is resized.
+    /// Returns `out`, whose version goes up by one.
+    #[track_caller]
+    pub fn addcmul_out(
+        &self,
+        t1: &Tensor,
+        t2: &Tensor,
+        value: impl Into<Scalar>,
+        out: &Tensor,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("addcmul_out");
+        let value = value.into();
+        let dtype = addcmul_dtype(ctx.op(), self, t1, t2, value)?;
+        check_cast(ctx.op(), dtype, out.dtype())?;
+        let prepared =
+            ElementwiseSpec::new(Output::Out(out), vec![self, t1, t2]).infer(ctx.op())?;
+        refuse_out_with_grad(ctx.op(), &[self, t1, t2], out)?;
+        prepared.execute(&ctx, |plan| {
+            dispatch(compute_dtype(dtype), AddCMul(plan, value))
+        })
+    }
+}
+
+/// The dtype of `where(condition, a, b)`, after checking the condition is bool.
+fn where_dtype(op: &'static str, condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<DType> {
+    // PyTorch also accepts a u8 condition (non-zero is true).
+    if !matches!(condition.dtype(), DType::Bool | DType::U8) {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "the condition must be a bool tensor, got {}",
+                condition.dtype()
+            ),
+            Some("build it with a comparison, or convert with .to(DType::Bool)"),
+        ));
+    }
+    Ok(result_type(&[Arg::Tensor(a), Arg::Tensor(b)]))
+}
+
+/// The dtype of `addcmul`, after checking `value` fits it.
+fn addcmul_dtype(
+    op: &'static str,
+    x: &Tensor,
+    t1: &Tensor,
+    t2: &Tensor,
+    value: Scalar,
+) -> Result<DType> {
+    // As PyTorch, a float value with integer tensors is truncated to an integer.
+    let _ = (op, value);
+    Ok(result_type(&[Arg::Tensor(x), Arg::Tensor(t1), Arg::Tensor(t2)]))
 }

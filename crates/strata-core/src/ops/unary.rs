@@ -1,12 +1,15 @@
-//! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`.
+//! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`, out of
+//! place, in place and into a given tensor (`_out`).
 
 use crate::autograd::formulas::elementwise as grad;
+use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, dispatch_float, DTypeFn, Element, Float, FloatFn};
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::expect_dtype;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
@@ -272,6 +275,19 @@ impl Tensor {
         Ok(out)
     }
 
+    /// A floating function written into `out`, whose dtype must hold the result (exactly the
+    /// result's dtype for the activations `gelu` and `silu`, as in PyTorch).
+    fn float_unary_out(&self, ctx: &OpContext, f: FloatOp, out: &Tensor) -> Result<Tensor> {
+        let result = float_op_dtype(ctx.op(), f, self.dtype())?;
+        match f {
+            FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
+            _ => check_cast(ctx.op(), result, out.dtype())?,
+        }
+        let prepared = ElementwiseSpec::new(Output::Out(out), vec![self]).infer(ctx.op())?;
+        refuse_out_with_grad(ctx.op(), &[self], out)?;
+        prepared.execute(ctx, |plan| run_float(plan, f, result))
+    }
+
     fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
         let out = same_op_dtype(ctx.op(), s, self)?;
         let result =
@@ -290,6 +306,16 @@ impl Tensor {
             grad::same_unary_inplace_finish(s, self, rec)?;
         }
         Ok(out)
+    }
+
+    /// A dtype-keeping op written into `out`, which must have exactly the result's dtype
+    /// (PyTorch does not convert these results).
+    fn same_unary_out(&self, ctx: &OpContext, s: SameOp, out: &Tensor) -> Result<Tensor> {
+        let result = same_op_dtype(ctx.op(), s, self)?;
+        expect_dtype(ctx.op(), out, result)?;
+        let prepared = ElementwiseSpec::new(Output::Out(out), vec![self]).infer(ctx.op())?;
+        refuse_out_with_grad(ctx.op(), &[self], out)?;
+        prepared.execute(ctx, |plan| run_same(plan, s, result))
     }
 
     /// `-self`.
@@ -335,6 +361,19 @@ impl Tensor {
         self.same_unary_(&ctx, SameOp::Clamp(min, max))
     }
 
+    /// [`Tensor::clamp`] written into `out`, which must have the result's dtype (an integer
+    /// tensor clamped with a float bound gives a float result).
+    #[track_caller]
+    pub fn clamp_out(
+        &self,
+        min: Option<Scalar>,
+        max: Option<Scalar>,
+        out: &Tensor,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("clamp_out");
+        self.same_unary_out(&ctx, SameOp::Clamp(min, max), out)
+    }
+
     /// In place `e^self`.
     #[track_caller]
     pub fn exp_(&self) -> Result<Tensor> {
@@ -343,8 +382,45 @@ impl Tensor {
     }
 }
 
+macro_rules! out_doc {
+    ($name:ident, $rule:literal) => {
+        concat!(
+            "[`Tensor::",
+            stringify!($name),
+            "`] written into `out` (PyTorch's `",
+            stringify!($name),
+            "(..., out=out)`), ",
+            $rule,
+            " An `out` of the result's shape is ",
+            "written where it is, without allocating; one of another shape is resized. Returns ",
+            "`out`, whose version goes up by one."
+        )
+    };
+}
+
+macro_rules! same_out_methods {
+    ($($name:ident, $name_out:ident, $op:expr;)*) => {
+        impl Tensor {
+            $(
+                #[doc = out_doc!($name, "which must have `self`'s dtype.")]
+                #[track_caller]
+                pub fn $name_out(&self, out: &Tensor) -> Result<Tensor> {
+                    let ctx = OpContext::enter(stringify!($name_out));
+                    self.same_unary_out(&ctx, $op, out)
+                }
+            )*
+        }
+    };
+}
+
+same_out_methods! {
+    neg, neg_out, SameOp::Neg;
+    abs, abs_out, SameOp::Abs;
+    relu, relu_out, SameOp::Relu;
+}
+
 macro_rules! float_methods {
-    ($($name:ident, $op:expr, $doc:literal;)*) => {
+    ($($name:ident, $name_out:ident, $op:expr, $doc:literal, $rule:literal;)*) => {
         impl Tensor {
             $(
                 #[doc = concat!("`", $doc, "` element-wise; integer tensors give f32.")]
@@ -353,20 +429,27 @@ macro_rules! float_methods {
                     let ctx = OpContext::enter(stringify!($name));
                     self.float_unary(&ctx, $op)
                 }
+
+                #[doc = out_doc!($name, $rule)]
+                #[track_caller]
+                pub fn $name_out(&self, out: &Tensor) -> Result<Tensor> {
+                    let ctx = OpContext::enter(stringify!($name_out));
+                    self.float_unary_out(&ctx, $op, out)
+                }
             )*
         }
     };
 }
 
 float_methods! {
-    exp, FloatOp::Exp, "e^x";
-    log, FloatOp::Log, "ln(x)";
-    sqrt, FloatOp::Sqrt, "sqrt(x)";
-    rsqrt, FloatOp::Rsqrt, "1/sqrt(x)";
-    sin, FloatOp::Sin, "sin(x)";
-    cos, FloatOp::Cos, "cos(x)";
-    tanh, FloatOp::Tanh, "tanh(x)";
-    sigmoid, FloatOp::Sigmoid, "1/(1+e^-x)";
-    gelu, FloatOp::Gelu, "x/2 * (1 + erf(x/sqrt(2)))";
-    silu, FloatOp::Silu, "x * sigmoid(x)";
+    exp, exp_out, FloatOp::Exp, "e^x", "whose dtype must be floating.";
+    log, log_out, FloatOp::Log, "ln(x)", "whose dtype must be floating.";
+    sqrt, sqrt_out, FloatOp::Sqrt, "sqrt(x)", "whose dtype must be floating.";
+    rsqrt, rsqrt_out, FloatOp::Rsqrt, "1/sqrt(x)", "whose dtype must be floating.";
+    sin, sin_out, FloatOp::Sin, "sin(x)", "whose dtype must be floating.";
+    cos, cos_out, FloatOp::Cos, "cos(x)", "whose dtype must be floating.";
+    tanh, tanh_out, FloatOp::Tanh, "tanh(x)", "whose dtype must be floating.";
+    sigmoid, sigmoid_out, FloatOp::Sigmoid, "1/(1+e^-x)", "whose dtype must be floating.";
+    gelu, gelu_out, FloatOp::Gelu, "x/2 * (1 + erf(x/sqrt(2)))", "which must have `self`'s dtype.";
+    silu, silu_out, FloatOp::Silu, "x * sigmoid(x)", "which must have `self`'s dtype.";
 }

@@ -1,0 +1,572 @@
+//! The machinery behind the reductions ([`crate::ops::reduce`]): which dimensions fold, the
+//! folds themselves over the element-wise engine, and writing results to a new tensor or an
+//! `out=` tensor.
+//!
+//! Every reduction runs through the engine with an accumulator whose strides are 0 along the
+//! reduced dimensions. Floating inputs accumulate in f64 and integers in i64, so sums are
+//! careful. The accumulators are a small host buffer of one value per result (the only
+//! scratch memory a reduction uses; nothing comes from a tensor allocator), converted once
+//! into the destination: a new contiguous tensor, or an `out=` tensor through its own
+//! strides.
+
+use std::marker::PhantomData;
+
+use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::engine::{kernels, reduce, Operand, Plan};
+use crate::layout::order::{iteration_order, OrderOperand};
+use crate::layout::overlap::{internal_overlap, InternalOverlap};
+use crate::layout::{contiguous_strides, wrap_dim};
+use crate::op::OpContext;
+use crate::ops::out::{check_memory, Aliasing};
+use crate::storage::{lock_storages, Access};
+use crate::tensor::create_from_fn;
+use crate::{DType, Error, Result, Tensor};
+
+/// Which dimensions a reduction folds, and the shapes around it.
+pub(crate) struct Reduction {
+    /// The input's shape.
+    shape: Vec<usize>,
+    /// True for each reduced dimension.
+    pub(crate) mask: Vec<bool>,
+    /// The result's shape.
+    pub(crate) out_shape: Vec<usize>,
+    /// Elements folded into each result.
+    pub(crate) count: usize,
+}
+
+impl Reduction {
+    /// The reduction of `x` over `dims` (all when `None` or empty), after checking them.
+    pub(crate) fn new(
+        op: &'static str,
+        x: &Tensor,
+        dims: Option<&[i64]>,
+        keepdim: bool,
+    ) -> Result<Self> {
+        Reduction::for_shape(op, x.shape(), dims, keepdim)
+    }
+
+    /// [`Reduction::new`] for an input of `shape`.
+    fn for_shape(
+        op: &'static str,
+        shape: Vec<usize>,
+        dims: Option<&[i64]>,
+        keepdim: bool,
+    ) -> Result<Self> {
+        let n = shape.len();
+        let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
+        let mut seen = Vec::new();
+        for &d in dims.unwrap_or(&[]) {
+            let w = wrap_dim(d, n).ok_or(Error::Dim {
+                op,
+                dim: d,
+                ndim: n,
+            })?;
+            // A 0-d tensor has no dimension to mark, but dim 0 may still appear only once.
+            if seen.contains(&w) {
+                return Err(Error::argument(
+                    op,
+                    format!(
+                        "dimension {w} appears more than once in {:?}",
+                        dims.unwrap_or(&[])
+                    ),
+                    Some("list each dimension once"),
+                ));
+            }
+            seen.push(w);
+            if n > 0 {
+                mask[w] = true;
+            }
+        }
+        let out_shape = shape
+            .iter()
+            .zip(&mask)
+            .filter_map(|(&s, &m)| match (m, keepdim) {
+                (false, _) => Some(s),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let count = shape
+            .iter()
+            .zip(&mask)
+            .filter(|(_, &m)| m)
+            .map(|(&s, _)| s)
+            .product();
+        Ok(Reduction {
+            shape,
+            mask,
+            out_shape,
+            count,
+        })
+    }
+
+    pub(crate) fn refuse_empty(&self, op: &'static str) -> Result<()> {
+        if let Some(d) = (0..self.shape.len()).find(|&d| self.mask[d] && self.shape[d] == 0) {
+            return Err(Error::shape(
+                op,
+                format!("cannot reduce over dimension {d}, which has size 0"),
+                vec![self.shape.clone()],
+            )
+            .with_hint(
+                "there is no maximum or minimum of nothing; check the tensor is not empty",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Strides of a contiguous accumulator over the kept dimensions, 0 along reduced ones.
+    fn acc_strides(&self) -> Vec<usize> {
+        let keep: Vec<usize> = self
+            .shape
+            .iter()
+            .zip(&self.mask)
+            .map(|(&s, &m)| if m { 1 } else { s })
+            .collect();
+        contiguous_strides(&keep)
+            .into_iter()
+            .zip(&self.mask)
+            .map(|(st, &m)| if m { 0 } else { st })
+            .collect()
+    }
+
+    pub(crate) fn out_numel(&self) -> usize {
+        self.out_shape.iter().product()
+    }
+
+    /// Runs `plan_fn` over a plan with operands `extra` (accumulators) followed by `x` and
+    /// `trailing` (read-only buffers), ordered so the reduced dimensions are innermost.
+    fn run(
+        &self,
+        x: &Tensor,
+        accs: &mut [(*mut u8, DType)],
+        trailing: &[Operand],
+        f: impl FnOnce(&Plan),
+    ) {
+        let body = x.body();
+        let acc_strides = self.acc_strides();
+        let in_strides = body.layout.strides().to_vec();
+        // Walk the input in its own memory order: a run along a reduced dimension folds into
+        // one slot, a run along a kept one updates a row of slots; both stream the input.
+        let order = [OrderOperand {
+            strides: &in_strides,
+            is_reduction_output: false,
+        }];
+        let perm = iteration_order(&self.shape, &order);
+        let guards = lock_storages(&[(&body.storage, Access::Read)]);
+        let mut operands: Vec<Operand> = accs
+            .iter()
+            .map(|&(ptr, dtype)| Operand {
+                ptr,
+                strides: acc_strides.clone(),
+                dtype,
+            })
+            .collect();
+        operands.push(Operand {
+            ptr: guards
+                .read_ptr(&body.storage)
+                .wrapping_add(body.layout.offset() * x.element_size()) as *mut u8,
+            strides: in_strides.clone(),
+            dtype: x.dtype(),
+        });
+        operands.extend(trailing.iter().cloned());
+        let plan = Plan::new(&self.shape, &operands, &perm, false);
+        f(&plan);
+    }
+
+    /// Folds `x` into one accumulator per result, starting from `init`:
+    /// `acc = f(acc, g(x, p))`, with `x` read as `compute` (each element rounded to the dtype
+    /// the op computes in, then widened to `A`) and `p` the result's entry of `param` (`A`'s
+    /// zero without one). See [`reduce::fold_map`].
+    pub(crate) fn fold_as<A: Element>(
+        &self,
+        x: &Tensor,
+        compute: DType,
+        init: A,
+        param: Option<&[A]>,
+        g: impl Fn(A, A) -> A + Sync,
+        f: impl Fn(A, A) -> A + Sync,
+    ) -> Vec<A> {
+        struct FoldMap<'a, A, G, F> {
+            plan: &'a Plan,
+            g: G,
+            f: F,
+            acc: PhantomData<A>,
+        }
+        impl<A: Element, G: Fn(A, A) -> A + Sync, F: Fn(A, A) -> A + Sync> DTypeFn
+            for FoldMap<'_, A, G, F>
+        {
+            type Output = ();
+            fn call<I: Element>(self) {
+                // SAFETY: the plan is `run`'s: the accumulators are our own buffers of
+                // out_numel elements of A addressed by strides that stay inside them, the
+                // parameter buffer has the same layout, the input is read-locked, and the
+                // plan is sequential.
+                unsafe { reduce::fold_map::<I, A>(self.plan, self.g, self.f) }
+            }
+        }
+        let mut acc = vec![init; self.out_numel()];
+        if self.shape.contains(&0) {
+            return acc;
+        }
+        let trailing: Vec<Operand> = param
+            .map(|p| Operand {
+                ptr: p.as_ptr() as *mut u8,
+                strides: self.acc_strides(),
+                dtype: A::DTYPE,
+            })
+            .into_iter()
+            .collect();
+        let ptr = acc.as_mut_ptr() as *mut u8;
+        self.run(x, &mut [(ptr, A::DTYPE)], &trailing, |plan| {
+            let acc = PhantomData;
+            dispatch(compute, FoldMap { plan, g, f, acc })
+        });
+        acc
+    }
+
+    /// Folds `x` (read in its own dtype) with `f` from `init`, in accumulation type `A`.
+    pub(crate) fn fold<A: Element>(
+        &self,
+        x: &Tensor,
+        init: A,
+        f: impl Fn(A, A) -> A + Sync,
+    ) -> Vec<A> {
+        self.fold_as(x, x.dtype(), init, None, |v, _| v, f)
+    }
+
+    /// Best value and its position along the single reduced dimension `dim`.
+    fn arg_fold<A: Element>(
+        &self,
+        x: &Tensor,
+        dim: usize,
+        better: impl Fn(A, A) -> bool + Sync,
+    ) -> (Vec<A>, Vec<i64>) {
+        let n = self.out_numel();
+        let mut vals = vec![A::ZERO; n];
+        let mut idx = vec![-1i64; n];
+        if self.shape.contains(&0) {
+            return (vals, idx);
+        }
+        let positions: Vec<i64> = (0..self.shape[dim] as i64).collect();
+        let mut pos_strides = vec![0usize; self.shape.len()];
+        pos_strides[dim] = 1;
+        let trailing = [Operand {
+            ptr: positions.as_ptr() as *mut u8,
+            strides: pos_strides,
+            dtype: DType::I64,
+        }];
+        let (vp, ip) = (vals.as_mut_ptr() as *mut u8, idx.as_mut_ptr() as *mut u8);
+        // SAFETY: value and index buffers are ours (out_numel elements each), the positions
+        // buffer holds shape[dim] elements read with stride 1 along dim only, the input is
+        // read-locked by `run`, and the plan is sequential.
+        self.run(
+            x,
+            &mut [(vp, A::DTYPE), (ip, DType::I64)],
+            &trailing,
+            |plan| unsafe { reduce::arg_fold(plan, better) },
+        );
+        (vals, idx)
+    }
+}
+
+/// Where a reduction's result goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Dest<'a> {
+    /// A new contiguous tensor.
+    New,
+    /// An `out=` tensor, already checked and given the result's shape.
+    Out(&'a Tensor),
+}
+
+impl<'a> Dest<'a> {
+    /// The last step of an op's validation: an `out` is checked against `inputs` for a
+    /// result of `shape` and then resized to it.
+    pub(crate) fn prepare(
+        ctx: &OpContext,
+        out: Option<&'a Tensor>,
+        shape: &[usize],
+        inputs: &[&Tensor],
+    ) -> Result<Dest<'a>> {
+        let Some(o) = out else {
+            return Ok(Dest::New);
+        };
+        check_memory(ctx.op(), o, shape, inputs, Aliasing::Exact)?;
+        o.resize_for_out(ctx, shape)?;
+        Ok(Dest::Out(o))
+    }
+}
+
+/// Writes `values` (row-major over `out`'s shape) into `out` through its strides, converted
+/// to its dtype.
+fn write_values<A: Element>(values: &[A], out: &Tensor) {
+    let ob = out.body();
+    let l = &ob.layout;
+    if l.numel() == 0 || values.len() != l.numel() {
+        return;
+    }
+    let src_strides = contiguous_strides(l.sizes());
+    let perm = iteration_order(
+        l.sizes(),
+        &[
+            OrderOperand {
+                strides: l.strides(),
+                is_reduction_output: false,
+            },
+            OrderOperand {
+                strides: &src_strides,
+                is_reduction_output: false,
+            },
+        ],
+    );
+    let guards = lock_storages(&[(&ob.storage, Access::Write)]);
+    let operands = [
+        Operand {
+            ptr: guards
+                .write_ptr(&ob.storage)
+                .wrapping_add(l.offset() * out.element_size()),
+            strides: l.strides().to_vec(),
+            dtype: out.dtype(),
+        },
+        Operand {
+            ptr: values.as_ptr() as *mut u8,
+            strides: src_strides,
+            dtype: A::DTYPE,
+        },
+    ];
+    let parallel = internal_overlap(l) == InternalOverlap::No;
+    let plan = Plan::new(l.sizes(), &operands, &perm, parallel);
+    // SAFETY: the output's storage is write-locked and its layout lies within it; `values`
+    // holds one element per output element, read with contiguous strides. Parallel only when
+    // every output element is written once; the values buffer is ours.
+    unsafe { kernels::copy(&plan) };
+}
+
+/// The result from accumulated values: a new contiguous tensor of `shape` and `dtype`, or
+/// the `out=` tensor written in place (its version bumped once).
+pub(crate) fn finish<A: Element>(
+    ctx: &OpContext,
+    values: &[A],
+    shape: &[usize],
+    dtype: DType,
+    dest: Dest<'_>,
+) -> Result<Tensor> {
+    struct Finish<'a, A>(&'a OpContext, &'a [A], &'a [usize]);
+    impl<A: Element> DTypeFn for Finish<'_, A> {
+        type Output = Result<Tensor>;
+        fn call<O: Element>(self) -> Result<Tensor> {
+            let v = self.1;
+            create_from_fn(self.0, self.2, |i| cast::<A, O>(v[i]))
+        }
+    }
+    match dest {
+        Dest::New => dispatch(dtype, Finish(ctx, values, shape)),
+        Dest::Out(out) => {
+            write_values(values, out);
+            out.bump_version();
+            Ok(out.clone())
+        }
+    }
+}
+
+pub(crate) fn floating_only(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.dtype().is_floating() {
+        Ok(())
+    } else {
+        Err(Error::dtype(
+            op,
+            format!("{op} needs a floating tensor, got {}", x.dtype()),
+            Some("convert first with .to(DType::F32)"),
+        ))
+    }
+}
+
+pub(crate) fn sum_dtype(d: DType) -> DType {
+    if d.is_floating() {
+        d
+    } else {
+        DType::I64
+    }
+}
+
+fn nan_max(c: f64, b: f64) -> bool {
+    (c.is_nan() && !b.is_nan()) || c > b
+}
+
+fn nan_min(c: f64, b: f64) -> bool {
+    (c.is_nan() && !b.is_nan()) || c < b
+}
+
+/// A validated reduction to a best element along one dimension (`max`/`min` with a dim,
+/// `argmax`/`argmin`): the input, whether it is folded flattened (a reduction over
+/// everything, or a 0-d input seen as `[1]`), the reduction, and its dimension.
+pub(crate) struct ArgReduction {
+    x: Tensor,
+    flatten: bool,
+    r: Reduction,
+    d: usize,
+}
+
+impl ArgReduction {
+    /// Validates `dim` (`None`: over all elements, as `argmax` without a dim) for `x`.
+    /// Nothing is read or allocated yet.
+    pub(crate) fn new(
+        op: &'static str,
+        x: &Tensor,
+        dim: Option<i64>,
+        keepdim: bool,
+    ) -> Result<Self> {
+        let n = x.dim();
+        let flat = vec![x.numel()];
+        let (flatten, r) = match dim {
+            Some(dim) => {
+                let d = wrap_dim(dim, n).ok_or(Error::Dim { op, dim, ndim: n })?;
+                if n == 0 {
+                    (true, Reduction::for_shape(op, flat, Some(&[0]), false)?)
+                } else {
+                    (false, Reduction::new(op, x, Some(&[d as i64]), keepdim)?)
+                }
+            }
+            None => {
+                let mut r = Reduction::for_shape(op, flat, Some(&[0]), false)?;
+                if keepdim {
+                    r.out_shape = vec![1; n];
+                }
+                (true, r)
+            }
+        };
+        r.refuse_empty(op)?;
+        let d = r.mask.iter().position(|&m| m).unwrap_or(0);
+        Ok(ArgReduction {
+            x: x.clone(),
+            flatten,
+            r,
+            d,
+        })
+    }
+
+    /// The result's shape.
+    pub(crate) fn out_shape(&self) -> &[usize] {
+        &self.r.out_shape
+    }
+
+    /// The tensor folded: the input, or its flattening, which is a view unless the input is
+    /// not contiguous (then a copy, as PyTorch's `reshape(-1)` makes).
+    pub(crate) fn input(&self) -> Result<Tensor> {
+        if self.flatten {
+            self.x.reshape(&[-1])
+        } else {
+            Ok(self.x.clone())
+        }
+    }
+
+    /// The best values and their positions in `x` (from [`ArgReduction::input`]); writes the
+    /// values (in the input's dtype) to `values` unless it is `None`, and the positions (i64)
+    /// to `indices`.
+    pub(crate) fn run(
+        &self,
+        ctx: &OpContext,
+        x: &Tensor,
+        max: bool,
+        values: Option<Dest<'_>>,
+        indices: Dest<'_>,
+    ) -> Result<(Option<Tensor>, Tensor)> {
+        let (r, d) = (&self.r, self.d);
+        let shape = &r.out_shape;
+        let (v, i) = if x.dtype().is_floating() {
+            let better = if max { nan_max } else { nan_min };
+            let (v, i) = r.arg_fold::<f64>(x, d, better);
+            let v = values
+                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
+                .transpose()?;
+            (v, i)
+        } else {
+            let (v, i) = r.arg_fold::<i64>(x, d, move |c, b| if max { c > b } else { c < b });
+            let v = values
+                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
+                .transpose()?;
+            (v, i)
+        };
+        Ok((v, finish(ctx, &i, shape, DType::I64, indices)?))
+    }
+}
+
+/// Running sums of `x` along `d` written into `out` (same shape), read as `dtype` and
+/// accumulated in f64 or i64.
+pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
+    struct Scan<'a>(&'a Plan);
+    impl DTypeFn for Scan<'_> {
+        type Output = ();
+        fn call<I: Element>(self) {
+            // SAFETY: `scan_sum` holds the locks; the carry buffer is ours, one slot per line
+            // (stride 0 along the scanned dimension); the plan is sequential.
+            unsafe {
+                if I::DTYPE.is_floating() {
+                    reduce::scan::<I, f64>(self.0, |a, v| a + v)
+                } else {
+                    reduce::scan::<I, i64>(self.0, |a, v| a.wrapping_add(v))
+                }
+            }
+        }
+    }
+    let (xb, ob) = (x.body(), out.body());
+    let shape = xb.layout.sizes().to_vec();
+    let mut line = shape.clone();
+    if let Some(s) = line.get_mut(d) {
+        *s = 1;
+    }
+    let mut carry_strides = contiguous_strides(&line);
+    if let Some(s) = carry_strides.get_mut(d) {
+        *s = 0;
+    }
+    let lines: usize = line.iter().product();
+    let (mut carry_f, mut carry_i) = (Vec::new(), Vec::new());
+    let carry = if dtype.is_floating() {
+        carry_f = vec![0f64; lines];
+        (carry_f.as_mut_ptr() as *mut u8, DType::F64)
+    } else {
+        carry_i = vec![0i64; lines];
+        (carry_i.as_mut_ptr() as *mut u8, DType::I64)
+    };
+    // Memory order. A sequential walk visits the elements of every line in increasing
+    // position along `d` whatever the order, and the carry's stride 0 along `d` keeps it
+    // from being coalesced with another dimension.
+    let perm = iteration_order(
+        &shape,
+        &[
+            OrderOperand {
+                strides: ob.layout.strides(),
+                is_reduction_output: false,
+            },
+            OrderOperand {
+                strides: xb.layout.strides(),
+                is_reduction_output: false,
+            },
+        ],
+    );
+    let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
+    let operands = [
+        Operand {
+            ptr: guards
+                .write_ptr(&ob.storage)
+                .wrapping_add(ob.layout.offset() * out.element_size()),
+            strides: ob.layout.strides().to_vec(),
+            dtype: out.dtype(),
+        },
+        Operand {
+            ptr: carry.0,
+            strides: carry_strides,
+            dtype: carry.1,
+        },
+        Operand {
+            ptr: guards
+                .read_ptr(&xb.storage)
+                .wrapping_add(xb.layout.offset() * x.element_size()) as *mut u8,
+            strides: xb.layout.strides().to_vec(),
+            dtype: x.dtype(),
+        },
+    ];
+    let plan = Plan::new(&shape, &operands, &perm, false);
+    dispatch(dtype, Scan(&plan));
+    drop(guards);
+    drop((carry_f, carry_i));
+}
