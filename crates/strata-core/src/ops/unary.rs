@@ -387,9 +387,9 @@ macro_rules! out_doc {
         concat!(
             "[`Tensor::",
             stringify!($name),
-            "`] written into `out` (PyTorch's `",
+            "`] written into `out` (the `out=` form of `",
             stringify!($name),
-            "(..., out=out)`), ",
+            "`), ",
             $rule,
             " An `out` of the result's shape is ",
             "written where it is, without allocating; one of another shape is resized. Returns ",
