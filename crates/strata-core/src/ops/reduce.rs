@@ -87,7 +87,14 @@ impl Tensor {
                 DType::F16 => half::f16::from_f64(v).to_f64(),
                 _ => half::bf16::from_f64(v).to_f64(),
             };
-            let v = r.fold_as(self, dtype, 1.0f64, None, |x, _| x, move |a, x| round(a * x));
+            let v = r.fold_as(
+                self,
+                dtype,
+                1.0f64,
+                None,
+                |x, _| x,
+                move |a, x| round(a * x),
+            );
             finish(ctx, &v, &r.out_shape, dtype, dest)
         } else if dtype.is_floating() {
             let v = r.fold_as(self, dtype, 1.0f64, None, |x, _| x, |a, x| a * x);

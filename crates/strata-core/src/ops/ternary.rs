@@ -187,5 +187,9 @@ fn addcmul_dtype(
 ) -> Result<DType> {
     // As PyTorch, a float value with integer tensors is truncated to an integer.
     let _ = (op, value);
-    Ok(result_type(&[Arg::Tensor(x), Arg::Tensor(t1), Arg::Tensor(t2)]))
+    Ok(result_type(&[
+        Arg::Tensor(x),
+        Arg::Tensor(t1),
+        Arg::Tensor(t2),
+    ]))
 }
