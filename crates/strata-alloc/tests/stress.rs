@@ -62,7 +62,7 @@ fn hammer(conf: &str, iterations: usize) {
                 let stream = StreamId((t % 2) as u64);
                 for i in 0..iterations {
                     let r = rng.next();
-                    if held.len() < 12 && r % 3 != 0 {
+                    if held.len() < 12 && !r.is_multiple_of(3) {
                         let size = match r % 10 {
                             0..=5 => 8 + (r >> 8) as usize % (64 << 10),
                             6..=8 => 8 + (r >> 8) as usize % (4 * MIB),

@@ -319,10 +319,10 @@ fn apply_op(
                 let r = p[2].rotate_right(3 * k as u32);
                 let tgt = if s == 1 {
                     [-1, 1, 0, 2, 3][(r % 5) as usize]
-                } else if r % 7 == 0 {
+                } else if r.is_multiple_of(7) {
                     valid = false;
                     s as i64 + 1
-                } else if r % 2 == 0 {
+                } else if r.is_multiple_of(2) {
                     -1
                 } else {
                     s as i64
@@ -671,7 +671,7 @@ proptest! {
         } else {
             let mut rem = n;
             for &r in &split {
-                let divisors: Vec<usize> = (1..=rem).filter(|d| rem % d == 0).collect();
+                let divisors: Vec<usize> = (1..=rem).filter(|d| rem.is_multiple_of(*d)).collect();
                 let d = divisors[r as usize % divisors.len()];
                 new_shape.push(d);
                 rem /= d;
@@ -897,7 +897,7 @@ proptest! {
         } else {
             let mut rem = n;
             for &r in &split {
-                let divisors: Vec<usize> = (1..=rem).filter(|d| rem % d == 0).collect();
+                let divisors: Vec<usize> = (1..=rem).filter(|d| rem.is_multiple_of(*d)).collect();
                 let d = divisors[r as usize % divisors.len()];
                 new_shape.push(d);
                 rem /= d;

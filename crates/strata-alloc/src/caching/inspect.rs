@@ -251,7 +251,7 @@ impl State {
                         b.addr
                     ));
                 }
-                if b.size == 0 || b.size % MIN_BLOCK_SIZE != 0 {
+                if b.size == 0 || !b.size.is_multiple_of(MIN_BLOCK_SIZE) {
                     return Err(format!("block at {:#x} has size {}", b.addr, b.size));
                 }
                 if b.stream != seg.stream || b.pool != pool {

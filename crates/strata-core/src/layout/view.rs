@@ -22,7 +22,7 @@ pub fn infer_size(shape: &[i64], numel: usize) -> Result<Vec<usize>, String> {
     let mut out: Vec<usize> = shape.iter().map(|&s| s.max(0) as usize).collect();
     match infer_at {
         Some(i) => {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(mismatch());
             }
             out[i] = numel / known;
