@@ -7,7 +7,7 @@
 
 use std::mem::{size_of, MaybeUninit};
 
-use super::Plan;
+use super::{chunk, Plan};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 
 /// Elements converted per block on the slow path.
@@ -136,6 +136,7 @@ pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Syn
         let mut abuf = buffer::<I>();
         let mut obuf = buffer::<O>();
         let out_direct = direct::<O>(plan, 0, s[0]);
+        let stream = out_direct && plan.streams_output();
         for start in (0..n).step_by(BLOCK) {
             let m = BLOCK.min(n - start);
             // SAFETY: the caller guarantees the run is valid for every operand.
@@ -147,15 +148,16 @@ pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Syn
                 } else {
                     obuf.as_mut_ptr() as *mut O
                 };
-                for i in 0..m {
-                    *o.add(i) = f(*a.add(i));
-                }
+                chunk::apply1(o, a, m, &f, stream);
                 if !out_direct {
                     // SAFETY: the loop above initialised the first `m` elements.
                     let done = std::slice::from_raw_parts(obuf.as_ptr() as *const O, m);
                     store(done, o_at, s[0], plan.dtype(0));
                 }
             }
+        }
+        if stream {
+            chunk::stream_fence();
         }
     });
 }
@@ -170,6 +172,7 @@ pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + 
         let mut bbuf = buffer::<I>();
         let mut obuf = buffer::<O>();
         let out_direct = direct::<O>(plan, 0, s[0]);
+        let stream = out_direct && plan.streams_output();
         for start in (0..n).step_by(BLOCK) {
             let m = BLOCK.min(n - start);
             // SAFETY: the caller guarantees the run is valid for every operand.
@@ -182,15 +185,16 @@ pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + 
                 } else {
                     obuf.as_mut_ptr() as *mut O
                 };
-                for i in 0..m {
-                    *o.add(i) = f(*a.add(i), *b.add(i));
-                }
+                chunk::apply2(o, a, b, m, &f, stream);
                 if !out_direct {
                     // SAFETY: the loop above initialised the first `m` elements.
                     let done = std::slice::from_raw_parts(obuf.as_ptr() as *const O, m);
                     store(done, o_at, s[0], plan.dtype(0));
                 }
             }
+        }
+        if stream {
+            chunk::stream_fence();
         }
     });
 }
@@ -206,6 +210,7 @@ pub unsafe fn map3<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I, I) -> O
         let mut cbuf = buffer::<I>();
         let mut obuf = buffer::<O>();
         let out_direct = direct::<O>(plan, 0, s[0]);
+        let stream = out_direct && plan.streams_output();
         for start in (0..n).step_by(BLOCK) {
             let m = BLOCK.min(n - start);
             // SAFETY: the caller guarantees the run is valid for every operand.
@@ -219,15 +224,16 @@ pub unsafe fn map3<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I, I) -> O
                 } else {
                     obuf.as_mut_ptr() as *mut O
                 };
-                for i in 0..m {
-                    *o.add(i) = f(*a.add(i), *b.add(i), *c.add(i));
-                }
+                chunk::apply3(o, a, b, c, m, &f, stream);
                 if !out_direct {
                     // SAFETY: the loop above initialised the first `m` elements.
                     let done = std::slice::from_raw_parts(obuf.as_ptr() as *const O, m);
                     store(done, o_at, s[0], plan.dtype(0));
                 }
             }
+        }
+        if stream {
+            chunk::stream_fence();
         }
     });
 }
@@ -269,6 +275,10 @@ pub unsafe fn copy(plan: &Plan) {
             // SAFETY: forwarded from `copy`'s caller.
             unsafe { map1::<T, T>(self.0, |v| v) }
         }
+    }
+    // SAFETY: forwarded from the caller.
+    if unsafe { plan.copy_tiles() } {
+        return;
     }
     dispatch(plan.dtype(0), Copy(plan));
 }

@@ -7,6 +7,7 @@
 //! *runs*: `n` elements along the innermost dimension, each operand advancing by its own byte
 //! stride. Kernels ([`kernels`]) work on runs, converting dtypes blockwise.
 
+pub(crate) mod chunk;
 pub mod kernels;
 pub mod pool;
 pub mod reduce;
@@ -14,6 +15,68 @@ mod run;
 mod tile;
 
 pub use run::Plan;
+
+/// The smallest output, in bytes, that an op writing it fresh writes with streaming
+/// (non-temporal) stores where the CPU has them: they skip reading the output's lines in
+/// before overwriting them, and do not evict the inputs from the cache. An output that fits
+/// comfortably in the last-level cache is better written through it, so the threshold is
+/// an eighth of that cache (as the OS reports it), and never below 8 MiB.
+pub(crate) fn stream_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| (last_level_cache_bytes().unwrap_or(0) / 8).max(8 << 20))
+}
+
+/// The size of the highest-level data cache of CPU 0, from Linux's sysfs.
+fn last_level_cache_bytes() -> Option<usize> {
+    let mut best: Option<(u32, usize)> = None;
+    for index in 0..8 {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{index}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+        let (Some(level), Some(size), Some(kind)) = (read("level"), read("size"), read("type"))
+        else {
+            continue;
+        };
+        if kind.trim() == "Instruction" {
+            continue;
+        }
+        let level: u32 = level.trim().parse().ok()?;
+        let size = parse_cache_size(size.trim())?;
+        if best.is_none_or(|(l, _)| level > l) {
+            best = Some((level, size));
+        }
+    }
+    best.map(|(_, size)| size)
+}
+
+/// `"491520K"`, `"32M"` or `"512"` as bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    match unit {
+        "" => Some(n),
+        "K" => Some(n << 10),
+        "M" => Some(n << 20),
+        "G" => Some(n << 30),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("491520K"), Some(491520 << 10));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("12Q"), None);
+        assert!(stream_bytes() >= 8 << 20);
+    }
+}
 
 use crate::dtype::DType;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::engine::Plan;
+use crate::engine::{stream_bytes, Plan};
 use crate::layout::{Dims, Layout};
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -106,12 +106,14 @@ pub(crate) fn try_new_output(
             let ptr = guards.read_ptr(s).wrapping_add(offset * dtype.size()) as *mut u8;
             (ptr, *dtype)
         });
-        // A fresh output cannot overlap an input, so the loop may be split across the pool.
+        // A fresh output cannot overlap an input, so the loop may be split across the pool;
+        // nothing reads it before the op returns, so a large one is streamed out.
         let plan = Plan::linear(
             numel,
             std::iter::once((out_ptr, out_dtype)).chain(inputs),
             true,
-        );
+        )
+        .with_streamed_output(numel * out_dtype.size() >= stream_bytes());
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))
