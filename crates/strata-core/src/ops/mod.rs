@@ -17,7 +17,7 @@ pub mod reduce;
 mod reduce_out;
 pub(crate) mod reduction;
 pub mod softmax;
-mod softmax_row_avx2;
+mod softmax_row_simd;
 pub mod ternary;
 pub mod unary;
 pub mod views;

@@ -180,7 +180,8 @@ macro_rules! softmax_float {
     };
 }
 
-/// [`slab`] for f32 compiled for AVX2 (8 lanes instead of SSE2's 4) and FMA.
+/// [`slab`] for f32 compiled for AVX2 (8 lanes instead of SSE2's 4) and FMA; rows go to
+/// the AVX-512 row kernel where the CPU has it.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -195,8 +196,15 @@ unsafe fn slab_avx2(
     stream: bool,
 ) {
     if inner == 1 {
-        // SAFETY: forwarded (AVX2 and FMA).
-        unsafe { super::softmax_row_avx2::row(x, out, log, scratch, stream) };
+        use super::softmax_row_simd::{row_avx2, row_avx512};
+        // SAFETY: forwarded (AVX2 and FMA); AVX-512 is checked.
+        unsafe {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                row_avx512(x, out, log, scratch, stream)
+            } else {
+                row_avx2(x, out, log, scratch, stream)
+            }
+        };
     } else {
         slab::<f32, true>(x, out, inner, log, scratch);
     }
@@ -378,8 +386,8 @@ unsafe fn run_direct<T: SoftmaxFloat>(
     inner: usize,
     log: bool,
 ) {
-    // Outputs much larger than the caches are written with streaming stores.
-    let stream = outer * slab_len * std::mem::size_of::<T>() >= STREAM_BYTES;
+    // Outputs large against the cache are written with streaming stores.
+    let stream = outer * slab_len * std::mem::size_of::<T>() >= crate::engine::stream_bytes();
     for_slabs(outer, slab_len, |first, count| {
         let mut scratch = Vec::new();
         for o in first..first + count {
@@ -397,20 +405,9 @@ unsafe fn run_direct<T: SoftmaxFloat>(
             T::slab_best(x, y, inner, log, &mut scratch, stream);
         }
         if stream {
-            store_fence();
+            crate::engine::chunk::stream_fence();
         }
     });
-}
-
-/// Output size from which softmax writes with streaming stores (well past a core's share of
-/// the last-level cache, where the output would be evicted before it is read anyway).
-const STREAM_BYTES: usize = 8 << 20;
-
-/// Orders streaming stores made by this thread before its later writes (the pool's join
-/// then publishes them).
-fn store_fence() {
-    #[cfg(target_arch = "x86_64")]
-    super::softmax_row_avx2::store_fence();
 }
 
 /// Softmax over f16/bf16 slabs, computed in f32 through per-thread buffers.
