@@ -28,9 +28,15 @@ pub struct Row {
     pub unit: String,
 }
 
-/// Median wall time of `reps` runs of `f` after one warm-up run.
+/// Median wall time of `reps` runs of `f`, after warming up: one run for a quick pass
+/// (`reps` ≤ 3), else runs for at least [`WARM_UP`], so the pool's threads (and the CPUs
+/// under them) are awake and busy, as in a training loop, before anything is timed.
 pub(crate) fn median(reps: usize, mut f: impl FnMut()) -> Duration {
+    let warm_until = Instant::now() + if reps > 3 { WARM_UP } else { Duration::ZERO };
     f();
+    while Instant::now() < warm_until {
+        f();
+    }
     let mut ts: Vec<Duration> = (0..reps)
         .map(|_| {
             let t = Instant::now();
@@ -41,6 +47,10 @@ pub(crate) fn median(reps: usize, mut f: impl FnMut()) -> Duration {
     ts.sort();
     ts[ts.len() / 2]
 }
+
+/// How long [`median`] runs a benchmark before timing it (the bundled PyTorch script warms
+/// up for as long).
+pub(crate) const WARM_UP: Duration = Duration::from_millis(100);
 
 pub(crate) fn gbs(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / t.as_secs_f64() / 1e9

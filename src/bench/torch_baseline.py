@@ -15,8 +15,14 @@ torch.set_num_threads(threads)
 REPS = 3 if quick else 10
 
 
+WARM_UP = 0.0 if quick else 0.1  # seconds, as strata's own warm-up
+
+
 def median(f, reps=REPS):
+    until = time.perf_counter() + WARM_UP
     f()
+    while time.perf_counter() < until:
+        f()
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
