@@ -24,6 +24,8 @@ type PerOperand<T> = SmallVec<[T; OPS]>;
 pub struct Plan {
     shape: SmallVec<[usize; 6]>,
     strides: PerOperand<ByteStrides>,
+    /// Each operand's byte stride along the innermost dimension (`strides[k][0]`).
+    inner: PerOperand<isize>,
     ptrs: PerOperand<*mut u8>,
     dtypes: PerOperand<DType>,
     parallel: bool,
@@ -103,9 +105,11 @@ impl Plan {
             && strides
                 .iter()
                 .any(|s| s[1] != 0 && s[1].unsigned_abs() < s[0].unsigned_abs());
+        let inner = strides.iter().map(|s| s[0]).collect();
         Plan {
             shape: dims,
             strides,
+            inner,
             ptrs,
             dtypes,
             parallel,
@@ -118,22 +122,27 @@ impl Plan {
     /// (in the same order) from its address: the plan [`Plan::new`] coalesces a loop over
     /// same-shaped dense operands with equal strides into, built without ordering or
     /// coalescing. `parallel` as for [`Plan::new`].
+    #[inline(always)]
     pub fn linear(
         numel: usize,
         operands: impl Iterator<Item = (*mut u8, DType)>,
         parallel: bool,
     ) -> Plan {
         let mut strides = PerOperand::new();
+        let mut inner = PerOperand::new();
         let mut ptrs = PerOperand::new();
         let mut dtypes = PerOperand::new();
         for (ptr, dtype) in operands {
-            strides.push(smallvec::smallvec![dtype.size() as isize]);
+            let size = dtype.size() as isize;
+            strides.push(smallvec::smallvec![size]);
+            inner.push(size);
             ptrs.push(ptr);
             dtypes.push(dtype);
         }
         Plan {
             shape: smallvec::smallvec![numel],
             strides,
+            inner,
             ptrs,
             dtypes,
             parallel,
@@ -213,7 +222,7 @@ impl Plan {
             // Few long runs: split each run's elements across the pool instead.
             let n = self.shape[0];
             let pieces = threads.min(n.div_ceil(GRAIN_SIZE / 4).max(1));
-            let inner: PerOperand<isize> = self.strides.iter().map(|s| s[0]).collect();
+            let inner = &self.inner;
             pool().install(|| {
                 (0..runs * pieces).into_par_iter().for_each(|k| {
                     let (run, piece) = (k / pieces, k % pieces);
@@ -221,10 +230,10 @@ impl Plan {
                     let base = self.run_start(run, 1);
                     let ptrs: PerOperand<*mut u8> = base
                         .iter()
-                        .zip(&inner)
+                        .zip(inner)
                         .map(|(p, s)| p.wrapping_offset(lo as isize * s))
                         .collect();
-                    f(&ptrs, &inner, hi - lo);
+                    f(&ptrs, inner, hi - lo);
                 })
             });
         }
@@ -407,12 +416,12 @@ impl Plan {
     where
         F: Fn(&[*mut u8], &[isize], usize),
     {
-        let inner: PerOperand<isize> = self.strides.iter().map(|s| s[0]).collect();
+        let inner = &self.inner;
         let n = self.shape[0];
         if self.shape.len() == 1 {
             // One run (lo = 0, hi = 1): the whole loop.
             if lo < hi {
-                f(&self.ptrs, &inner, n);
+                f(&self.ptrs, inner, n);
             }
             return;
         }
@@ -425,7 +434,7 @@ impl Plan {
         }
         let mut ptrs: PerOperand<*mut u8> = self.run_start(lo, 1);
         for _ in lo..hi {
-            f(&ptrs, &inner, n);
+            f(&ptrs, inner, n);
             // Advance the odometer over the outer dimensions.
             for d in 0..outer.len() {
                 index[d] += 1;

@@ -4,7 +4,6 @@
 use crate::autograd::formulas::elementwise as grad;
 use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
-use smallvec::{smallvec, SmallVec};
 
 use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
@@ -89,7 +88,11 @@ fn compute_type(
     a: &Tensor,
     other: &Other<'_>,
 ) -> Result<DType> {
-    let common = result_type(&[Arg::Tensor(a), other.arg()]);
+    // Two tensors of one dtype promote to it whatever their dimensions: skip the general rule.
+    let common = match other {
+        Other::Tensor(t) if t.dtype() == a.dtype() => a.dtype(),
+        _ => result_type(&[Arg::Tensor(a), other.arg()]),
+    };
     let other_bool = match other {
         Other::Tensor(t) => t.dtype() == DType::Bool,
         Other::Scalar(s) => matches!(s, Scalar::Bool(_)),
@@ -215,14 +218,18 @@ pub(crate) fn binary(
     } else {
         compute
     };
-    let inputs: SmallVec<[&Tensor; 2]> = match other {
-        Other::Tensor(t) => smallvec![a, t],
-        Other::Scalar(_) => smallvec![a],
+    let pair;
+    let inputs: &[&Tensor] = match other {
+        Other::Tensor(t) => {
+            pair = [a, t];
+            &pair
+        }
+        Other::Scalar(_) => std::slice::from_ref(&a),
     };
     let out = contiguous::new_output(
         ctx,
         out_dtype,
-        &inputs,
+        inputs,
         matches!(other, Other::Scalar(_)),
         |plan| run_kernel(plan, op, compute, &other),
     )?;
