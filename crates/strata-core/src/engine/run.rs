@@ -337,11 +337,7 @@ impl Plan {
                 }
             }
         };
-        if units > 1 && pool().current_num_threads() > 1 {
-            pool().install(|| (0..units).into_par_iter().for_each(unit));
-        } else {
-            (0..units).for_each(unit);
-        }
+        for_units(units, unit);
     }
 
     /// Copies operand 1 into operand 0 tile by tile, each tile in one move (a register
@@ -385,11 +381,7 @@ impl Plan {
                 };
             }
         };
-        if units > 1 && pool().current_num_threads() > 1 {
-            pool().install(|| (0..units).into_par_iter().for_each(unit));
-        } else {
-            (0..units).for_each(unit);
-        }
+        for_units(units, unit);
         true
     }
 
@@ -450,6 +442,16 @@ impl Plan {
                 index[d] = 0;
             }
         }
+    }
+}
+
+/// Runs `unit(0..units)`, spread over the pool when there is more than one unit and more
+/// than one thread.
+fn for_units(units: usize, unit: impl Fn(usize) + Sync + Send) {
+    if units > 1 && pool().current_num_threads() > 1 {
+        pool().install(|| (0..units).into_par_iter().for_each(unit));
+    } else {
+        (0..units).for_each(unit);
     }
 }
 

@@ -119,9 +119,7 @@ macro_rules! softmax_float {
                 stream: bool,
             ) {
                 #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
+                if crate::engine::chunk::avx2() {
                     // SAFETY: the CPU supports AVX2 and FMA (checked just above).
                     unsafe { slab_avx2(x, out, inner, log, scratch, stream) };
                     return;
