@@ -25,10 +25,10 @@ fn copy_probe(b: Bencher) {
     let n = 64usize << 20;
     let src = vec![1u8; n];
     let mut dst = vec![0u8; n];
-    let chunk = n.div_ceil(strata::core::engine::pool::num_threads());
+    let chunk = n.div_ceil(strata::core::num_threads());
     b.counter(divan::counter::BytesCount::new(2 * n))
         .bench_local(|| {
-            strata::core::engine::pool::pool().install(|| {
+            strata::core::thread_pool().install(|| {
                 dst.par_chunks_mut(chunk)
                     .zip(src.par_chunks(chunk))
                     .for_each(|(d, s)| d.copy_from_slice(s))

@@ -62,9 +62,9 @@ pub fn copy_bandwidth(reps: usize) -> f64 {
     let n = 64 << 20;
     let src = vec![1u8; n];
     let mut dst = vec![0u8; n];
-    let threads = strata_core::engine::pool::num_threads();
+    let threads = strata_core::num_threads();
     let t = median(reps, || {
-        strata_core::engine::pool::pool().install(|| {
+        strata_core::thread_pool().install(|| {
             use rayon::prelude::*;
             dst.par_chunks_mut(n.div_ceil(threads))
                 .zip(src.par_chunks(n.div_ceil(threads)))
@@ -100,7 +100,7 @@ fn torch_figures(
 /// Runs every benchmark. `quick` uses fewer repetitions (for tests).
 pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
     let reps = if quick { 3 } else { 10 };
-    let threads = strata_core::engine::pool::num_threads();
+    let threads = strata_core::num_threads();
     let probe = copy_bandwidth(reps);
     let torch = torch_figures(threads, quick);
     let mut rows = Vec::new();

@@ -15,14 +15,15 @@
 //! ```
 
 pub mod autograd;
+pub(crate) mod backend;
 #[cfg(test)]
 mod conformance;
 pub mod device;
 pub mod dtype;
-pub mod engine;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod mode;
 pub mod nn;
 pub mod op;
 pub mod ops;
@@ -32,6 +33,7 @@ pub mod scalar;
 pub mod storage;
 pub mod tensor;
 
+pub use backend::cpu::pool::{num_threads, pool as thread_pool};
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

@@ -6,6 +6,7 @@
 //! and module boundaries lose `#[track_caller]`, so the context is captured at the entry and
 //! passed down, never re-derived.
 
+use std::cell::Cell;
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -22,6 +23,38 @@ pub trait OpObserver: Send + Sync {
     fn op_begin(&self, op: &'static str, location: &'static Location<'static>);
     /// The op that started last on this thread finished (successfully or not).
     fn op_end(&self, op: &'static str);
+}
+
+thread_local! {
+    static BACKWARD_SITE: Cell<Option<ForwardSite>> = const { Cell::new(None) };
+}
+
+/// A forward op's source location and name.
+type ForwardSite = (&'static Location<'static>, &'static str);
+
+/// The forward op whose backward is running on this thread: ops entered meanwhile attribute
+/// their allocations to it rather than to the autograd engine's own source lines.
+fn backward_site() -> Option<ForwardSite> {
+    BACKWARD_SITE.with(|s| s.get())
+}
+
+/// Marks, until dropped, that the backward of a forward op runs on this thread (set by the
+/// autograd engine around each node it runs).
+pub(crate) struct BackwardSite(Option<ForwardSite>);
+
+impl BackwardSite {
+    /// Attributes this thread's allocations to `site` (or to nobody with `None`) until the
+    /// guard drops.
+    pub(crate) fn enter(site: Option<ForwardSite>) -> BackwardSite {
+        BackwardSite(BACKWARD_SITE.with(|s| s.replace(site)))
+    }
+}
+
+impl Drop for BackwardSite {
+    fn drop(&mut self) {
+        let previous = self.0;
+        BACKWARD_SITE.with(|s| s.set(previous));
+    }
 }
 
 static OBSERVED: AtomicBool = AtomicBool::new(false);
@@ -55,7 +88,7 @@ impl OpContext {
     #[inline]
     pub fn enter(op: &'static str) -> Self {
         // Inside backward, allocations belong to the forward op the node was recorded for.
-        let location = match crate::autograd::engine::backward_site() {
+        let location = match backward_site() {
             Some((forward, _)) => forward,
             None => Location::caller(),
         };

@@ -76,6 +76,20 @@ impl Scalar {
         }
     }
 
+    /// Refuses a fill value that overflows `dtype`, as PyTorch's `fill_` does, except that
+    /// (as PyTorch's single-element path) one f16 or bf16 element takes any value, rounded.
+    pub(crate) fn check_fill(
+        self,
+        op: &'static str,
+        dtype: DType,
+        numel: usize,
+    ) -> crate::Result<()> {
+        if numel == 1 && matches!(dtype, DType::F16 | DType::BF16) {
+            return Ok(());
+        }
+        self.check_fits(op, dtype)
+    }
+
     /// `Err` when the number does not fit `dtype` (see [`Scalar::overflows`]).
     pub(crate) fn check_fits(self, op: &'static str, dtype: DType) -> crate::Result<()> {
         if !self.overflows(dtype) {

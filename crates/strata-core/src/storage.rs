@@ -119,7 +119,7 @@ impl Storage {
             device,
             owner: Mutex::new(owner),
             version: AtomicU32::new(0),
-            inference: crate::autograd::is_inference_mode_enabled(),
+            inference: crate::mode::is_inference_mode_enabled(),
             lock: RwLock::new(()),
         }
     }

@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use super::mode::{is_grad_enabled, GradModeGuard};
 use super::saved::{with_hook_pair, HookPair, Packed, SavedTensor};
+use crate::mode::{is_grad_enabled, GradModeGuard};
 use crate::random::global_generator;
 use crate::{Error, Result, Tensor};
 

@@ -7,9 +7,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use super::accumulate::accumulate_into_leaf;
-use super::mode::GradModeGuard;
-use super::node::{Edge, InputMeta, Node, NodeKind};
 use super::view::sum_to;
+use crate::mode::GradModeGuard;
+use crate::tensor::graph::{Edge, InputMeta, Node, NodeKind};
 use crate::{Error, Result, Tensor};
 
 type Key = *const Node;
@@ -43,24 +43,6 @@ pub(crate) enum Sink {
     Accumulate,
     /// Returned for these nodes (`grad()`), leaves untouched.
     Capture(Vec<Key>),
-}
-
-thread_local! {
-    static BACKWARD_SITE: std::cell::Cell<Option<(&'static std::panic::Location<'static>, &'static str)>> =
-        const { std::cell::Cell::new(None) };
-}
-
-/// The forward op whose backward is running on this thread, for allocation sites.
-pub(crate) fn backward_site() -> Option<(&'static std::panic::Location<'static>, &'static str)> {
-    BACKWARD_SITE.with(|s| s.get())
-}
-
-struct SiteGuard(Option<(&'static std::panic::Location<'static>, &'static str)>);
-impl Drop for SiteGuard {
-    fn drop(&mut self) {
-        let prev = self.0;
-        BACKWARD_SITE.with(|s| s.set(prev));
-    }
 }
 
 fn fit(grad: Tensor, meta: &InputMeta, node: &Node) -> Result<Tensor> {
@@ -156,8 +138,7 @@ pub(crate) fn run(
                         ),
                     });
                 };
-                let prev = BACKWARD_SITE.with(|s| s.replace(node.location.map(|l| (l, node.name))));
-                let _site = SiteGuard(prev);
+                let _site = crate::op::BackwardSite::enter(node.location.map(|l| (l, node.name)));
                 let out = f(g)?;
                 drop(slot);
                 out

@@ -2,7 +2,7 @@
 //! f64, as PyTorch's `torch.autograd.gradcheck` does (through a fixed random projection of
 //! the output, so one backward checks every input element).
 
-use super::mode::no_grad;
+use crate::mode::no_grad;
 use crate::random::Generator;
 use crate::{DType, Error, Result, Tensor};
 

@@ -30,19 +30,16 @@ mod checkpoint;
 pub(crate) mod engine;
 pub(crate) mod formulas;
 mod gradcheck;
-pub(crate) mod meta;
-pub mod mode;
-pub(crate) mod node;
 pub(crate) mod record;
 mod saved;
 mod tensor_api;
 pub(crate) mod view;
 
-pub use checkpoint::checkpoint;
-pub use gradcheck::{gradcheck, GradcheckOptions};
-pub use mode::{
+pub use crate::mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
 };
+pub use checkpoint::checkpoint;
+pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use saved::{save_on_cpu, saved_tensors_hooks, Packed};
 pub use tensor_api::{grad, grad_with, HookHandle};
 

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use super::meta::GradState;
-use super::mode::is_grad_enabled;
-use super::node::{BackwardFn, Edge, InputMeta, Node};
 use super::saved::SavedTensor;
 use super::view::ViewGrad;
 use crate::layout::Layout;
+use crate::mode::is_grad_enabled;
 use crate::op::OpContext;
+use crate::tensor::grad_meta::GradState;
+use crate::tensor::graph::{BackwardFn, Edge, InputMeta, Node};
 use crate::tensor::ViewCreation;
 use crate::{Error, Result, Tensor};
 
@@ -223,7 +223,7 @@ pub(crate) struct InplaceRecorder {
 
 /// Refuses in-place writes PyTorch refuses; run before anything is written.
 pub(crate) fn check_inplace(op: &'static str, t: &Tensor, recorded: bool) -> Result<()> {
-    if t.is_inference() && !super::mode::is_inference_mode_enabled() {
+    if t.is_inference() && !crate::mode::is_inference_mode_enabled() {
         return Err(Error::Autograd {
             message: format!(
                 "{op}: an inference tensor (made inside inference_mode) cannot be modified in \

@@ -8,7 +8,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use super::mode::GradModeGuard;
+use crate::mode::GradModeGuard;
 use crate::{DType, Error, Result, Tensor};
 
 /// What a pack hook returns: anything, boxed.

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::engine::{run, Sink};
-use super::mode::is_inference_mode_enabled;
-use super::node::{Edge, GradHook};
 use super::record::{current_grad_fn, gradient_edge};
+use crate::mode::is_inference_mode_enabled;
+use crate::tensor::graph::{Edge, GradHook};
 use crate::{Error, Result, Tensor};
 
 static NEXT_HOOK: AtomicU64 = AtomicU64::new(1);
@@ -119,7 +119,7 @@ impl Tensor {
         }
         if let Some(g) = g {
             let g = g.detached_alias();
-            super::mode::no_grad(|| g.zero_())?;
+            crate::mode::no_grad(|| g.zero_())?;
             self.autograd_meta().state().grad = Some(g);
         }
         Ok(())
@@ -282,7 +282,7 @@ fn root_edge(t: &Tensor, gradient: Option<&Tensor>) -> Result<(Edge, Tensor)> {
                     ),
                 });
             }
-            super::mode::no_grad(|| crate::Tensor::ones(&t.shape(), t.dtype()))?
+            crate::mode::no_grad(|| crate::Tensor::ones(&t.shape(), t.dtype()))?
         }
     };
     Ok((edge, g))

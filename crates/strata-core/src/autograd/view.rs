@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
-use super::mode::{is_grad_enabled, is_inference_mode_enabled, user_grad_mode};
-use super::node::{BackwardFn, InputMeta, Node};
 use super::record::gradient_edge;
 use crate::layout::Layout;
+use crate::mode::{is_grad_enabled, is_inference_mode_enabled, user_grad_mode};
+use crate::tensor::graph::{BackwardFn, InputMeta, Node};
 use crate::tensor::ViewCreation;
 use crate::{DType, Error, Result, Tensor};
 

@@ -5,7 +5,7 @@ use crate::autograd::formulas::elementwise as grad;
 use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
 
-use crate::engine::{kernels, Plan};
+use crate::backend::cpu::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -311,11 +311,13 @@ pub(crate) fn binary_out(
     if result != out.dtype() {
         // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`.
         drop(prepared);
-        let value = crate::autograd::mode::internal(|| binary(ctx, a, other, op))?;
+        let value = crate::mode::internal(|| binary(ctx, a, other, op))?;
         return ElementwiseSpec::new(Output::Out(out), vec![&value])
             .infer(ctx.op())?
             // SAFETY: `execute` locks the storages and passes a plan valid for them.
-            .execute(ctx, |plan| unsafe { crate::engine::kernels::copy(plan) });
+            .execute(ctx, |plan| unsafe {
+                crate::backend::cpu::kernels::copy(plan)
+            });
     }
     prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::engine::{stream_bytes, Plan};
+use crate::backend::cpu::{stream_bytes, Plan};
 use crate::layout::{Dims, Layout};
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};

@@ -2,8 +2,8 @@
 //! `zero_`.
 
 use crate::autograd::formulas::index::{overwrite_begin, overwrite_finish, Overwrite};
+use crate::backend::cpu::{kernels, Plan};
 use crate::dtype::{dispatch, DTypeFn, Element};
-use crate::engine::{kernels, Plan};
 use crate::layout::order::infer_dense_strides;
 use crate::layout::Layout;
 use crate::op::OpContext;
@@ -54,7 +54,7 @@ impl Tensor {
     #[track_caller]
     pub fn deep_clone(&self) -> Result<Tensor> {
         let ctx = OpContext::enter("clone");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let l = self.layout();
             let strides = if l.is_non_overlapping_and_dense() {
                 l.strides().to_vec()
@@ -75,7 +75,7 @@ impl Tensor {
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         let ctx = OpContext::enter("contiguous");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             if self.is_contiguous() {
                 return Ok(self.clone());
             }
@@ -96,7 +96,7 @@ impl Tensor {
     #[track_caller]
     pub fn to(&self, dtype: DType) -> Result<Tensor> {
         let ctx = OpContext::enter("to");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             if dtype == self.dtype() {
                 return Ok(self.clone());
             }
@@ -145,7 +145,7 @@ impl Tensor {
     }
 
     pub(crate) fn fill_in(&self, ctx: &OpContext, value: Scalar) -> Result<Tensor> {
-        check_fill_value(ctx.op(), value, self.dtype(), self.numel())?;
+        value.check_fill(ctx.op(), self.dtype(), self.numel())?;
         let prepared = ElementwiseSpec::new(Output::Existing(self), vec![]).infer_fill(ctx.op())?;
         let rec = overwrite_begin(ctx, self, &Overwrite::Fill)?;
         let out = prepared.execute(ctx, |plan| FillWith(value).run(plan))?;
@@ -154,18 +154,4 @@ impl Tensor {
         }
         Ok(out)
     }
-}
-
-/// Refuses a fill value that overflows `dtype`, as PyTorch's `fill_` does, except that (as
-/// PyTorch's single-element path) one f16 or bf16 element takes any value, rounded.
-pub(crate) fn check_fill_value(
-    op: &'static str,
-    value: Scalar,
-    dtype: DType,
-    numel: usize,
-) -> Result<()> {
-    if numel == 1 && matches!(dtype, DType::F16 | DType::BF16) {
-        return Ok(());
-    }
-    value.check_fits(op, dtype)
 }

@@ -3,8 +3,8 @@
 
 use crate::autograd::formulas::index::{overwrite_begin, overwrite_finish, Overwrite};
 use crate::autograd::record::refuse_out_with_grad;
+use crate::backend::cpu::{kernels, Plan};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
-use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::{binary_inplace, BinaryOp, Other};
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -79,7 +79,7 @@ impl Tensor {
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("masked_fill");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             check_mask(ctx.op(), mask)?;
             let value = value.into();
             value.check_fits(ctx.op(), self.dtype())?;
@@ -207,7 +207,7 @@ impl Tensor {
         ElementwiseSpec::new(Output::Existing(self), vec![]).infer(op)?;
         let write = Overwrite::IndexAdd(dim, index, source, alpha);
         let rec = overwrite_begin(&ctx, self, &write)?;
-        crate::autograd::mode::internal(|| self.index_add_rows(&ctx, d, &idx, source, alpha))?;
+        crate::mode::internal(|| self.index_add_rows(&ctx, d, &idx, source, alpha))?;
         // One op, one version step, however many rows were written.
         self.bump_version();
         if let Some(rec) = rec {

@@ -2,7 +2,7 @@
 //! same decisions (it must step aside wherever the general path errs or broadcasts).
 
 use super::*;
-use crate::engine::kernels;
+use crate::backend::cpu::kernels;
 use crate::op::OpContext;
 
 fn t(shape: &[usize]) -> Tensor {

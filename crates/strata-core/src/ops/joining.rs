@@ -11,9 +11,9 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use crate::backend::cpu::pool::{pool, GRAIN_SIZE};
+use crate::backend::cpu::{kernels, Operand, Plan};
 use crate::dtype::{dispatch, DTypeFn, Element};
-use crate::engine::pool::{pool, GRAIN_SIZE};
-use crate::engine::{kernels, Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::view::compute_stride;
@@ -400,7 +400,7 @@ impl Tensor {
     #[track_caller]
     pub fn index_select(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("index_select");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let sel = IndexSelect::infer(ctx.op(), self, dim, index)?;
             let out =
                 Tensor::uninit_with_layout(&ctx, Layout::contiguous(&sel.shape, 0), self.dtype())?;
@@ -425,7 +425,7 @@ impl Tensor {
     #[track_caller]
     pub fn gather(&self, dim: i64, index: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("gather");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let g = Gather::infer(ctx.op(), self, dim, index)?;
             let out =
                 Tensor::uninit_with_layout(&ctx, Layout::contiguous(&g.shape, 0), self.dtype())?;
@@ -452,7 +452,7 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add(&self, dim: i64, index: &Tensor, src: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("scatter_add");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let sc = ScatterAddPlan::infer(ctx.op(), self, dim, index, src)?;
             let result = Tensor::uninit_with_layout(
                 &ctx,
@@ -482,8 +482,7 @@ impl Tensor {
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("cat");
-        let out =
-            crate::autograd::mode::internal(|| -> Result<Tensor> { cat_in(&ctx, tensors, dim) })?;
+        let out = crate::mode::internal(|| -> Result<Tensor> { cat_in(&ctx, tensors, dim) })?;
         index_grad::cat(&ctx, tensors, dim, false, &out)?;
         Ok(out)
     }
@@ -500,7 +499,7 @@ impl Tensor {
     #[track_caller]
     pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("stack");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let op = ctx.op();
             let (shape, d) = check_stack(op, tensors, dim)?;
             let n = shape.len();

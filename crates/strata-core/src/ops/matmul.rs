@@ -12,8 +12,8 @@ use crate::autograd::formulas::linalg as linalg_grad;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use crate::backend::cpu::pool::{num_threads, pool};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
-use crate::engine::pool::{num_threads, pool};
 use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::view::compute_stride;
@@ -1001,7 +1001,7 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("matmul");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let (a, b) = (self.body(), other.body());
             let plan = plan_matmul(ctx.op(), &a.layout, &b.layout)?;
             let operands = [("self", self), ("other", other)];
@@ -1022,7 +1022,7 @@ impl Tensor {
     #[track_caller]
     pub fn mm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("mm");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let (plan, dtype) = check_mm(ctx.op(), self, mat2)?;
             let (a, b) = (self.body(), mat2.body());
             new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
@@ -1036,7 +1036,7 @@ impl Tensor {
     #[track_caller]
     pub fn bmm(&self, mat2: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("bmm");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let (plan, dtype) = check_bmm(ctx.op(), self, mat2)?;
             let (a, b) = (self.body(), mat2.body());
             new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
@@ -1049,7 +1049,7 @@ impl Tensor {
     #[track_caller]
     pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("dot");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let (plan, dtype) = check_dot(ctx.op(), self, other)?;
             let (a, b) = (self.body(), other.body());
             new_product(&ctx, dtype, &plan, &a, &b, None, ONE, ZERO)
@@ -1064,7 +1064,7 @@ impl Tensor {
     #[track_caller]
     pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("outer");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let column = outer_column(ctx.op(), self, other)?;
             binary(&ctx, &column, Other::Tensor(other), BinaryOp::Mul)
         })?;

@@ -2,7 +2,7 @@
 //! `masked_fill`) and of the checks they share.
 
 use super::testing::{check_dtype_refused, check_out_form, peak_during};
-use crate::autograd::mode::no_grad;
+use crate::mode::no_grad;
 use crate::{DType, Error, Scalar, Tensor};
 
 /// A `[2, 3]` tensor of mixed-sign values of `dtype`.

@@ -382,9 +382,8 @@ impl Tensor {
     #[track_caller]
     pub fn sum(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("sum");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            self.sum_in(&ctx, dims, keepdim, None)
-        })?;
+        let out =
+            crate::mode::internal(|| -> Result<Tensor> { self.sum_in(&ctx, dims, keepdim, None) })?;
         reduce_grad::reduction(&ctx, Reduce::Sum, self, dims, keepdim, &out)?;
         Ok(out)
     }
@@ -393,7 +392,7 @@ impl Tensor {
     #[track_caller]
     pub fn mean(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("mean");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.mean_in(&ctx, dims, keepdim, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Mean, self, dims, keepdim, &out)?;
@@ -404,7 +403,7 @@ impl Tensor {
     #[track_caller]
     pub fn prod(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("prod");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.prod_in(&ctx, dims, keepdim, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Prod, self, dims, keepdim, &out)?;
@@ -415,7 +414,7 @@ impl Tensor {
     #[track_caller]
     pub fn amax(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("amax");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.amax_in(&ctx, dims, keepdim, true, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Amax, self, dims, keepdim, &out)?;
@@ -426,7 +425,7 @@ impl Tensor {
     #[track_caller]
     pub fn amin(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("amin");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.amax_in(&ctx, dims, keepdim, false, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Amin, self, dims, keepdim, &out)?;
@@ -437,7 +436,7 @@ impl Tensor {
     #[track_caller]
     pub fn max_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let ctx = OpContext::enter("max");
-        let out = crate::autograd::mode::internal(|| -> Result<(Tensor, Tensor)> {
+        let out = crate::mode::internal(|| -> Result<(Tensor, Tensor)> {
             self.max_dim_in(&ctx, dim, keepdim, true, None)
         })?;
         reduce_grad::arg_reduction(&ctx, true, self, dim, keepdim, &out.0, &out.1)?;
@@ -448,7 +447,7 @@ impl Tensor {
     #[track_caller]
     pub fn min_dim(&self, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let ctx = OpContext::enter("min");
-        let out = crate::autograd::mode::internal(|| -> Result<(Tensor, Tensor)> {
+        let out = crate::mode::internal(|| -> Result<(Tensor, Tensor)> {
             self.max_dim_in(&ctx, dim, keepdim, false, None)
         })?;
         reduce_grad::arg_reduction(&ctx, false, self, dim, keepdim, &out.0, &out.1)?;
@@ -459,14 +458,14 @@ impl Tensor {
     #[track_caller]
     pub fn argmax(&self, dim: Option<i64>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("argmax");
-        crate::autograd::mode::internal(|| self.arg_index_in(&ctx, dim, keepdim, true, None))
+        crate::mode::internal(|| self.arg_index_in(&ctx, dim, keepdim, true, None))
     }
 
     /// Position of the smallest element along `dim` (over the flattened tensor when `None`).
     #[track_caller]
     pub fn argmin(&self, dim: Option<i64>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("argmin");
-        crate::autograd::mode::internal(|| self.arg_index_in(&ctx, dim, keepdim, false, None))
+        crate::mode::internal(|| self.arg_index_in(&ctx, dim, keepdim, false, None))
     }
 
     /// Variance over `dims` with Bessel-style `correction` (1 = sample variance), computed in
@@ -474,7 +473,7 @@ impl Tensor {
     #[track_caller]
     pub fn var(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("var");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.var_in(&ctx, dims, correction, keepdim, false, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Var(correction), self, dims, keepdim, &out)?;
@@ -485,7 +484,7 @@ impl Tensor {
     #[track_caller]
     pub fn std(&self, dims: Option<&[i64]>, correction: f64, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("std");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.var_in(&ctx, dims, correction, keepdim, true, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Std(correction), self, dims, keepdim, &out)?;
@@ -497,7 +496,7 @@ impl Tensor {
     #[track_caller]
     pub fn norm(&self, p: f64, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("norm");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.norm_in(&ctx, p, dims, keepdim, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Norm(p), self, dims, keepdim, &out)?;
@@ -508,7 +507,7 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         let ctx = OpContext::enter("logsumexp");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             self.logsumexp_in(&ctx, dims, keepdim, None)
         })?;
         reduce_grad::reduction(&ctx, Reduce::Logsumexp, self, dims, keepdim, &out)?;
@@ -519,9 +518,7 @@ impl Tensor {
     #[track_caller]
     pub fn cumsum(&self, dim: i64) -> Result<Tensor> {
         let ctx = OpContext::enter("cumsum");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
-            self.cumsum_in(&ctx, dim, None)
-        })?;
+        let out = crate::mode::internal(|| -> Result<Tensor> { self.cumsum_in(&ctx, dim, None) })?;
         reduce_grad::cumsum(&ctx, self, dim, &out)?;
         Ok(out)
     }

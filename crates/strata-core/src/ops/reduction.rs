@@ -11,8 +11,8 @@
 
 use std::marker::PhantomData;
 
+use crate::backend::cpu::{kernels, reduce, Operand, Plan};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
-use crate::engine::{kernels, reduce, Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::{contiguous_strides, wrap_dim};

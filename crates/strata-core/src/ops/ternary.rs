@@ -2,8 +2,8 @@
 //! backward formulas use to round as PyTorch's compiled kernels do.
 
 use crate::autograd::record::refuse_out_with_grad;
+use crate::backend::cpu::{kernels, Plan};
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element, Wide};
-use crate::engine::{kernels, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -70,7 +70,7 @@ pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor
             None,
         ));
     }
-    crate::autograd::mode::internal(|| {
+    crate::mode::internal(|| {
         ElementwiseSpec::new(Output::New(dtype), vec![a, b, c])
             .infer(ctx.op())?
             .execute(&ctx, |plan| {
@@ -85,7 +85,7 @@ impl Tensor {
     #[track_caller]
     pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let ctx = OpContext::enter("where");
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let dtype = where_dtype(ctx.op(), condition, a, b)?;
             ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
                 .infer(ctx.op())?
@@ -125,7 +125,7 @@ impl Tensor {
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
         let ctx = OpContext::enter("addcmul");
         let value = value.into();
-        let out = crate::autograd::mode::internal(|| -> Result<Tensor> {
+        let out = crate::mode::internal(|| -> Result<Tensor> {
             let dtype = addcmul_dtype(ctx.op(), self, t1, t2, value)?;
             ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
                 .infer(ctx.op())?

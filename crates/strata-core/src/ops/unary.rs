@@ -3,8 +3,9 @@
 
 use crate::autograd::formulas::elementwise as grad;
 use crate::autograd::record::refuse_out_with_grad;
-use crate::dtype::{compute_dtype, dispatch, dispatch_float, DTypeFn, Element, Float, FloatFn};
-use crate::engine::{kernels, Plan};
+use crate::backend::cpu::math::{dispatch_float, Float, FloatFn};
+use crate::backend::cpu::{kernels, Plan};
+use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
 use crate::ops::contiguous;

@@ -203,7 +203,7 @@ impl Tensor {
         let ctx = OpContext::enter("full");
         check_shape(ctx.op(), shape)?;
         let value = value.into();
-        crate::ops::copy::check_fill_value(ctx.op(), value, dtype, shape.iter().product())?;
+        value.check_fill(ctx.op(), dtype, shape.iter().product())?;
         dispatch(
             dtype,
             Fill {

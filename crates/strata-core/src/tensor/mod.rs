@@ -6,15 +6,17 @@
 
 mod create;
 mod display;
+pub(crate) mod grad_meta;
+pub(crate) mod graph;
 mod read;
 mod resize;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use crate::autograd::meta::AutogradMeta;
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device};
+use grad_meta::AutogradMeta;
 
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub(crate) use read::read_elements;

@@ -1,7 +1,7 @@
 //! Reading elements back into Rust values.
 
+use crate::backend::cpu::{kernels, Operand, Plan};
 use crate::dtype::Element;
-use crate::engine::{kernels, Operand, Plan};
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};
 use crate::{Error, Result, Tensor};

@@ -193,7 +193,7 @@ pub(crate) fn binary_inplace_begin(
         _ => false,
     };
     let self_before = if needs_old {
-        let copy = crate::autograd::mode::no_grad(|| a.deep_clone())?;
+        let copy = crate::mode::no_grad(|| a.deep_clone())?;
         Some(rec.save(&copy)?)
     } else {
         None
@@ -358,7 +358,7 @@ pub(crate) fn float_unary_inplace_begin(
     let before = if uses_output(f) {
         None
     } else {
-        let copy = crate::autograd::mode::no_grad(|| x.deep_clone())?;
+        let copy = crate::mode::no_grad(|| x.deep_clone())?;
         Some(rec.save(&copy)?)
     };
     Ok(Some((rec, before)))
@@ -442,7 +442,7 @@ pub(crate) fn same_unary_inplace_begin(
     };
     let before = match s {
         SameOp::Abs | SameOp::Clamp(..) => {
-            let copy = crate::autograd::mode::no_grad(|| x.deep_clone())?;
+            let copy = crate::mode::no_grad(|| x.deep_clone())?;
             Some(rec.save(&copy)?)
         }
         _ => None,

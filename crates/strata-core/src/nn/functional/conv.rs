@@ -5,7 +5,7 @@
 use super::check::{dtype_is, floating, ndim_in, shape};
 use super::Pair;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 

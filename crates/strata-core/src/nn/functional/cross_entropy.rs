@@ -5,7 +5,7 @@ use super::check::to_i64;
 use super::class_target::{self, ClassShapes};
 use super::Reduction;
 use crate::autograd::formulas::{record, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 

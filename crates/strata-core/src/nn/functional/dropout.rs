@@ -1,7 +1,7 @@
 //! `dropout`: zeroes elements at random and scales the rest, saving a one-byte mask.
 
 use crate::autograd::formulas::{record, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::random::{global_generator, Generator};
 use crate::{Error, Result, Tensor};

@@ -3,7 +3,7 @@
 
 use super::check::{dtype_is, floating, shape};
 use crate::autograd::formulas::{record, take, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::ops::ternary::fused_mul_add;
 use crate::{DType, Result, Tensor};

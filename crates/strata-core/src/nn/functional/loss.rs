@@ -7,7 +7,7 @@ use super::cross_entropy::{
 };
 use super::Reduction;
 use crate::autograd::formulas::{record, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 

@@ -3,7 +3,7 @@
 use super::check::{ndim_in, shape};
 use super::Pair;
 use crate::autograd::formulas::{record, Grads};
-use crate::autograd::mode::internal;
+use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{DType, Error, Result, Tensor};
 

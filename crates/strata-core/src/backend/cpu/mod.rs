@@ -1,3 +1,5 @@
+//! The CPU backend: every kernel that touches host memory through raw pointers.
+//!
 //! The element-wise engine: one strided iterator that every element-wise op, copy and
 //! reduction runs through.
 //!
@@ -8,10 +10,14 @@
 //! stride. Kernels ([`kernels`]) work on runs, converting dtypes blockwise.
 
 pub(crate) mod chunk;
-pub mod kernels;
+pub(crate) mod dense_sum;
+pub(crate) mod kernels;
+pub(crate) mod math;
 pub mod pool;
-pub mod reduce;
+pub(crate) mod reduce;
 mod run;
+pub(crate) mod softmax;
+pub(crate) mod softmax_row;
 mod tile;
 
 pub use run::Plan;

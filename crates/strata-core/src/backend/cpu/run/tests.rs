@@ -1,5 +1,5 @@
 use super::*;
-use crate::engine::kernels;
+use crate::backend::cpu::kernels;
 use proptest::prelude::*;
 
 fn strides(v: &[isize]) -> ByteStrides {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::node::{GradHook, Node};
+use crate::tensor::graph::{GradHook, Node};
 use crate::Tensor;
 
 /// Per-tensor autograd state.

@@ -178,12 +178,8 @@ impl Plan {
         self.dtypes[i]
     }
 
-    /// The coalesced loop shape, fastest dimension first.
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
     /// Whether the loop is walked in tiles (some operand is transposed against the others).
+    #[cfg(test)]
     pub fn is_tiled(&self) -> bool {
         self.tiled
     }
@@ -494,5 +490,4 @@ fn coalesce(shape: &mut SmallVec<[usize; 6]>, strides: &mut [ByteStrides]) {
 }
 
 #[cfg(test)]
-#[path = "run_tests.rs"]
 mod tests;

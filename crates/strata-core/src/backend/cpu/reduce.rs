@@ -5,27 +5,20 @@ use super::kernels::{buffer, input_block, store, BLOCK};
 use super::Plan;
 use crate::dtype::{cast, Element};
 
-/// Folds the input (operand 1, read as `A`) into the accumulator (operand 0, of type `A`,
-/// already holding the initial values): `acc = fold(acc, x)` in iteration order.
-///
-/// # Safety
-/// The plan's operands must be valid for the loop: the input readable, the accumulator a
-/// writable buffer of `A` that no other thread touches. The plan must not be parallel.
-/// `f` must combine two partial results of its own kind (a sum, a product, a maximum): the
-/// loop folds independent lanes and then folds the lanes together with `f`.
-pub unsafe fn fold<A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
-    // SAFETY: forwarded from the caller.
-    unsafe { fold_map::<A, A>(plan, |x, _| x, f) }
-}
-
-/// [`fold`] with each element transformed first: `acc = f(acc, g(x, p))`. The input is read
+/// Folds the input (operand 1) into the accumulator (operand 0, of type `A`, already
+/// holding the initial values) with each element transformed first: `acc = f(acc, g(x, p))`
+/// in iteration order. The input is read
 /// as `I` (each element rounded to `I`, as an op computing in that dtype sees it) and
 /// widened to `A`; `p` is the element's slot in operand 2, a buffer of `A` with the
 /// accumulator's strides (a per-result parameter such as a mean), or `A::ZERO` when the plan
 /// has only two operands.
 ///
 /// # Safety
-/// As for [`fold`]; operand 2, when present, must be readable with the accumulator's layout.
+/// The plan's operands must be valid for the loop: the input readable, the accumulator a
+/// writable buffer of `A` that no other thread touches. The plan must not be parallel.
+/// `f` must combine two partial results of its own kind (a sum, a product, a maximum): the
+/// loop folds independent lanes and then folds the lanes together with `f`. Operand 2, when
+/// present, must be readable with the accumulator's layout.
 pub unsafe fn fold_map<I: Element, A: Element>(
     plan: &Plan,
     g: impl Fn(A, A) -> A + Sync,
@@ -90,7 +83,7 @@ pub unsafe fn fold_map<I: Element, A: Element>(
 /// and widened to `A`, as in [`fold_map`]. The carry must start at the identity of `f`.
 ///
 /// # Safety
-/// As for [`fold`]: the output writable (it may be the input itself, element for element),
+/// As for [`fold_map`]: the output writable (it may be the input itself, element for element),
 /// the carry a private buffer, the plan not parallel.
 pub unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
     plan.for_each_run(|p, s, n| {
@@ -124,7 +117,7 @@ pub unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + 
 /// `better(candidate, best)` holds; a best index of -1 means "nothing seen yet".
 ///
 /// # Safety
-/// As for [`fold`]; operands 0 and 1 are private buffers, operands 2 and 3 readable.
+/// As for [`fold_map`]; operands 0 and 1 are private buffers, operands 2 and 3 readable.
 pub unsafe fn arg_fold<A: Element>(plan: &Plan, better: impl Fn(A, A) -> bool + Sync) {
     plan.for_each_run(|p, s, n| {
         let mut xbuf = buffer::<A>();

@@ -1,19 +1,19 @@
 //! The f32 softmax / log-softmax of one contiguous row in vector registers: 8 lanes with
 //! AVX2 and FMA, 16 with AVX-512, whichever the CPU has. Both run one generic algorithm,
-//! lane for lane the `exp` of [`super::softmax::exp_f32`] (its fused form), and add the
+//! lane for lane the `exp` of [`super::math::exp_f32`] (its fused form), and add the
 //! row's exponentials in the same sixteen partial sums combined in the same order, so the
 //! result does not depend on which path ran.
 //!
 //! The row is read from memory once (the maximum); the second pass keeps `exp(x - max)` in
 //! a per-thread scratch row that stays in the L1 cache, and the last pass writes the output
-//! once. For outputs of [`crate::engine::stream_bytes`] or more that write uses streaming
+//! once. For outputs of [`crate::backend::cpu::stream_bytes`] or more that write uses streaming
 //! (non-temporal) stores, so the output's cache lines are not first read from memory.
 
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
 
-use super::softmax::exp_f32_fused;
+use super::math::exp_f32_fused;
 
 /// Elements per block of the exponential sum: one AVX-512 vector, two AVX2 vectors. Element
 /// `i` of a row always lands in partial sum `i % SUM_LANES`.
@@ -256,7 +256,7 @@ impl Lanes for Avx512 {
     }
 }
 
-/// `e^x` in every lane: the algorithm of [`super::softmax::exp_f32`] step for step. With
+/// `e^x` in every lane: the algorithm of [`super::math::exp_f32`] step for step. With
 /// `NONPOS` the caller guarantees every lane is `≤ 0` or `-inf` (never NaN), as `x - max`
 /// is in a row with a finite maximum: the overflow and NaN fix-ups are then skipped and
 /// `2^n` is applied in one step, with bit-identical results.
@@ -472,7 +472,7 @@ unsafe fn row<V: Lanes>(
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn row_avx2(
+pub(crate) unsafe fn row_avx2(
     x: &[f32],
     out: &mut [f32],
     log: bool,
@@ -488,7 +488,7 @@ pub(super) unsafe fn row_avx2(
 /// # Safety
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn row_avx512(
+pub(crate) unsafe fn row_avx512(
     x: &[f32],
     out: &mut [f32],
     log: bool,
@@ -523,7 +523,7 @@ mod tests {
                     row_avx2(&x, &mut a, log, &mut scratch, false);
                     row_avx512(&x, &mut b, log, &mut scratch, true);
                 }
-                crate::engine::chunk::stream_fence();
+                crate::backend::cpu::chunk::stream_fence();
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&a), bits(&b), "n={n} log={log}");
             }
