@@ -122,6 +122,16 @@ pub enum Error {
         /// The allocator's report.
         source: AllocError,
     },
+    /// Tensor operands of one op live on different devices.
+    #[error("{op}: expected all tensors on one device, found {first} and {second}. Hint: move them with .to_device(), or pass a 0-d CPU tensor, which joins any device's op")]
+    DeviceMismatch {
+        /// The op that refused.
+        op: &'static str,
+        /// The first operand's device.
+        first: crate::Device,
+        /// The device of the first operand on another one.
+        second: crate::Device,
+    },
     /// Something strata does not do (yet, or on this device).
     #[error("{op}: {message}")]
     Unsupported {

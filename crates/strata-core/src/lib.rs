@@ -14,6 +14,7 @@
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 
+mod api;
 pub mod autograd;
 pub(crate) mod backend;
 #[cfg(test)]
@@ -33,6 +34,7 @@ pub mod scalar;
 pub mod storage;
 pub mod tensor;
 
+pub use api::autocast;
 pub use backend::cpu::pool::{num_threads, pool as thread_pool};
 pub use device::Device;
 pub use dtype::{DType, Element};

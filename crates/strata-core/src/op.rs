@@ -15,12 +15,22 @@ use strata_alloc::{DeviceAllocator, Site};
 
 use crate::routing::current_allocator;
 use crate::storage::Storage;
-use crate::{Device, Error, Result};
+use crate::{DType, Device, Error, Result};
+
+/// One tensor operand of an op, as the observer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpInput {
+    /// The operand's shape.
+    pub shape: Vec<usize>,
+    /// The operand's dtype.
+    pub dtype: DType,
+}
 
 /// Receives op begin/end events (for profilers). Installed with [`set_observer`].
 pub trait OpObserver: Send + Sync {
-    /// An op started.
-    fn op_begin(&self, op: &'static str, location: &'static Location<'static>);
+    /// An op started, called from `location`, with these tensor operands (empty for ops
+    /// entered without a description of their operands: factories, internal steps).
+    fn op_begin(&self, op: &'static str, location: &'static Location<'static>, inputs: &[OpInput]);
     /// The op that started last on this thread finished (successfully or not).
     fn op_end(&self, op: &'static str);
 }
@@ -87,6 +97,14 @@ impl OpContext {
     #[track_caller]
     #[inline]
     pub fn enter(op: &'static str) -> Self {
+        Self::enter_described(op, Vec::new)
+    }
+
+    /// Starts op `op` whose tensor operands `describe` lists for the observer (called only
+    /// when an observer is installed).
+    #[track_caller]
+    #[inline]
+    pub fn enter_described(op: &'static str, describe: impl FnOnce() -> Vec<OpInput>) -> Self {
         // Inside backward, allocations belong to the forward op the node was recorded for.
         let location = match backward_site() {
             Some((forward, _)) => forward,
@@ -94,7 +112,7 @@ impl OpContext {
         };
         let observer = observer();
         if let Some(o) = &observer {
-            o.op_begin(op, location);
+            o.op_begin(op, location, &describe());
         }
         OpContext {
             op,

@@ -1,7 +1,7 @@
 //! Binary element-wise ops: arithmetic, `pow`, `maximum`/`minimum` and comparisons, with
 //! tensors or numbers, out of place and in place.
 
-use crate::autograd::formulas::elementwise as grad;
+use crate::autograd::formulas::binary as grad;
 use crate::autograd::record::refuse_out_with_grad;
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
 

@@ -67,7 +67,7 @@ impl Tensor {
                 self.dtype(),
             )
         })?;
-        crate::autograd::formulas::elementwise::copy(&ctx, "CloneBackward0", self, &out)?;
+        crate::autograd::formulas::copy::copy(&ctx, "CloneBackward0", self, &out)?;
         Ok(out)
     }
 
@@ -82,7 +82,7 @@ impl Tensor {
             self.contiguous_copy(&ctx)
         })?;
         if !out.is_same(self) {
-            crate::autograd::formulas::elementwise::copy(&ctx, "CloneBackward0", self, &out)?;
+            crate::autograd::formulas::copy::copy(&ctx, "CloneBackward0", self, &out)?;
         }
         Ok(out)
     }
@@ -112,7 +112,7 @@ impl Tensor {
             self.copy_into_new(&ctx, layout, dtype)
         })?;
         if !out.is_same(self) {
-            crate::autograd::formulas::elementwise::copy(&ctx, "ToCopyBackward0", self, &out)?;
+            crate::autograd::formulas::copy::copy(&ctx, "ToCopyBackward0", self, &out)?;
         }
         Ok(out)
     }

@@ -91,7 +91,7 @@ impl Tensor {
                 .infer(ctx.op())?
                 .execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
         })?;
-        crate::autograd::formulas::elementwise::where_(&ctx, condition, a, b, &out)?;
+        crate::autograd::formulas::ternary::where_(&ctx, condition, a, b, &out)?;
         Ok(out)
     }
 
@@ -133,7 +133,7 @@ impl Tensor {
                     dispatch(compute_dtype(dtype), AddCMul(plan, value))
                 })
         })?;
-        crate::autograd::formulas::elementwise::addcmul(&ctx, self, t1, t2, value, &out)?;
+        crate::autograd::formulas::ternary::addcmul(&ctx, self, t1, t2, value, &out)?;
         Ok(out)
     }
 

@@ -1,8 +1,6 @@
 //! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`, out of
 //! place, in place and into a given tensor (`_out`).
 
-use crate::autograd::formulas::elementwise as grad;
-use crate::autograd::record::refuse_out_with_grad;
 use crate::backend::cpu::math::{dispatch_float, Float, FloatFn};
 use crate::backend::cpu::{kernels, Plan};
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
@@ -255,202 +253,51 @@ fn run_same(plan: &Plan, s: SameOp, compute: DType) {
     dispatch(compute_dtype(compute), SameKernel(plan, s));
 }
 
-impl Tensor {
-    pub(crate) fn float_unary(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
-        let out = float_op_dtype(ctx.op(), f, self.dtype())?;
-        let result =
-            contiguous::new_output(ctx, out, &[self], false, |plan| run_float(plan, f, out))?;
-        grad::float_unary(ctx, f, self, &result)?;
-        Ok(result)
-    }
-
-    fn float_unary_(&self, ctx: &OpContext, f: FloatOp) -> Result<Tensor> {
-        let result = float_op_dtype(ctx.op(), f, self.dtype())?;
-        check_cast(ctx.op(), result, self.dtype())?;
-        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![self]).infer(ctx.op())?;
-        let rec = grad::float_unary_inplace_begin(ctx, f, self)?;
-        let out = prepared.execute(ctx, |plan| run_float(plan, f, result))?;
-        if let Some(rec) = rec {
-            grad::float_unary_inplace_finish(f, self, rec)?;
-        }
-        Ok(out)
-    }
-
-    /// A floating function written into `out`, whose dtype must hold the result (exactly the
-    /// result's dtype for the activations `gelu` and `silu`, as in PyTorch).
-    fn float_unary_out(&self, ctx: &OpContext, f: FloatOp, out: &Tensor) -> Result<Tensor> {
-        let result = float_op_dtype(ctx.op(), f, self.dtype())?;
-        match f {
-            FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
-            _ => check_cast(ctx.op(), result, out.dtype())?,
-        }
-        let prepared = ElementwiseSpec::new(Output::Out(out), vec![self]).infer(ctx.op())?;
-        refuse_out_with_grad(ctx.op(), &[self], out)?;
-        prepared.execute(ctx, |plan| run_float(plan, f, result))
-    }
-
-    fn same_unary(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
-        let out = same_op_dtype(ctx.op(), s, self)?;
-        let result =
-            contiguous::new_output(ctx, out, &[self], false, |plan| run_same(plan, s, out))?;
-        grad::same_unary(ctx, s, self, &result)?;
-        Ok(result)
-    }
-
-    fn same_unary_(&self, ctx: &OpContext, s: SameOp) -> Result<Tensor> {
-        let result = same_op_dtype(ctx.op(), s, self)?;
-        check_cast(ctx.op(), result, self.dtype())?;
-        let prepared = ElementwiseSpec::new(Output::Existing(self), vec![self]).infer(ctx.op())?;
-        let rec = grad::same_unary_inplace_begin(ctx, s, self)?;
-        let out = prepared.execute(ctx, |plan| run_same(plan, s, result))?;
-        if let Some(rec) = rec {
-            grad::same_unary_inplace_finish(s, self, rec)?;
-        }
-        Ok(out)
-    }
-
-    /// A dtype-keeping op written into `out`, which must have exactly the result's dtype
-    /// (PyTorch does not convert these results).
-    fn same_unary_out(&self, ctx: &OpContext, s: SameOp, out: &Tensor) -> Result<Tensor> {
-        let result = same_op_dtype(ctx.op(), s, self)?;
-        expect_dtype(ctx.op(), out, result)?;
-        let prepared = ElementwiseSpec::new(Output::Out(out), vec![self]).infer(ctx.op())?;
-        refuse_out_with_grad(ctx.op(), &[self], out)?;
-        prepared.execute(ctx, |plan| run_same(plan, s, result))
-    }
-
-    /// `-self`.
-    #[track_caller]
-    pub fn neg(&self) -> Result<Tensor> {
-        let ctx = OpContext::enter("neg");
-        self.same_unary(&ctx, SameOp::Neg)
-    }
-
-    /// `|self|`.
-    #[track_caller]
-    pub fn abs(&self) -> Result<Tensor> {
-        let ctx = OpContext::enter("abs");
-        self.same_unary(&ctx, SameOp::Abs)
-    }
-
-    /// `max(self, 0)`.
-    #[track_caller]
-    pub fn relu(&self) -> Result<Tensor> {
-        let ctx = OpContext::enter("relu");
-        self.same_unary(&ctx, SameOp::Relu)
-    }
-
-    /// In place `max(self, 0)`.
-    #[track_caller]
-    pub fn relu_(&self) -> Result<Tensor> {
-        let ctx = OpContext::enter("relu_");
-        self.same_unary_(&ctx, SameOp::Relu)
-    }
-
-    /// Limits every element to `[min, max]` (either bound may be absent). Numbers promote
-    /// like operands: an integer tensor clamped with a float bound becomes floating.
-    #[track_caller]
-    pub fn clamp(&self, min: Option<Scalar>, max: Option<Scalar>) -> Result<Tensor> {
-        let ctx = OpContext::enter("clamp");
-        self.same_unary(&ctx, SameOp::Clamp(min, max))
-    }
-
-    /// In-place [`Tensor::clamp`].
-    #[track_caller]
-    pub fn clamp_(&self, min: Option<Scalar>, max: Option<Scalar>) -> Result<Tensor> {
-        let ctx = OpContext::enter("clamp_");
-        self.same_unary_(&ctx, SameOp::Clamp(min, max))
-    }
-
-    /// [`Tensor::clamp`] written into `out`, which must have the result's dtype (an integer
-    /// tensor clamped with a float bound gives a float result).
-    #[track_caller]
-    pub fn clamp_out(
-        &self,
-        min: Option<Scalar>,
-        max: Option<Scalar>,
-        out: &Tensor,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("clamp_out");
-        self.same_unary_out(&ctx, SameOp::Clamp(min, max), out)
-    }
-
-    /// In place `e^self`.
-    #[track_caller]
-    pub fn exp_(&self) -> Result<Tensor> {
-        let ctx = OpContext::enter("exp_");
-        self.float_unary_(&ctx, FloatOp::Exp)
-    }
+/// `f(x)` into a new tensor.
+pub(crate) fn float(ctx: &OpContext, f: FloatOp, x: &Tensor) -> Result<Tensor> {
+    let out = float_op_dtype(ctx.op(), f, x.dtype())?;
+    contiguous::new_output(ctx, out, &[x], false, |plan| run_float(plan, f, out))
 }
 
-macro_rules! out_doc {
-    ($name:ident, $rule:literal) => {
-        concat!(
-            "[`Tensor::",
-            stringify!($name),
-            "`] written into `out` (the `out=` form of `",
-            stringify!($name),
-            "`), ",
-            $rule,
-            " An `out` of the result's shape is ",
-            "written where it is, without allocating; one of another shape is resized. Returns ",
-            "`out`, whose version goes up by one."
-        )
-    };
+/// `x = f(x)` in place.
+pub(crate) fn float_(ctx: &OpContext, f: FloatOp, x: &Tensor) -> Result<Tensor> {
+    let result = float_op_dtype(ctx.op(), f, x.dtype())?;
+    check_cast(ctx.op(), result, x.dtype())?;
+    let prepared = ElementwiseSpec::new(Output::Existing(x), vec![x]).infer(ctx.op())?;
+    prepared.execute(ctx, |plan| run_float(plan, f, result))
 }
 
-macro_rules! same_out_methods {
-    ($($name:ident, $name_out:ident, $op:expr;)*) => {
-        impl Tensor {
-            $(
-                #[doc = out_doc!($name, "which must have `self`'s dtype.")]
-                #[track_caller]
-                pub fn $name_out(&self, out: &Tensor) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name_out));
-                    self.same_unary_out(&ctx, $op, out)
-                }
-            )*
-        }
-    };
+/// `f(x)` written into `out`, whose dtype must hold the result (exactly the result's dtype
+/// for the activations `gelu` and `silu`, as in PyTorch).
+pub(crate) fn float_out(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -> Result<Tensor> {
+    let result = float_op_dtype(ctx.op(), f, x.dtype())?;
+    match f {
+        FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
+        _ => check_cast(ctx.op(), result, out.dtype())?,
+    }
+    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
+    prepared.execute(ctx, |plan| run_float(plan, f, result))
 }
 
-same_out_methods! {
-    neg, neg_out, SameOp::Neg;
-    abs, abs_out, SameOp::Abs;
-    relu, relu_out, SameOp::Relu;
+/// A dtype-keeping op into a new tensor.
+pub(crate) fn same(ctx: &OpContext, s: SameOp, x: &Tensor) -> Result<Tensor> {
+    let out = same_op_dtype(ctx.op(), s, x)?;
+    contiguous::new_output(ctx, out, &[x], false, |plan| run_same(plan, s, out))
 }
 
-macro_rules! float_methods {
-    ($($name:ident, $name_out:ident, $op:expr, $doc:literal, $rule:literal;)*) => {
-        impl Tensor {
-            $(
-                #[doc = concat!("`", $doc, "` element-wise; integer tensors give f32.")]
-                #[track_caller]
-                pub fn $name(&self) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name));
-                    self.float_unary(&ctx, $op)
-                }
-
-                #[doc = out_doc!($name, $rule)]
-                #[track_caller]
-                pub fn $name_out(&self, out: &Tensor) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name_out));
-                    self.float_unary_out(&ctx, $op, out)
-                }
-            )*
-        }
-    };
+/// A dtype-keeping op in place.
+pub(crate) fn same_(ctx: &OpContext, s: SameOp, x: &Tensor) -> Result<Tensor> {
+    let result = same_op_dtype(ctx.op(), s, x)?;
+    check_cast(ctx.op(), result, x.dtype())?;
+    let prepared = ElementwiseSpec::new(Output::Existing(x), vec![x]).infer(ctx.op())?;
+    prepared.execute(ctx, |plan| run_same(plan, s, result))
 }
 
-float_methods! {
-    exp, exp_out, FloatOp::Exp, "e^x", "whose dtype must be floating.";
-    log, log_out, FloatOp::Log, "ln(x)", "whose dtype must be floating.";
-    sqrt, sqrt_out, FloatOp::Sqrt, "sqrt(x)", "whose dtype must be floating.";
-    rsqrt, rsqrt_out, FloatOp::Rsqrt, "1/sqrt(x)", "whose dtype must be floating.";
-    sin, sin_out, FloatOp::Sin, "sin(x)", "whose dtype must be floating.";
-    cos, cos_out, FloatOp::Cos, "cos(x)", "whose dtype must be floating.";
-    tanh, tanh_out, FloatOp::Tanh, "tanh(x)", "whose dtype must be floating.";
-    sigmoid, sigmoid_out, FloatOp::Sigmoid, "1/(1+e^-x)", "whose dtype must be floating.";
-    gelu, gelu_out, FloatOp::Gelu, "x/2 * (1 + erf(x/sqrt(2)))", "which must have `self`'s dtype.";
-    silu, silu_out, FloatOp::Silu, "x * sigmoid(x)", "which must have `self`'s dtype.";
+/// A dtype-keeping op written into `out`, which must have exactly the result's dtype
+/// (PyTorch does not convert these results).
+pub(crate) fn same_out(ctx: &OpContext, s: SameOp, x: &Tensor, out: &Tensor) -> Result<Tensor> {
+    let result = same_op_dtype(ctx.op(), s, x)?;
+    expect_dtype(ctx.op(), out, result)?;
+    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
+    prepared.execute(ctx, |plan| run_same(plan, s, result))
 }

@@ -3,10 +3,13 @@
 //! the engine sums a gradient down to its input's shape and converts it to its dtype, so a
 //! formula may return a broadcast-shaped gradient.
 
-pub(crate) mod elementwise;
+pub(crate) mod binary;
+pub(crate) mod copy;
 pub(crate) mod index;
 pub(crate) mod linalg;
 pub(crate) mod reduce;
+pub(crate) mod ternary;
+pub(crate) mod unary;
 
 use super::record::Recorder;
 use crate::layout::wrap_dim;

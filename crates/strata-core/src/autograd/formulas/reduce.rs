@@ -183,7 +183,7 @@ pub(crate) fn arg_reduction(
 ) -> Result<()> {
     if !x.dtype().is_floating() || x.dim() == 0 {
         if x.dim() == 0 {
-            return super::elementwise::copy(ctx, "MaxBackward0", x, values);
+            return super::copy::copy(ctx, "MaxBackward0", x, values);
         }
         return Ok(());
     }

@@ -1,0 +1,170 @@
+//! The op entry: the one function every public op goes through.
+//!
+//! [`Entry::new`] does, once and in this order, what every op needs before it computes:
+//!
+//! 1. captures the caller's source location and notifies the op observer, with the input
+//!    shapes and dtypes ([`OpContext::enter_described`]);
+//! 2. checks that the tensor operands share a device (a 0-d CPU tensor may join any device's
+//!    op, as in PyTorch);
+//! 3. lets the installed mixed-precision policy cast the inputs ([`super::autocast`]);
+//! 4. decides whether autograd records the op (grad mode on and an input requiring grad).
+//!
+//! Then one of the runners finishes the op: [`Entry::run`] (out of place: the forward, then
+//! the backward node), [`Entry::run_inplace`] (autograd's in-place refusals before anything
+//! is written, then the forward, then the history rewrite) or [`Entry::run_out`] (`out=`
+//! forms, refused when autograd would have to record them). The forward runs with recording
+//! off, so the parts of a composite op are not recorded one by one; the op records itself.
+//!
+//! An op is thus its infer-and-forward function in [`crate::ops`] (running kernels on the
+//! operands' backend) and its backward formula in [`crate::autograd::formulas`]; the
+//! public method in [`crate::api`] only joins the two through an [`Entry`].
+
+use smallvec::SmallVec;
+
+use crate::autograd::record::refuse_out_with_grad;
+use crate::mode::{internal, is_grad_enabled};
+use crate::op::{OpContext, OpInput};
+use crate::{Device, Error, Result, Tensor};
+
+/// The operands' handles, borrowed: building them costs no reference counting.
+type Refs<'a> = SmallVec<[&'a Tensor; 4]>;
+
+/// An op that passed its entry checks, ready to run.
+pub(crate) struct Entry<'a> {
+    ctx: OpContext,
+    inputs: &'a [&'a Tensor],
+    /// The inputs as the mixed-precision policy cast them, when it did.
+    cast: Option<Vec<Tensor>>,
+    records: bool,
+}
+
+impl<'a> Entry<'a> {
+    /// Enters op `name` with its tensor operands `inputs` (see the module docs for what is
+    /// checked and decided here).
+    #[track_caller]
+    #[inline]
+    pub(crate) fn new(name: &'static str, inputs: &'a [&'a Tensor]) -> Result<Entry<'a>> {
+        let ctx = OpContext::enter_described(name, || {
+            inputs
+                .iter()
+                .map(|t| OpInput {
+                    shape: t.shape(),
+                    dtype: t.dtype(),
+                })
+                .collect()
+        });
+        check_devices(name, inputs)?;
+        let cast = super::autocast::cast_inputs(name, inputs)?;
+        let records = is_grad_enabled()
+            && match &cast {
+                Some(c) => c.iter().any(Tensor::requires_grad),
+                None => inputs.iter().any(|t| t.requires_grad()),
+            };
+        Ok(Entry {
+            ctx,
+            inputs,
+            cast,
+            records,
+        })
+    }
+
+    /// The operands the op computes with: the inputs, or their casts.
+    fn operands(&self) -> Refs<'_> {
+        match &self.cast {
+            Some(c) => c.iter().collect(),
+            None => self.inputs.iter().copied().collect(),
+        }
+    }
+
+    /// The op's context (site, allocator routing).
+    pub(crate) fn ctx(&self) -> &OpContext {
+        &self.ctx
+    }
+
+    /// Whether autograd records this op.
+    pub(crate) fn records(&self) -> bool {
+        self.records
+    }
+
+    /// Runs an out-of-place op: `forward(ctx, inputs)` computes the result with recording
+    /// off, then, when the op records, `backward(ctx, inputs, result)` gives the result its
+    /// node.
+    pub(crate) fn run<T>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+        backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
+    ) -> Result<T> {
+        let x = self.operands();
+        let out = internal(|| forward(&self.ctx, &x))?;
+        if self.records {
+            backward(&self.ctx, &x, &out)?;
+        }
+        Ok(out)
+    }
+
+    /// Runs an op that has no backward (comparisons, integer results, index outputs): the
+    /// forward alone, with recording off.
+    pub(crate) fn run_untracked<T>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
+        internal(|| forward(&self.ctx, &x))
+    }
+
+    /// Runs an in-place op on `inputs[0]`: `begin` applies autograd's in-place refusals
+    /// (always, recorded or not) and prepares the record before anything is written, the
+    /// forward writes, and `finish` rewrites the target's history when the op records.
+    pub(crate) fn run_inplace<R>(
+        self,
+        begin: impl FnOnce(&OpContext, &[&Tensor]) -> Result<Option<R>>,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<Tensor>,
+        finish: impl FnOnce(R, &[&Tensor]) -> Result<()>,
+    ) -> Result<Tensor> {
+        let x = self.operands();
+        let rec = begin(&self.ctx, &x)?;
+        let out = internal(|| forward(&self.ctx, &x))?;
+        if let Some(rec) = rec {
+            finish(rec, &x)?;
+        }
+        Ok(out)
+    }
+
+    /// Runs an `out=` form: refused first when autograd would have to record it (an operand
+    /// or `out` requires grad with grad mode on) or when `out` is an inference tensor outside
+    /// inference mode; then the forward validates, resizes and writes `out`.
+    pub(crate) fn run_out(
+        self,
+        out: &Tensor,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
+        let x = self.operands();
+        refuse_out_with_grad(self.ctx.op(), &x, out)?;
+        internal(|| forward(&self.ctx, &x))
+    }
+}
+
+/// `Err` unless every dimensioned operand is on one device; 0-d CPU tensors join any
+/// device's op, as in PyTorch.
+pub(crate) fn check_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
+    let mut first: Option<Device> = None;
+    for t in inputs {
+        let d = t.device();
+        if d == Device::Cpu && t.dim() == 0 {
+            continue;
+        }
+        match first {
+            None => first = Some(d),
+            Some(f) if f != d => {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    first: f,
+                    second: d,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}

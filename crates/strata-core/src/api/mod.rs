@@ -1,0 +1,12 @@
+//! The public ops: every `Tensor` method and function that computes, as one layer above
+//! autograd (as PyTorch's autograd layer sits above its kernels).
+//!
+//! Each public op goes through one [`entry::Entry`], which captures the call site, checks
+//! devices, applies the mixed-precision policy and decides whether autograd records, then
+//! calls the op's infer-and-forward function in [`crate::ops`] and, when recording, its
+//! backward formula in [`crate::autograd::formulas`]. The files here mirror both by name:
+//! `api/unary.rs` joins `ops/unary.rs` and `autograd/formulas/unary.rs`.
+
+pub mod autocast;
+pub(crate) mod entry;
+mod unary;
