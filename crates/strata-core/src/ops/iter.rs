@@ -535,5 +535,4 @@ impl Prepared {
 }
 
 #[cfg(test)]
-#[path = "iter_tests.rs"]
 mod tests;

@@ -224,5 +224,4 @@ pub(crate) mod testing {
 }
 
 #[cfg(test)]
-#[path = "out_tests.rs"]
 mod tests;
