@@ -332,6 +332,7 @@ mod tests {
         let p = g.write_ptr(&s);
         // SAFETY: 64 bytes are allocated and we hold the write lock.
         unsafe { p.write(7) };
+        // SAFETY: 64 bytes are allocated and the lock is held.
         assert_eq!(unsafe { *g.read_ptr(&s) }, 7);
     }
 

@@ -123,8 +123,8 @@ macro_rules! chunked {
             let mut i = 0;
             if stream {
                 // Single elements up to the first 64-byte boundary, so chunks align.
-                // SAFETY (this block and the loops below): every index is below `m`.
                 while i < m && (out.wrapping_add(i) as usize) % 64 != 0 {
+                    // SAFETY: `i < m`, and the caller vouched for `m` elements behind every pointer.
                     unsafe { *out.add(i) = f($(*$x.add(i)),+) };
                     i += 1;
                 }

@@ -62,60 +62,73 @@ struct Avx2(__m256);
 #[derive(Clone, Copy)]
 struct Avx512(__m512);
 
-// SAFETY (every method of both impls): the caller runs with the type's CPU features
-// (the trait's contract); loads and stores touch `W` lanes the caller vouched for.
+// Every method of both impls runs with the type's CPU features (the trait's contract);
+// loads and stores touch `W` lanes the caller vouched for.
 impl Lanes for Avx2 {
     const W: usize = 8;
     #[inline(always)]
     unsafe fn splat(v: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_set1_ps(v) })
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: this type's CPU features, and `W` readable lanes at `p` (the caller's).
         Avx2(unsafe { _mm256_loadu_ps(p) })
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm256_storeu_ps(p, v.0) }
     }
     #[inline(always)]
     unsafe fn stream(p: *mut f32, v: Self) {
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm256_stream_ps(p, v.0) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_add_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn sub(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_sub_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_mul_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn max(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_max_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn min(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_min_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_fmadd_ps(a.0, b.0, c.0) })
     }
     #[inline(always)]
     unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx2(unsafe { _mm256_fnmadd_ps(a.0, b.0, c.0) })
     }
     #[inline(always)]
     unsafe fn any_nan(v: Self) -> bool {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe { _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v.0, v.0)) != 0 }
     }
     #[inline(always)]
     unsafe fn scale_pow2(p: Self, t: Self, magic: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let n = _mm256_sub_epi32(_mm256_castps_si256(t.0), _mm256_castps_si256(magic.0));
             let half = _mm256_srai_epi32::<1>(n);
@@ -130,6 +143,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn scale_pow2_small(p: Self, _n: Self, t: Self, magic: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let n = _mm256_sub_epi32(_mm256_castps_si256(t.0), _mm256_castps_si256(magic.0));
             let s = _mm256_slli_epi32::<23>(_mm256_add_epi32(n, _mm256_set1_epi32(127)));
@@ -138,6 +152,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn zero_below(x: Self, y: Self, lo: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x.0, _mm256_set1_ps(lo));
             Avx2(_mm256_andnot_ps(under, y.0))
@@ -145,6 +160,7 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn fix_range(x: Self, y: Self, lo: f32, hi: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let over = _mm256_cmp_ps::<_CMP_GT_OQ>(x.0, _mm256_set1_ps(hi));
             let y = _mm256_blendv_ps(y.0, _mm256_set1_ps(f32::INFINITY), over);
@@ -157,6 +173,7 @@ impl Lanes for Avx2 {
     #[inline(always)]
     unsafe fn to_array(v: Self) -> [f32; SUM_LANES] {
         let mut a = [0f32; SUM_LANES];
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v.0) };
         a
     }
@@ -166,54 +183,67 @@ impl Lanes for Avx512 {
     const W: usize = 16;
     #[inline(always)]
     unsafe fn splat(v: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_set1_ps(v) })
     }
     #[inline(always)]
     unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: this type's CPU features, and `W` readable lanes at `p` (the caller's).
         Avx512(unsafe { _mm512_loadu_ps(p) })
     }
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm512_storeu_ps(p, v.0) }
     }
     #[inline(always)]
     unsafe fn stream(p: *mut f32, v: Self) {
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm512_stream_ps(p, v.0) }
     }
     #[inline(always)]
     unsafe fn add(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_add_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn sub(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_sub_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn mul(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_mul_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn max(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_max_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn min(a: Self, b: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_min_ps(a.0, b.0) })
     }
     #[inline(always)]
     unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_fmadd_ps(a.0, b.0, c.0) })
     }
     #[inline(always)]
     unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_fnmadd_ps(a.0, b.0, c.0) })
     }
     #[inline(always)]
     unsafe fn any_nan(v: Self) -> bool {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v.0, v.0) != 0 }
     }
     #[inline(always)]
     unsafe fn scale_pow2(p: Self, t: Self, magic: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let n = _mm512_sub_epi32(_mm512_castps_si512(t.0), _mm512_castps_si512(magic.0));
             let half = _mm512_srai_epi32::<1>(n);
@@ -228,10 +258,12 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn scale_pow2_small(p: Self, n: Self, _t: Self, _magic: Self) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         Avx512(unsafe { _mm512_scalef_ps(p.0, n.0) })
     }
     #[inline(always)]
     unsafe fn zero_below(x: Self, y: Self, lo: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x.0, _mm512_set1_ps(lo));
             Avx512(_mm512_maskz_mov_ps(keep, y.0))
@@ -239,6 +271,7 @@ impl Lanes for Avx512 {
     }
     #[inline(always)]
     unsafe fn fix_range(x: Self, y: Self, lo: f32, hi: f32) -> Self {
+        // SAFETY: the caller runs with this type's CPU features (registers only).
         unsafe {
             let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x.0, _mm512_set1_ps(hi));
             let y = _mm512_mask_mov_ps(y.0, over, _mm512_set1_ps(f32::INFINITY));
@@ -251,6 +284,7 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn to_array(v: Self) -> [f32; SUM_LANES] {
         let mut a = [0f32; SUM_LANES];
+        // SAFETY: this type's CPU features, and `W` writable lanes at `p` (the caller's).
         unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v.0) };
         a
     }
@@ -403,16 +437,19 @@ unsafe fn write_row<V: Lanes>(
         out[k] = f1(src[k]);
     }
     let mut i = head;
-    // SAFETY (both loops): i + W ≤ n = out.len() = src.len(); with `stream` the address is
-    // aligned to a whole vector (the head above, then whole vectors per step); V's features
-    // are the caller's.
+    // With `stream` the address is aligned to a whole vector (the head above, then whole
+    // vectors per step).
     if stream {
         while i + V::W <= n {
+            // SAFETY: i + W ≤ n = out.len() = src.len(), aligned when streaming; V's features
+            // are the caller's.
             unsafe { V::stream(o.add(i), f(V::load(s.add(i)))) };
             i += V::W;
         }
     } else {
         while i + V::W <= n {
+            // SAFETY: i + W ≤ n = out.len() = src.len(), aligned when streaming; V's features
+            // are the caller's.
             unsafe { V::store(o.add(i), f(V::load(s.add(i)))) };
             i += V::W;
         }
@@ -432,7 +469,7 @@ unsafe fn row<V: Lanes>(
     stream: bool,
 ) {
     debug_assert_eq!(x.len(), out.len());
-    // SAFETY (all calls): the caller runs with V's features.
+    // SAFETY: (all calls) the caller runs with V's features.
     unsafe {
         let m = row_max::<V>(x);
         if log {

@@ -23,7 +23,7 @@ pub(super) unsafe fn copy(
     esize: usize,
 ) {
     let e = esize as isize;
-    // SAFETY (all arms): forwarded from the caller; the element type matches `esize`.
+    // SAFETY: (all arms) forwarded from the caller; the element type matches `esize`.
     unsafe {
         match esize {
             1 => copy_as::<u8>(src, ss, dst, ds, ti, tj),
