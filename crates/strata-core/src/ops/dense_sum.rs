@@ -1,7 +1,7 @@
 //! The fast path of `sum` and `mean` for a contiguous f32 or f64 input reduced over one run
-//! of adjacent dimensions (the kernel is [`crate::backend::cpu::dense_sum`]).
+//! of adjacent dimensions (the kernel is the backend's `dense_sum`).
 
-use crate::backend::cpu::dense_sum;
+use crate::backend::for_device;
 use crate::storage::{lock_storages, Access};
 use crate::{DType, Tensor};
 
@@ -26,6 +26,7 @@ pub(crate) fn dense_sum(x: &Tensor, mask: &[bool]) -> Option<Vec<f64>> {
     let outer: usize = shape[..first].iter().product();
     let len: usize = shape[first..=last].iter().product();
     let inner: usize = shape[last + 1..].iter().product();
+    let backend = for_device(x.device()).ok()?;
     let guards = lock_storages(&[(&*body.storage, Access::Read)]);
     let base = guards
         .read_ptr(&body.storage)
@@ -33,7 +34,7 @@ pub(crate) fn dense_sum(x: &Tensor, mask: &[bool]) -> Option<Vec<f64>> {
     // SAFETY: the input is contiguous from its offset and holds outer·len·inner elements of
     // its dtype; the storage is read-locked until `guards` drops, so nothing writes it
     // meanwhile.
-    let out = unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner) };
+    let out = unsafe { backend.dense_sum(dtype, base, outer, len, inner) };
     drop(guards);
     out
 }

@@ -1,9 +1,8 @@
 //! Unary element-wise ops: `neg`, `abs`, the floating functions, activations, `clamp`, out of
 //! place, in place and into a given tensor (`_out`).
 
-use crate::backend::cpu::math::{dispatch_float, Float, FloatFn};
-use crate::backend::cpu::{kernels, Plan};
-use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
+pub(crate) use crate::backend::kernel::{FloatOp, SameOp};
+use crate::backend::{for_device, Backend, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
 use crate::ops::contiguous;
@@ -11,72 +10,6 @@ use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::out::expect_dtype;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
-
-/// A floating function: integer inputs compute in f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FloatOp {
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Gelu,
-    Silu,
-    /// d/dx gelu(x) = Φ(x) + x φ(x), for gelu's backward.
-    GeluDerivative,
-}
-
-struct FloatKernel<'a>(&'a Plan, FloatOp);
-
-impl FloatFn for FloatKernel<'_> {
-    type Output = ();
-    fn call<T: Float>(self) {
-        let plan = self.0;
-        let one = T::ONE;
-        let half = T::from_f64(0.5);
-        let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
-        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-        unsafe {
-            match self.1 {
-                FloatOp::Exp => kernels::map1::<T, T>(plan, |x| x.exp()),
-                FloatOp::Log => kernels::map1::<T, T>(plan, |x| x.ln()),
-                FloatOp::Sqrt => kernels::map1::<T, T>(plan, |x| x.sqrt()),
-                FloatOp::Rsqrt => kernels::map1::<T, T>(plan, move |x| one.div(x.sqrt())),
-                FloatOp::Sin => kernels::map1::<T, T>(plan, |x| x.sin()),
-                FloatOp::Cos => kernels::map1::<T, T>(plan, |x| x.cos()),
-                FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh()),
-                FloatOp::Sigmoid => kernels::map1::<T, T>(plan, move |x| {
-                    one.div(one.add(x.neg().exp_vectorisable()))
-                }),
-                FloatOp::Gelu => kernels::map1::<T, T>(plan, move |x| {
-                    x.mul(half)
-                        .mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()))
-                }),
-                FloatOp::Silu => {
-                    kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp_vectorisable())))
-                }
-                FloatOp::GeluDerivative => {
-                    let inv_sqrt_2pi = T::from_f64(
-                        0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
-                    );
-                    kernels::map1::<T, T>(plan, move |x| {
-                        let cdf = half.mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()));
-                        let pdf = x
-                            .mul(x)
-                            .mul(half)
-                            .neg()
-                            .exp_vectorisable()
-                            .mul(inv_sqrt_2pi);
-                        cdf.add(x.mul(pdf))
-                    })
-                }
-            }
-        }
-    }
-}
 
 fn float_op_dtype(op: &'static str, f: FloatOp, input: DType) -> Result<DType> {
     if input.is_floating() {
@@ -93,55 +26,11 @@ fn float_op_dtype(op: &'static str, f: FloatOp, input: DType) -> Result<DType> {
     }
 }
 
-fn run_float(plan: &Plan, f: FloatOp, compute: DType) {
-    // `compute` is floating here: float_op_dtype guarantees it.
-    let _ = dispatch_float(compute, FloatKernel(plan, f));
-}
-
-/// A unary op that keeps the dtype.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum SameOp {
-    Neg,
-    Abs,
-    Relu,
-    Clamp(Option<Scalar>, Option<Scalar>),
-}
-
-struct SameKernel<'a>(&'a Plan, SameOp);
-
-impl DTypeFn for SameKernel<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let plan = self.0;
-        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-        unsafe {
-            match self.1 {
-                SameOp::Neg => kernels::map1::<T, T>(plan, |x| x.neg()),
-                SameOp::Abs => kernels::map1::<T, T>(plan, |x| x.abs()),
-                SameOp::Relu => kernels::map1::<T, T>(plan, |x| {
-                    if x.is_nan() || x > T::ZERO {
-                        x
-                    } else {
-                        T::ZERO
-                    }
-                }),
-                SameOp::Clamp(lo, hi) => {
-                    let lo: Option<T> = lo.map(Scalar::to);
-                    let hi: Option<T> = hi.map(Scalar::to);
-                    kernels::map1::<T, T>(plan, move |x| {
-                        let x = match lo {
-                            Some(l) => x.maximum_nan(l),
-                            None => x,
-                        };
-                        match hi {
-                            Some(h) => x.minimum_nan(h),
-                            None => x,
-                        }
-                    })
-                }
-            }
-        }
-    }
+/// Runs `f` over `plan` on `x`'s backend, computing in the floating dtype `compute`.
+fn run_float(backend: &dyn Backend, plan: &Plan, f: FloatOp, compute: DType) {
+    // SAFETY: `plan` comes from `Prepared::execute` or the contiguous route, which hold the
+    // operands' locks and pass a plan valid for them.
+    unsafe { backend.float_unary(plan, f, compute) }
 }
 
 fn same_op_dtype(op: &'static str, s: SameOp, a: &Tensor) -> Result<DType> {
@@ -248,56 +137,68 @@ fn without_idle_bounds(s: SameOp, compute: DType) -> SameOp {
     SameOp::Clamp(lo, hi)
 }
 
-fn run_same(plan: &Plan, s: SameOp, compute: DType) {
+/// Runs `s` over `plan` on `x`'s backend, computing in `compute`.
+fn run_same(backend: &dyn Backend, plan: &Plan, s: SameOp, compute: DType) {
     let s = without_idle_bounds(s, compute);
-    dispatch(compute_dtype(compute), SameKernel(plan, s));
+    // SAFETY: as in `run_float`.
+    unsafe { backend.same_unary(plan, s, compute) }
 }
 
 /// `f(x)` into a new tensor.
 pub(crate) fn float(ctx: &OpContext, f: FloatOp, x: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let out = float_op_dtype(ctx.op(), f, x.dtype())?;
-    contiguous::new_output(ctx, out, &[x], false, |plan| run_float(plan, f, out))
+    contiguous::new_output(ctx, out, &[x], false, |plan| {
+        run_float(backend, plan, f, out)
+    })
 }
 
 /// `x = f(x)` in place.
 pub(crate) fn float_(ctx: &OpContext, f: FloatOp, x: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let result = float_op_dtype(ctx.op(), f, x.dtype())?;
     check_cast(ctx.op(), result, x.dtype())?;
     let prepared = ElementwiseSpec::new(Output::Existing(x), vec![x]).infer(ctx.op())?;
-    prepared.execute(ctx, |plan| run_float(plan, f, result))
+    prepared.execute(ctx, |plan| run_float(backend, plan, f, result))
 }
 
 /// `f(x)` written into `out`, whose dtype must hold the result (exactly the result's dtype
 /// for the activations `gelu` and `silu`, as in PyTorch).
 pub(crate) fn float_out(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let result = float_op_dtype(ctx.op(), f, x.dtype())?;
     match f {
         FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
         _ => check_cast(ctx.op(), result, out.dtype())?,
     }
     let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
-    prepared.execute(ctx, |plan| run_float(plan, f, result))
+    prepared.execute(ctx, |plan| run_float(backend, plan, f, result))
 }
 
 /// A dtype-keeping op into a new tensor.
 pub(crate) fn same(ctx: &OpContext, s: SameOp, x: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let out = same_op_dtype(ctx.op(), s, x)?;
-    contiguous::new_output(ctx, out, &[x], false, |plan| run_same(plan, s, out))
+    contiguous::new_output(ctx, out, &[x], false, |plan| {
+        run_same(backend, plan, s, out)
+    })
 }
 
 /// A dtype-keeping op in place.
 pub(crate) fn same_(ctx: &OpContext, s: SameOp, x: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let result = same_op_dtype(ctx.op(), s, x)?;
     check_cast(ctx.op(), result, x.dtype())?;
     let prepared = ElementwiseSpec::new(Output::Existing(x), vec![x]).infer(ctx.op())?;
-    prepared.execute(ctx, |plan| run_same(plan, s, result))
+    prepared.execute(ctx, |plan| run_same(backend, plan, s, result))
 }
 
 /// A dtype-keeping op written into `out`, which must have exactly the result's dtype
 /// (PyTorch does not convert these results).
 pub(crate) fn same_out(ctx: &OpContext, s: SameOp, x: &Tensor, out: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let result = same_op_dtype(ctx.op(), s, x)?;
     expect_dtype(ctx.op(), out, result)?;
     let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
-    prepared.execute(ctx, |plan| run_same(plan, s, result))
+    prepared.execute(ctx, |plan| run_same(backend, plan, s, result))
 }

@@ -19,8 +19,44 @@ mod run;
 pub(crate) mod softmax;
 pub(crate) mod softmax_row;
 mod tile;
+pub(crate) mod unary;
 
 pub use run::Plan;
+
+use super::kernel::{FloatOp, SameOp};
+use super::Backend;
+use crate::Device;
+
+/// The CPU backend: kernels over host memory, on strata's thread pool.
+pub(crate) struct Cpu;
+
+impl Backend for Cpu {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    unsafe fn float_unary(&self, plan: &Plan, f: FloatOp, compute: DType) {
+        // SAFETY: forwarded from the caller.
+        unsafe { unary::float(plan, f, compute) }
+    }
+
+    unsafe fn same_unary(&self, plan: &Plan, s: SameOp, compute: DType) {
+        // SAFETY: forwarded from the caller.
+        unsafe { unary::same(plan, s, compute) }
+    }
+
+    unsafe fn dense_sum(
+        &self,
+        dtype: DType,
+        base: *const u8,
+        outer: usize,
+        len: usize,
+        inner: usize,
+    ) -> Option<Vec<f64>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner) }
+    }
+}
 
 /// The smallest output, in bytes, that an op writing it fresh writes with streaming
 /// (non-temporal) stores where the CPU has them: they skip reading the output's lines in

@@ -1,0 +1,111 @@
+//! The unary element-wise kernels: floating functions and dtype-keeping maps over a plan.
+
+use super::kernels;
+use super::math::{dispatch_float, Float, FloatFn};
+use super::Plan;
+use crate::backend::kernel::{FloatOp, SameOp};
+use crate::dtype::{compute_dtype, dispatch, DType, DTypeFn, Element};
+use crate::Scalar;
+
+struct FloatKernel<'a>(&'a Plan, FloatOp);
+
+impl FloatFn for FloatKernel<'_> {
+    type Output = ();
+    fn call<T: Float>(self) {
+        let plan = self.0;
+        let one = T::ONE;
+        let half = T::from_f64(0.5);
+        let inv_sqrt2 = T::from_f64(std::f64::consts::FRAC_1_SQRT_2);
+        // SAFETY: the plan is valid and locked (the contract of `float` and `same`).
+        unsafe {
+            match self.1 {
+                FloatOp::Exp => kernels::map1::<T, T>(plan, |x| x.exp()),
+                FloatOp::Log => kernels::map1::<T, T>(plan, |x| x.ln()),
+                FloatOp::Sqrt => kernels::map1::<T, T>(plan, |x| x.sqrt()),
+                FloatOp::Rsqrt => kernels::map1::<T, T>(plan, move |x| one.div(x.sqrt())),
+                FloatOp::Sin => kernels::map1::<T, T>(plan, |x| x.sin()),
+                FloatOp::Cos => kernels::map1::<T, T>(plan, |x| x.cos()),
+                FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh()),
+                FloatOp::Sigmoid => kernels::map1::<T, T>(plan, move |x| {
+                    one.div(one.add(x.neg().exp_vectorisable()))
+                }),
+                FloatOp::Gelu => kernels::map1::<T, T>(plan, move |x| {
+                    x.mul(half)
+                        .mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()))
+                }),
+                FloatOp::Silu => {
+                    kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp_vectorisable())))
+                }
+                FloatOp::GeluDerivative => {
+                    let inv_sqrt_2pi = T::from_f64(
+                        0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
+                    );
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let cdf = half.mul(one.add(x.mul(inv_sqrt2).erf_vectorisable()));
+                        let pdf = x
+                            .mul(x)
+                            .mul(half)
+                            .neg()
+                            .exp_vectorisable()
+                            .mul(inv_sqrt_2pi);
+                        cdf.add(x.mul(pdf))
+                    })
+                }
+            }
+        }
+    }
+}
+
+struct SameKernel<'a>(&'a Plan, SameOp);
+
+impl DTypeFn for SameKernel<'_> {
+    type Output = ();
+    fn call<T: Element>(self) {
+        let plan = self.0;
+        // SAFETY: the plan is valid and locked (the contract of `float` and `same`).
+        unsafe {
+            match self.1 {
+                SameOp::Neg => kernels::map1::<T, T>(plan, |x| x.neg()),
+                SameOp::Abs => kernels::map1::<T, T>(plan, |x| x.abs()),
+                SameOp::Relu => kernels::map1::<T, T>(plan, |x| {
+                    if x.is_nan() || x > T::ZERO {
+                        x
+                    } else {
+                        T::ZERO
+                    }
+                }),
+                SameOp::Clamp(lo, hi) => {
+                    let lo: Option<T> = lo.map(Scalar::to);
+                    let hi: Option<T> = hi.map(Scalar::to);
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let x = match lo {
+                            Some(l) => x.maximum_nan(l),
+                            None => x,
+                        };
+                        match hi {
+                            Some(h) => x.minimum_nan(h),
+                            None => x,
+                        }
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// `out = f(x)` over `plan`, computed in the floating dtype `compute` (nothing for another).
+///
+/// # Safety
+/// The plan's operands must be valid for the loop and locked: operand 0 writable, operand 1
+/// readable.
+pub(crate) unsafe fn float(plan: &Plan, f: FloatOp, compute: DType) {
+    let _ = dispatch_float(compute, FloatKernel(plan, f));
+}
+
+/// `out = s(x)` over `plan`, computed in `compute`.
+///
+/// # Safety
+/// As for [`float`].
+pub(crate) unsafe fn same(plan: &Plan, s: SameOp, compute: DType) {
+    dispatch(compute_dtype(compute), SameKernel(plan, s));
+}
