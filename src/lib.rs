@@ -2,10 +2,6 @@
 //!
 //! This facade re-exports the layers below it; most programs need only the [`prelude`].
 
-pub mod bench;
-pub mod conform;
-pub mod demo;
-
 pub use strata_alloc as alloc;
 pub use strata_core as core;
 pub use strata_core::{Error, Result};

@@ -1,6 +1,14 @@
-//! Allocation failures: a recoverable out-of-memory, or a failure of the device itself.
+//! Allocation failures: a recoverable out-of-memory (with the report of what was held and by
+//! whom), or a request that can never be served.
+//!
+//! The allocators build these errors; nothing here knows how an allocator works, so this module
+//! sits below every allocator (it needs only sites, sizes and stream ids).
 
-use crate::caching::OomReport;
+use std::fmt;
+
+use crate::backing::StreamId;
+use crate::site::SiteUsage;
+use crate::size::format_size;
 
 /// The message of [`AllocError::OutOfMemory`]: the full report when there is one.
 fn describe_oom(
@@ -47,3 +55,119 @@ pub enum AllocError {
     #[error("invalid allocation request: {0}")]
     Invalid(String),
 }
+
+/// How many sites an out-of-memory report lists.
+pub const OOM_TOP_SITES: usize = 5;
+
+/// Why an allocation failed, with what the allocator held at that moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OomReport {
+    /// Device name (`cpu`, `virtual`).
+    pub device: String,
+    /// The caller's bytes.
+    pub requested: usize,
+    /// The request rounded to the allocator's block size.
+    pub rounded: usize,
+    /// The segment size the allocator tried to obtain (what PyTorch's message calls "Tried to
+    /// allocate").
+    pub segment_size: usize,
+    /// The stream of the request.
+    pub stream: StreamId,
+    /// Bytes in live blocks.
+    pub allocated: usize,
+    /// Bytes held from the device.
+    pub reserved: usize,
+    /// `reserved - allocated`: cached (and pending-free) memory that could not serve the
+    /// request. Large values mean fragmentation.
+    pub reserved_unallocated: usize,
+    /// The memory limit, if one is set.
+    pub limit: Option<usize>,
+    /// The device's free bytes.
+    pub device_free: usize,
+    /// The device's capacity.
+    pub device_total: usize,
+    /// The largest free cached block.
+    pub largest_free_block: usize,
+    /// The sites holding the most live memory, largest first.
+    pub top_sites: Vec<SiteUsage>,
+    /// Whether expandable segments were on.
+    pub expandable_segments: bool,
+}
+
+impl fmt::Display for OomReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "out of memory on {}: tried to allocate {} ({} bytes",
+            self.device,
+            format_size(self.requested),
+            self.requested
+        )?;
+        if self.segment_size > self.rounded {
+            write!(
+                f,
+                "; no cached block fitted, so a new {} segment was needed",
+                format_size(self.segment_size)
+            )?;
+        }
+        writeln!(f, ").")?;
+        write!(
+            f,
+            "The device has {} in total, of which {} is free",
+            format_size(self.device_total),
+            format_size(self.device_free)
+        )?;
+        match self.limit {
+            Some(l) => writeln!(f, "; this allocator may hold at most {}.", format_size(l))?,
+            None => writeln!(f, ".")?,
+        }
+        writeln!(
+            f,
+            "Of the {} this allocator holds, {} is allocated to live tensors and {} is \
+             reserved but unallocated (the largest free block is {}).",
+            format_size(self.reserved),
+            format_size(self.allocated),
+            format_size(self.reserved_unallocated),
+            format_size(self.largest_free_block)
+        )?;
+        if !self.top_sites.is_empty() {
+            writeln!(f, "Largest live allocations:")?;
+            for s in &self.top_sites {
+                writeln!(
+                    f,
+                    "  {:>12} in {:>5} block{} from {}",
+                    format_size(s.bytes),
+                    s.count,
+                    if s.count == 1 { " " } else { "s" },
+                    s.site
+                )?;
+            }
+        }
+        write!(
+            f,
+            "What to try: drop tensors you no longer need (above: who holds the memory), use a \
+             smaller batch"
+        )?;
+        if self.limit.is_some() {
+            write!(f, ", or raise the memory limit")?;
+        }
+        write!(
+            f,
+            ". This allocator already returned its wholly free cached segments before failing; \
+             if other allocators share the device, empty_cache() on them frees theirs."
+        )?;
+        if !self.expandable_segments
+            && self.reserved_unallocated > 0
+            && self.reserved_unallocated >= self.rounded.min(self.reserved / 4).max(1)
+        {
+            write!(
+                f,
+                " Much memory is reserved but unallocated: set \
+                 STRATA_ALLOC_CONF=expandable_segments:True to reduce fragmentation."
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for OomReport {}

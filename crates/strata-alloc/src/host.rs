@@ -177,11 +177,13 @@ mod tests {
         let b2 = a.allocate(50, &s).unwrap();
         assert_eq!(a.memory_allocated(), 150);
         assert_eq!(b1.ptr().as_ptr() as usize % BLOCK_ALIGN, 0);
+        // SAFETY: `b1` came from `a.allocate` and is not used again.
         unsafe { a.deallocate(b1) };
         assert_eq!(a.memory_allocated(), 50);
         assert_eq!(a.max_memory_allocated(), 150);
         a.reset_peak_memory_stats();
         assert_eq!(a.max_memory_allocated(), 50);
+        // SAFETY: `b2` came from `a.allocate` and is not used again.
         unsafe { a.deallocate(b2) };
         assert_eq!(a.memory_allocated(), 0);
     }
@@ -202,6 +204,7 @@ mod tests {
         ));
         assert!(err.to_string().contains("out of memory"));
         assert_eq!(a.memory_allocated(), 600);
+        // SAFETY: `b` came from `a`'s `allocate` and is not used again.
         unsafe { a.deallocate(b) };
     }
 
@@ -210,6 +213,7 @@ mod tests {
         let a = HostAllocator::with_limit(0);
         let b = a.allocate(0, &Site::unknown("test")).unwrap();
         assert_eq!(a.memory_allocated(), 0);
+        // SAFETY: `b` came from `a`'s `allocate` and is not used again.
         unsafe { a.deallocate(b) };
     }
 

@@ -24,14 +24,15 @@ pub mod caching;
 mod error;
 mod host;
 mod site;
+mod size;
 pub mod trace;
 
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, ConfigError, HostCachingAllocator,
-    MemoryStats, OomReport, RecordContext, SiteUsage, Snapshot, VirtualCachingAllocator,
+    MemoryStats, RecordContext, Snapshot, VirtualCachingAllocator,
 };
-pub use error::AllocError;
+pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
-pub use site::Site;
+pub use site::{Site, SiteUsage};

@@ -43,3 +43,16 @@ impl fmt::Display for Site {
         write!(f, "{}:{} ({})", self.file, self.line, self.op)
     }
 }
+
+/// Live memory allocated from one site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteUsage {
+    /// Where the memory was requested.
+    pub site: Site,
+    /// Bytes of the live blocks (rounded sizes).
+    pub bytes: usize,
+    /// The callers' bytes.
+    pub requested_bytes: usize,
+    /// Number of live blocks.
+    pub count: usize,
+}

@@ -156,6 +156,8 @@ impl<B: Backing> Run<B> {
                     "none".to_string()
                 } else {
                     let b = self.live.swap_remove(i % self.live.len());
+                    // SAFETY: every block in `live` came from `a.allocate_on_stream` in this
+                    // run, and it was removed from `live`, so it is returned once.
                     unsafe { a.deallocate(b) };
                     "freed".to_string()
                 }
@@ -209,6 +211,8 @@ impl<B: Backing> Run<B> {
 
     fn finish(mut self, release: impl Fn()) -> Result<(), TestCaseError> {
         for b in self.live.drain(..) {
+            // SAFETY: every block in `live` came from `self.a`, and draining `live` returns
+            // each once.
             unsafe { self.a.deallocate(b) };
         }
         release();
@@ -292,6 +296,8 @@ fn oom_on_a_full_device_then_recovery() {
     assert_eq!(st.num_ooms, 1);
     assert_eq!(st.num_alloc_retries, 1);
     for b in held {
+        // SAFETY: every block in `held` came from `a`'s `allocate`, and the loop takes each
+        // once.
         unsafe { a.deallocate(b) };
     }
     a.empty_cache().unwrap();

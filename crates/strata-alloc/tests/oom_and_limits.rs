@@ -101,9 +101,12 @@ fn oom_leaves_allocated_bytes_unchanged_and_is_counted() {
     assert_eq!(a.memory_stats().num_ooms, 2);
 
     // After freeing, the same request succeeds.
+    // SAFETY: `w` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(w) };
     let big = a.allocate(40 * MIB, &at(42, "matmul")).unwrap();
     a.check_consistency().unwrap();
+    // SAFETY: `big`, `small` and every block in `x` came from `a`'s `allocate` and are not used
+    // again.
     unsafe {
         a.deallocate(big);
         a.deallocate(small);
@@ -119,6 +122,7 @@ fn oom_leaves_allocated_bytes_unchanged_and_is_counted() {
 fn a_miss_flushes_the_cache_and_retries() {
     let a = CachingAllocator::new(VirtualBacking::new(21 * MIB));
     let b = a.allocate(3 * MIB, &at(1, "x")).unwrap();
+    // SAFETY: `b` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(b) };
     assert_eq!(a.memory_reserved(), 20 * MIB);
     // A small request needs a 2 MiB segment: only after the cached 20 MiB go does it fit.
@@ -128,6 +132,7 @@ fn a_miss_flushes_the_cache_and_retries() {
     assert_eq!(st.num_ooms, 0);
     assert_eq!(st.num_device_free, 1);
     assert_eq!(a.memory_reserved(), 2 * MIB);
+    // SAFETY: `s` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(s) };
     a.check_consistency().unwrap();
 }
@@ -143,6 +148,8 @@ fn fragment<B: strata_alloc::Backing>(a: &CachingAllocator<B>, segments: u32) ->
         freed.push(a.allocate(10 * MIB - 512, &at(i, "c")).unwrap());
     }
     for b in freed {
+        // SAFETY: every block in `freed` came from `a`'s `allocate`, and the loop takes each
+        // once.
         unsafe { a.deallocate(b) };
     }
     a.check_consistency().unwrap();
@@ -162,6 +169,8 @@ fn fragmentation_advice_appears_when_reserved_memory_is_unusable() {
     assert_eq!(r.largest_free_block, 10 * MIB - 512);
     assert!(r.to_string().contains("expandable_segments:True"), "{r}");
     for y in pins {
+        // SAFETY: every block in `pins` came from `a`'s `allocate`, and the loop takes each
+        // once.
         unsafe { a.deallocate(y) };
     }
     // With expandable segments the free pieces of neighbouring pages merge, and it fits.
@@ -173,8 +182,11 @@ fn fragmentation_advice_appears_when_reserved_memory_is_unusable() {
     assert_eq!(e.memory_reserved(), 60 * MIB);
     let big = e.allocate(12 * MIB, &at(9, "big")).unwrap();
     e.check_consistency().unwrap();
+    // SAFETY: `big` came from `e`'s `allocate` and is not used again.
     unsafe { e.deallocate(big) };
     for y in pins {
+        // SAFETY: every block in `pins` came from `e`'s `allocate`, and the loop takes each
+        // once.
         unsafe { e.deallocate(y) };
     }
 }
@@ -196,6 +208,8 @@ fn the_limit_bounds_reserved_memory() {
                 // Free the oldest half and go on.
                 let n = held.len() / 2;
                 for b in held.drain(..n) {
+                    // SAFETY: every block in `held` came from `a`'s `allocate`; draining removes
+                    // each, so each is returned once.
                     unsafe { a.deallocate(b) };
                 }
             }
@@ -208,8 +222,11 @@ fn the_limit_bounds_reserved_memory() {
     a.check_consistency().unwrap();
     a.set_memory_limit(None);
     let big = a.allocate(200 * MIB, &at(0, "big")).unwrap();
+    // SAFETY: `big` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(big) };
     for b in held {
+        // SAFETY: every block in `held` came from `a`'s `allocate`, and the loop takes each
+        // once.
         unsafe { a.deallocate(b) };
     }
 }
@@ -236,6 +253,7 @@ fn the_fraction_is_of_the_device_total() {
         AllocatorConfig::parse("per_process_memory_fraction:0.5").unwrap(),
     );
     assert_eq!(c.memory_limit(), Some(50 * MIB));
+    // SAFETY: `x` and `y` came from `a`'s `allocate` and are not used again.
     unsafe {
         a.deallocate(x);
         a.deallocate(y);
@@ -249,8 +267,10 @@ fn the_backing_capacity_is_a_recoverable_oom_on_the_host_too() {
     let err = a.allocate(20 * MIB, &at(2, "b")).unwrap_err();
     assert!(matches!(err, AllocError::OutOfMemory { requested, .. } if requested == 20 * MIB));
     assert!(err.to_string().contains("out of memory on cpu"));
+    // SAFETY: `x` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(x) };
     let y = a.allocate(20 * MIB, &at(3, "c")).unwrap();
+    // SAFETY: `y` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(y) };
 }
 
@@ -265,6 +285,7 @@ fn it_is_a_drop_in_device_allocator() {
     unsafe { std::ptr::write_bytes(b.ptr().as_ptr(), 0xAB, b.size()) };
     assert_eq!(a.memory_allocated(), 1024);
     assert_eq!(a.max_memory_allocated(), 1024);
+    // SAFETY: `b` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(b) };
     assert_eq!(a.memory_allocated(), 0);
     a.reset_peak_memory_stats();

@@ -26,6 +26,8 @@ fn get(a: &CachingAllocator<VirtualBacking>, n: usize) -> Block {
 }
 
 fn put(a: &CachingAllocator<VirtualBacking>, b: Block) {
+    // SAFETY: every caller passes a block that `get` took from this same allocator, and drops
+    // it here.
     unsafe { a.deallocate(b) };
     a.check_consistency().unwrap();
 }
@@ -218,6 +220,7 @@ fn oversize_cached_segments_are_released_first_under_pressure() {
     );
     let keep = a.allocate(3 * MIB, &site()).unwrap();
     let big = a.allocate(70 * MIB, &site()).unwrap();
+    // SAFETY: `big` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(big) };
     // 45 MiB cannot reuse the 70 MiB block (not within 20 MiB) and does not fit beside it:
     // the oversize block is released and the allocation succeeds without a full flush.
@@ -227,6 +230,7 @@ fn oversize_cached_segments_are_released_first_under_pressure() {
     assert_eq!(st.num_alloc_retries, 0);
     assert_eq!(a.memory_reserved(), 20 * MIB + 46 * MIB);
     a.check_consistency().unwrap();
+    // SAFETY: `b` and `keep` came from `a`'s `allocate` and are not used again.
     unsafe {
         a.deallocate(b);
         a.deallocate(keep);

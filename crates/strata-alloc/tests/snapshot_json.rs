@@ -28,11 +28,13 @@ fn busy_allocator(conf: &str) -> CachingAllocator<VirtualBacking> {
     let y = a.allocate(3 * MIB, &at(2, "linear")).unwrap();
     let z = a.allocate(700, &at(3, "relu")).unwrap();
     let _ = a.allocate(60 * MIB, &at(4, "huge")).unwrap_err();
+    // SAFETY: `x` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(x) };
     let side = StreamId(3);
     a.backing().hold_stream(side);
     let w = a.allocate(5 * MIB, &at(5, "copy")).unwrap();
     a.record_stream(&w, side);
+    // SAFETY: `w` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(w) };
     // y and z stay allocated (a Block has no destructor).
     let _ = (y, z);
@@ -203,6 +205,7 @@ fn expandable_snapshots_list_mapped_ranges() {
     assert_eq!(snap.segments.len(), 1);
     assert!(snap.segments[0].is_expandable);
     assert_eq!(snap.segments[0].total_size, 40 * MIB as u64);
+    // SAFETY: `x` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(x) };
 }
 
@@ -212,6 +215,7 @@ fn history_ring_buffer_and_context() {
     a.record_memory_history(true, RecordContext::Never, 3);
     for i in 0..5 {
         let b = a.allocate(100, &at(i, "t")).unwrap();
+        // SAFETY: `b` came from `a`'s `allocate` and is not used again.
         unsafe { a.deallocate(b) };
     }
     let h = a.history();

@@ -77,6 +77,8 @@ fn hammer(conf: &str, iterations: usize) {
                     } else if !held.is_empty() {
                         let (b, tag) = held.swap_remove((r >> 4) as usize % held.len());
                         verify(&b, tag);
+                        // SAFETY: `b` came from `a.allocate` on this thread, was removed from
+                        // `held`, and is not used after `verify`.
                         unsafe { a.deallocate(b) };
                     }
                     if i % 500 == 0 && t == 0 {
@@ -85,6 +87,8 @@ fn hammer(conf: &str, iterations: usize) {
                 }
                 for (b, tag) in held {
                     verify(&b, tag);
+                    // SAFETY: `b` came from `a.allocate` on this thread and is not used after
+                    // `verify`.
                     unsafe { a.deallocate(b) };
                 }
             })

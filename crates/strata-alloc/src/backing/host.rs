@@ -304,6 +304,8 @@ mod tests {
             b.allocate_segment(5 << 20),
             Err(BackingError::OutOfMemory { .. })
         ));
+        // SAFETY: `a` and `small` are the addresses and sizes of the two `allocate_segment`
+        // calls above, and the pointer written through earlier is not used again.
         unsafe {
             b.free_segment(a, 4 << 20).unwrap();
             b.free_segment(small, 512).unwrap();
@@ -326,6 +328,9 @@ mod tests {
             assert_eq!(p.read(), 1);
         }
         assert!(b.map(r + (4 << 20), 4 << 20).is_err());
+        // SAFETY: the range unmapped is exactly the one mapped above, inside the reservation
+        // released next, which is exactly the one `reserve` returned; the pointer written
+        // through earlier is not used again.
         unsafe {
             b.unmap(r + (2 << 20), 2 << 20).unwrap();
             b.release_reservation(r, 64 << 20).unwrap();

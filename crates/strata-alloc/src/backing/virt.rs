@@ -220,11 +220,15 @@ mod tests {
             b.allocate_segment(8 << 20),
             Err(BackingError::OutOfMemory { .. })
         ));
+        // SAFETY: `a` and its size come from the `allocate_segment` call above; virtual ranges
+        // are never dereferenced.
         unsafe { b.free_segment(a, 3 << 20).unwrap() };
         assert_eq!(b.mem_info(), ((10 << 20) - 512, 10 << 20));
         let r = b.reserve(1 << 30).unwrap();
         b.map(r, 2 << 20).unwrap();
         assert!(b.map(r + (2 << 20), 8 << 20).is_err());
+        // SAFETY: the range is exactly the one mapped above; virtual ranges are never
+        // dereferenced.
         unsafe { b.unmap(r, 2 << 20).unwrap() };
         assert_eq!(b.mapped_bytes(), 512);
     }

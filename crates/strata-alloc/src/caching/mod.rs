@@ -66,13 +66,16 @@ pub use config::{
 };
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};
-pub use oom::{OomReport, SiteUsage, OOM_TOP_SITES};
 pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
 pub use stats::{MemoryStats, Stat, StatArray};
-pub use summary::format_size;
+// The report, site usage and size formatting live below the allocators (the plain allocator
+// and the errors use them too); these keep their `caching::` paths.
+pub use crate::error::{OomReport, OOM_TOP_SITES};
+pub use crate::site::SiteUsage;
+pub use crate::size::format_size;
 
 use crate::backing::{Backing, BackingError, HostBacking, StreamId, VirtualBacking};
 use crate::{AllocError, Block, DeviceAllocator, Site, BLOCK_ALIGN};

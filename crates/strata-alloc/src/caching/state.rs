@@ -10,10 +10,10 @@ use super::config::{
 };
 use super::hash::AddrMap;
 use super::history::{History, TraceAction};
-use super::oom::OomReport;
 use super::stats::MemoryStats;
 use super::CachingError;
 use crate::backing::{Backing, BackingError, EventId, StreamId};
+use crate::error::OomReport;
 use crate::Site;
 
 /// Result of internal steps: `Err` only for fatal backing failures.

@@ -2,21 +2,6 @@
 
 use super::stats::{MemoryStats, Stat, StatArray};
 
-/// Bytes for messages, two decimals: `512 bytes`, `1.50 KiB`, `20.00 MiB`, `3.25 GiB`.
-pub fn format_size(bytes: usize) -> String {
-    const KIB: f64 = 1024.0;
-    let b = bytes as f64;
-    if bytes <= 1024 {
-        format!("{bytes} bytes")
-    } else if bytes <= 1 << 20 {
-        format!("{:.2} KiB", b / KIB)
-    } else if bytes <= 1 << 30 {
-        format!("{:.2} MiB", b / (KIB * KIB))
-    } else {
-        format!("{:.2} GiB", b / (KIB * KIB * KIB))
-    }
-}
-
 const WIDTH: usize = 75;
 
 /// A size cell: the unit steps up while the reference value (the `all` row) is at least
@@ -138,15 +123,6 @@ fn truncate(s: &str, n: usize) -> String {
 mod tests {
     use super::*;
     use crate::caching::config::PoolKind;
-
-    #[test]
-    fn sizes_read_like_pytorch() {
-        assert_eq!(format_size(100), "100 bytes");
-        assert_eq!(format_size(1024), "1024 bytes");
-        assert_eq!(format_size(1536), "1.50 KiB");
-        assert_eq!(format_size(20 << 20), "20.00 MiB");
-        assert_eq!(format_size(3 << 30), "3.00 GiB");
-    }
 
     #[test]
     fn cells() {

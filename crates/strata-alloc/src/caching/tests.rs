@@ -23,6 +23,8 @@ fn get<B: Backing>(a: &CachingAllocator<B>, n: usize) -> Block {
 }
 
 fn put<B: Backing>(a: &CachingAllocator<B>, b: Block) {
+    // SAFETY: every caller passes a block that `get` or `allocate` took from this same
+    // allocator, and drops it here.
     unsafe { a.deallocate(b) };
     a.check_consistency().unwrap();
 }
@@ -73,6 +75,7 @@ fn blocks_stay_on_their_stream() {
     let a = alloc(1 << 30, "");
     let s1 = StreamId(1);
     let b = a.allocate_on_stream(100, s1, &site()).unwrap();
+    // SAFETY: `b` came from `a`'s `allocate_on_stream` and is not used again.
     unsafe { a.deallocate(b) };
     let c = get(&a, 100);
     assert_eq!(
@@ -323,6 +326,9 @@ fn foreign_blocks_are_refused() {
     let a = alloc(1 << 30, "");
     let host = crate::HostAllocator::new();
     let b = host.allocate(64, &site()).unwrap();
+    // SAFETY: this breaks `deallocate`'s contract on purpose: the caching allocator looks the
+    // address up among its own live blocks and panics before touching a block it did not hand
+    // out, which is what the test asserts (the host block leaks).
     unsafe { a.deallocate(b) };
 }
 
@@ -338,6 +344,7 @@ fn history_records_every_action() {
     };
     let b = a.allocate(3 * MIB, &s).unwrap();
     let _ = a.allocate(25 * MIB, &s).unwrap_err();
+    // SAFETY: `b` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(b) };
     a.empty_cache().unwrap();
     let _ = a.snapshot();
@@ -368,6 +375,7 @@ fn history_records_every_action() {
     a.record_memory_history(true, RecordContext::State, 100);
     let b = a.allocate(1, &s).unwrap();
     assert_eq!(a.history().last().unwrap().site, None);
+    // SAFETY: `b` came from `a`'s `allocate` and is not used again.
     unsafe { a.deallocate(b) };
     a.record_memory_history(false, RecordContext::All, 0);
     assert!(a.history().is_empty());
@@ -496,6 +504,8 @@ fn same_with_and_without_reuse(conf: &str, limit: Option<usize>, seed: u64) {
                     held.len() - 1
                 };
                 let (x, y) = held.swap_remove(k);
+                // SAFETY: `x` came from `fast` and `y` from `plain`, as a pair, and neither is
+                // used again.
                 unsafe {
                     fast.deallocate(x);
                     plain.deallocate(y);
@@ -560,6 +570,8 @@ fn take<B: Backing>(a: &CachingAllocator<B>, n: usize) -> Block {
 
 /// A free without the consistency check `put` makes.
 fn give<B: Backing>(a: &CachingAllocator<B>, b: Block) {
+    // SAFETY: every caller passes a block that `take` got from this same allocator, and drops
+    // it here.
     unsafe { a.deallocate(b) };
 }
 

@@ -13,6 +13,7 @@
 use std::alloc::Layout;
 use std::hint::black_box;
 
+use strata::Error;
 use strata_alloc::trace::{replay, MlpTraining, ReplayReport};
 use strata_alloc::{
     AllocError, AllocatorConfig, CachingAllocator, DeviceAllocator, HostBacking, Site,
@@ -20,7 +21,6 @@ use strata_alloc::{
 };
 
 use super::{median, Row};
-use crate::Error;
 
 /// Sizes of the alloc+free pairs.
 pub const PAIR_SIZES: [usize; 4] = [512, 64 << 10, 4 << 20, 64 << 20];
@@ -31,7 +31,7 @@ const PAGE: usize = 4096;
 const SYSTEM: &str = "system allocator";
 
 /// The allocator rows of `strata bench`. `quick` uses fewer repetitions.
-pub fn rows(quick: bool) -> crate::Result<Vec<Row>> {
+pub fn rows(quick: bool) -> strata::Result<Vec<Row>> {
     let reps = if quick { 3 } else { 10 };
     let mut rows = Vec::new();
 
@@ -152,14 +152,14 @@ fn oom(source: AllocError) -> Error {
     }
 }
 
-fn layout(size: usize) -> crate::Result<Layout> {
+fn layout(size: usize) -> strata::Result<Layout> {
     Layout::from_size_align(size, BLOCK_ALIGN)
         .map_err(|e| Error::argument("bench", e.to_string(), None))
 }
 
 /// A caching allocator over host memory whose cache holds a block of `size` bytes whose
 /// pages have all been touched.
-fn warm_caching(size: usize) -> crate::Result<CachingAllocator<HostBacking>> {
+fn warm_caching(size: usize) -> strata::Result<CachingAllocator<HostBacking>> {
     let a = CachingAllocator::new(HostBacking::new());
     // SAFETY: the pointer is the start of a live block of `size` bytes of host memory.
     caching_cycle(&a, size, |p| unsafe { touch(p, size) })?;
@@ -171,7 +171,7 @@ fn caching_cycle(
     a: &CachingAllocator<HostBacking>,
     size: usize,
     f: impl FnOnce(*mut u8),
-) -> crate::Result<()> {
+) -> strata::Result<()> {
     let b = a.allocate(size, &site()).map_err(oom)?;
     f(black_box(b.ptr().as_ptr()));
     // SAFETY: `b` came from `a` and is not used afterwards.
@@ -206,8 +206,8 @@ unsafe fn touch(ptr: *mut u8, len: usize) {
 fn per_iter_ns(
     reps: usize,
     iters: usize,
-    mut f: impl FnMut() -> crate::Result<()>,
-) -> crate::Result<f64> {
+    mut f: impl FnMut() -> strata::Result<()>,
+) -> strata::Result<f64> {
     let mut outcome = Ok(());
     let t = median(reps, || {
         for _ in 0..iters {
@@ -231,7 +231,7 @@ pub fn minor_faults() -> u64 {
 }
 
 /// Minor page faults per call of `f` over `iters` calls, after one warm-up call.
-fn faults_per_iter(iters: usize, mut f: impl FnMut() -> crate::Result<()>) -> crate::Result<f64> {
+fn faults_per_iter(iters: usize, mut f: impl FnMut() -> strata::Result<()>) -> strata::Result<f64> {
     f()?;
     let before = minor_faults();
     for _ in 0..iters {
@@ -241,7 +241,7 @@ fn faults_per_iter(iters: usize, mut f: impl FnMut() -> crate::Result<()>) -> cr
 }
 
 /// Replays `trace` on a fresh caching allocator over a virtual backing configured by `conf`.
-fn replay_on(trace: &strata_alloc::trace::Trace, conf: &str) -> crate::Result<ReplayReport> {
+fn replay_on(trace: &strata_alloc::trace::Trace, conf: &str) -> strata::Result<ReplayReport> {
     let config =
         AllocatorConfig::parse(conf).map_err(|e| Error::argument("bench", e.to_string(), None))?;
     let a = CachingAllocator::with_config(VirtualBacking::new(1 << 40), config);

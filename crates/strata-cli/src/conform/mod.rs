@@ -14,9 +14,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
+use strata::prelude::*;
 use strata_alloc::{DeviceAllocator, HostAllocator};
 
-use crate::prelude::*;
 use args::Args;
 use observe::{observe, StorageNumbers};
 

@@ -8,8 +8,7 @@ pub mod autograd;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-
-use crate::prelude::*;
+use strata::prelude::*;
 
 /// One row of the table.
 #[derive(Debug, Clone, Serialize)]
@@ -98,7 +97,7 @@ fn torch_figures(
 }
 
 /// Runs every benchmark. `quick` uses fewer repetitions (for tests).
-pub fn run(quick: bool) -> crate::Result<Vec<Row>> {
+pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     let reps = if quick { 3 } else { 10 };
     let threads = strata_core::num_threads();
     let probe = copy_bandwidth(reps);

@@ -4,9 +4,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use strata::prelude::*;
 use strata_alloc::{DeviceAllocator, HostBacking, HostCachingAllocator};
-
-use crate::prelude::*;
 
 fn kib(bytes: usize) -> String {
     if bytes < 1024 {

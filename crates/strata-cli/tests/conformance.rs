@@ -106,7 +106,8 @@ fn run_suite(suite: &str) -> (usize, Vec<String>) {
     let programs = load(suite, "programs");
     let expected = load(suite, "expected");
     let text = serde_json::to_string(&programs).unwrap();
-    let results = strata::conform::run_document(&text).expect("the fixture is a valid document");
+    let results =
+        strata_cli::conform::run_document(&text).expect("the fixture is a valid document");
     let got = results["results"].as_array().expect("a results list");
     let exp = expected["results"].as_array().expect("an expected list");
     assert_eq!(got.len(), exp.len(), "one result per program");
@@ -177,12 +178,12 @@ fn junk_programs_are_program_errors_not_crashes() {
         {"id": "j", "steps": "nonsense"}
     ]}"#;
     // A program without a steps list is a malformed document.
-    assert!(strata::conform::run_document(doc).is_err());
+    assert!(strata_cli::conform::run_document(doc).is_err());
     let doc = doc.replace(
         r#"{"id": "j", "steps": "nonsense"}"#,
         r#"{"id": "j", "steps": []}"#,
     );
-    let out = strata::conform::run_document(&doc).expect("valid document");
+    let out = strata_cli::conform::run_document(&doc).expect("valid document");
     let results = out["results"].as_array().unwrap();
     assert_eq!(results.len(), 10);
     let steps: Vec<Value> = results.iter().map(|r| r["error"]["step"].clone()).collect();
@@ -204,6 +205,6 @@ fn junk_programs_are_program_errors_not_crashes() {
 
 #[test]
 fn invalid_json_is_a_load_error() {
-    assert!(strata::conform::run_document("{").is_err());
-    assert!(strata::conform::run_document("[]").is_err());
+    assert!(strata_cli::conform::run_document("{").is_err());
+    assert!(strata_cli::conform::run_document("[]").is_err());
 }

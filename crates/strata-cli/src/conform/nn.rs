@@ -1,9 +1,10 @@
 //! The protocol's neural-network functions, mapped onto `strata_core::nn::functional`.
 
+use strata::prelude::*;
+use strata_core::nn::functional::{self as F, Pair, Reduction};
+
 use super::args::Args;
 use super::Produced;
-use crate::prelude::*;
-use strata_core::nn::functional::{self as F, Pair, Reduction};
 
 fn need(op: &str, xs: &[Tensor], n: usize) -> Result<(), String> {
     if xs.len() < n {

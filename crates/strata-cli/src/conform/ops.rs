@@ -1,8 +1,9 @@
 //! The protocol's op names, mapped onto strata's API.
 
+use strata::prelude::*;
+
 use super::args::{scalar_of, Args};
 use super::Produced;
-use crate::prelude::*;
 
 /// Most elements an op may read in the runner: larger inputs are refused rather than
 /// computed (a program can expand a tiny tensor to an enormous view).

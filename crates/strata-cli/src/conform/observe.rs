@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::prelude::*;
+use strata::prelude::*;
 
 /// Numbers storages in the order a program first observes them, keeping each observed
 /// storage alive so its identity is never reused within the program.

@@ -1,7 +1,7 @@
 //! Reading a step's `args` object: typed getters whose errors name the argument.
 
-use crate::prelude::*;
 use serde_json::{Map, Value};
+use strata::prelude::*;
 
 /// A step's arguments.
 pub struct Args<'a>(pub &'a Map<String, Value>);

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use strata::prelude::*;
 use strata_core::autograd::checkpoint;
 use strata_core::nn::functional::{layer_norm, linear};
 
 use super::{median, Row};
-use crate::prelude::*;
 
 /// Model width.
 const D: usize = 256;

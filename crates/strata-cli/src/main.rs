@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     match cli.command.unwrap_or(Command::Demo) {
-        Command::Demo => match strata::demo::run(&mut std::io::stdout()) {
+        Command::Demo => match strata_cli::demo::run(&mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("strata demo failed: {e}");
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
             json,
             quick,
         } => {
-            let rows = match strata::bench::run(quick) {
+            let rows = match strata_cli::bench::run(quick) {
                 Ok(rows) => rows,
                 Err(e) => {
                     eprintln!("strata bench: {e}");
@@ -64,9 +64,9 @@ fn main() -> ExitCode {
                 }
             };
             if markdown {
-                print!("{}", strata::bench::markdown(&rows));
+                print!("{}", strata_cli::bench::markdown(&rows));
             } else {
-                print!("{}", strata::bench::table(&rows));
+                print!("{}", strata_cli::bench::table(&rows));
             }
             if let Some(path) = json {
                 let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
@@ -85,7 +85,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match strata::conform::run_document(&text) {
+            match strata_cli::conform::run_document(&text) {
                 Ok(results) => {
                     println!("{results}");
                     ExitCode::SUCCESS

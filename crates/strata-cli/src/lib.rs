@@ -1,0 +1,8 @@
+//! The `strata` command's work, as a library so that tests can call it in-process: the demo,
+//! the conformance runner (`strata conform`) and the benchmarks (`strata bench`).
+//!
+//! The binary (`src/main.rs`) only parses arguments and prints; everything it runs is here.
+
+pub mod bench;
+pub mod conform;
+pub mod demo;
