@@ -9,4 +9,5 @@
 
 pub mod autocast;
 pub(crate) mod entry;
+mod matmul;
 mod unary;
