@@ -6,6 +6,7 @@
 pub(crate) mod binary;
 pub(crate) mod copy;
 pub(crate) mod index;
+pub(crate) mod joining;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod ternary;

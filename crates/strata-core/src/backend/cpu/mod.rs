@@ -11,6 +11,7 @@
 
 pub(crate) mod chunk;
 pub(crate) mod dense_sum;
+pub(crate) mod gather;
 pub(crate) mod gemm;
 pub(crate) mod kernels;
 pub(crate) mod math;
