@@ -9,4 +9,7 @@
 
 pub mod autocast;
 pub(crate) mod entry;
+mod index;
+mod joining;
+mod matmul;
 mod unary;

@@ -1,5 +1,5 @@
-//! Backward of indexing and joining: `index_select`, `gather`, `scatter_add`, `masked_fill`,
-//! `index_add_`, `cat`, `stack`, and of the in-place writes `copy_`, `fill_`, `zero_`.
+//! Backward of the indexed ops: `index_select`, `gather`, `scatter_add`, `masked_fill`,
+//! `index_add_`, and of the in-place writes `copy_`, `fill_`, `zero_`.
 
 use super::{record, Grads};
 use crate::autograd::record::InplaceRecorder;
@@ -76,51 +76,6 @@ pub(crate) fn masked_fill(ctx: &OpContext, x: &Tensor, mask: &Tensor, out: &Tens
     record(ctx, "MaskedFillBackward0", &[x], out, |rec| {
         let m = rec.save(mask)?;
         Ok(move |g: Tensor| -> Grads { Ok(vec![Some(g.masked_fill(&m.get()?, 0i64)?)]) })
-    })
-}
-
-/// Records `out = cat(inputs, dim)` (`stack` when `stacked`).
-pub(crate) fn cat(
-    ctx: &OpContext,
-    inputs: &[&Tensor],
-    dim: i64,
-    stacked: bool,
-    out: &Tensor,
-) -> Result<()> {
-    let sizes: Vec<usize> = inputs
-        .iter()
-        .map(|t| {
-            let n = t.dim() as i64;
-            let d = if dim < 0 { dim + n } else { dim };
-            if stacked || t.dim() == 0 {
-                1
-            } else {
-                t.shape().get(d.max(0) as usize).copied().unwrap_or(0)
-            }
-        })
-        .collect();
-    let name = if stacked {
-        "StackBackward0"
-    } else {
-        "CatBackward0"
-    };
-    record(ctx, name, inputs, out, |_| {
-        Ok(move |g: Tensor| -> Grads {
-            let n = g.dim() as i64;
-            let d = if dim < 0 { dim + n } else { dim };
-            let mut start = 0i64;
-            let mut grads = Vec::with_capacity(sizes.len());
-            for &s in &sizes {
-                let part = if stacked {
-                    g.select(d, start)?
-                } else {
-                    g.narrow(d, start, s)?
-                };
-                grads.push(Some(part));
-                start += s as i64;
-            }
-            Ok(grads)
-        })
     })
 }
 

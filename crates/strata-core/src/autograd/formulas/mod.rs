@@ -6,7 +6,8 @@
 pub(crate) mod binary;
 pub(crate) mod copy;
 pub(crate) mod index;
-pub(crate) mod linalg;
+pub(crate) mod joining;
+pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod ternary;
 pub(crate) mod unary;

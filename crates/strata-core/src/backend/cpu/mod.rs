@@ -11,6 +11,8 @@
 
 pub(crate) mod chunk;
 pub(crate) mod dense_sum;
+pub(crate) mod gather;
+pub(crate) mod gemm;
 pub(crate) mod kernels;
 pub(crate) mod math;
 pub mod pool;

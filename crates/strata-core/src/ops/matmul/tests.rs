@@ -1,5 +1,8 @@
-//! Tests of `matmul.rs`.
-use super::*;
+//! Tests of the matrix products and their `out=` forms.
+
+use crate::backend::cpu::gemm::unravel;
+use crate::layout::broadcast::broadcast_shapes;
+use crate::{DType, Error, Result, Tensor};
 use half::{bf16, f16};
 
 /// Deterministic small values, exact in every floating dtype: multiples of 1/8 in [-2, 2].

@@ -1,5 +1,6 @@
-//! Tests of `joining.rs`.
-use super::*;
+//! Tests of `index_select`, `gather` and `scatter_add` and of their `out=` forms.
+
+use crate::{DType, Error, Tensor};
 
 fn arange_f64(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
@@ -385,172 +386,6 @@ fn scatter_add_errors() {
 }
 
 #[test]
-fn cat_promotes_mixed_dtypes() {
-    let a = Tensor::from_vec(vec![1i32, 2, 3, 4], &[2, 2]).unwrap();
-    let b = Tensor::from_vec(vec![0.5f32, 1.5], &[1, 2])
-        .unwrap()
-        .to(DType::F16)
-        .unwrap();
-    let c = Tensor::cat(&[&a, &b], 0).unwrap();
-    assert_eq!((c.dtype(), c.shape()), (DType::F16, vec![3, 2]));
-    assert_eq!(c.to_vec::<f32>().unwrap(), vec![1., 2., 3., 4., 0.5, 1.5]);
-    let t = Tensor::from_vec(vec![true, false], &[2]).unwrap();
-    let u = Tensor::from_vec(vec![7u8], &[1]).unwrap();
-    let c = Tensor::cat(&[&t, &u], 0).unwrap();
-    assert_eq!(
-        (c.dtype(), c.to_vec::<i64>().unwrap()),
-        (DType::U8, vec![1, 0, 7])
-    );
-    // A skipped [0] tensor still takes part in the promotion.
-    let e = Tensor::zeros(&[0], DType::F64).unwrap();
-    let c = Tensor::cat(&[&a, &e], 1).unwrap();
-    assert_eq!((c.dtype(), c.shape()), (DType::F64, vec![2, 2]));
-}
-
-#[test]
-fn cat_matches_brute_force_on_strided_inputs() {
-    let x = permuted(); // [2, 3, 4]
-    let y = arange_f64(&[2, 3, 4]).narrow(2, 1, 2).unwrap(); // [2, 3, 2], gapped
-    let c = Tensor::cat(&[&x, &y], -1).unwrap();
-    assert_eq!((c.shape(), c.stride()), (vec![2, 3, 6], vec![18, 6, 1]));
-    let (xv, yv, cv) = (
-        x.to_vec::<f64>().unwrap(),
-        y.to_vec::<f64>().unwrap(),
-        c.to_vec::<f64>().unwrap(),
-    );
-    for (k, g) in cv.iter().enumerate() {
-        let c3 = unravel(k, &[2, 3, 6]);
-        let want = if c3[2] < 4 {
-            xv[ravel(&c3, &[2, 3, 4])]
-        } else {
-            yv[ravel(&[c3[0], c3[1], c3[2] - 4], &[2, 3, 2])]
-        };
-        assert_eq!(*g, want, "element {k}");
-    }
-    // All-transposed inputs still give a contiguous result, as in PyTorch.
-    let t = arange_f64(&[3, 2]).t().unwrap();
-    let c = Tensor::cat(&[&t, &t], 0).unwrap();
-    assert_eq!((c.shape(), c.stride()), (vec![4, 3], vec![3, 1]));
-    assert_eq!(
-        c.to_vec::<f64>().unwrap(),
-        vec![0., 2., 4., 1., 3., 5., 0., 2., 4., 1., 3., 5.]
-    );
-}
-
-#[test]
-fn cat_keeps_channels_last_when_every_input_has_it() {
-    let cl = |c: usize| arange_f64(&[2, 4, 5, c]).permute(&[0, 3, 1, 2]).unwrap(); // [2, c, 4, 5]
-    let (a, b) = (cl(3), cl(2));
-    let c = Tensor::cat(&[&a, &b], 1).unwrap();
-    assert_eq!(
-        (c.shape(), c.stride()),
-        (vec![2, 5, 4, 5], vec![100, 1, 25, 5])
-    );
-    let (av, bv, cv) = (
-        a.to_vec::<f64>().unwrap(),
-        b.to_vec::<f64>().unwrap(),
-        c.to_vec::<f64>().unwrap(),
-    );
-    for (k, g) in cv.iter().enumerate() {
-        let i = unravel(k, &[2, 5, 4, 5]);
-        let want = if i[1] < 3 {
-            av[ravel(&i, &[2, 3, 4, 5])]
-        } else {
-            bv[ravel(&[i[0], i[1] - 3, i[2], i[3]], &[2, 2, 4, 5])]
-        };
-        assert_eq!(*g, want);
-    }
-    let plain = arange_f64(&[2, 2, 4, 5]);
-    assert_eq!(
-        Tensor::cat(&[&a, &plain], 1).unwrap().stride(),
-        vec![100, 20, 5, 1]
-    );
-    // Stacking keeps the joined layout, as PyTorch's view of its cat does.
-    let s = Tensor::stack(&[&a, &a], 0).unwrap();
-    assert_eq!(
-        (s.shape(), s.stride()),
-        (vec![2, 2, 3, 4, 5], vec![120, 60, 1, 15, 3])
-    );
-}
-
-#[test]
-fn cat_legacy_empty_and_errors() {
-    let a = arange_f64(&[2, 3]);
-    let e = Tensor::zeros(&[0], DType::F32).unwrap();
-    let c = Tensor::cat(&[&e, &a, &e], 1).unwrap();
-    assert_eq!(
-        (c.shape(), c.to_vec::<f64>().unwrap()),
-        (vec![2, 3], a.to_vec::<f64>().unwrap())
-    );
-    let c = Tensor::cat(&[&e, &e], 5).unwrap();
-    assert_eq!(c.shape(), vec![0]);
-    assert!(matches!(Tensor::cat(&[], 0), Err(Error::Argument { .. })));
-    let s = Tensor::scalar(1.0, DType::F32).unwrap();
-    assert!(matches!(Tensor::cat(&[&s], 0), Err(Error::Shape { .. })));
-    let b = arange_f64(&[2, 4]);
-    assert!(matches!(
-        Tensor::cat(&[&a, &b], 0),
-        Err(Error::Shape { .. })
-    ));
-    assert!(Tensor::cat(&[&a, &b], 1).is_ok());
-    assert!(matches!(Tensor::cat(&[&a, &b], 2), Err(Error::Dim { .. })));
-    let v = arange_f64(&[3]);
-    assert!(matches!(
-        Tensor::cat(&[&a, &v], 0),
-        Err(Error::Shape { .. })
-    ));
-    let z = Tensor::zeros(&[2, 0], DType::F64).unwrap();
-    assert!(matches!(
-        Tensor::cat(&[&z, &a], 0),
-        Err(Error::Shape { .. })
-    ));
-}
-
-#[test]
-fn stack_is_cat_of_unsqueezed() {
-    let a = arange_f64(&[2, 3]);
-    let b = arange_f64(&[3, 2]).t().unwrap().mul(-1.0).unwrap();
-    for dim in -3i64..3 {
-        let s = Tensor::stack(&[&a, &b], dim).unwrap();
-        let d = if dim < 0 { dim + 3 } else { dim };
-        let ua = a.unsqueeze(d).unwrap();
-        let ub = b.unsqueeze(d).unwrap();
-        let c = Tensor::cat(&[&ua, &ub], d).unwrap();
-        assert_eq!(s.shape(), c.shape());
-        assert!(s.is_contiguous());
-        assert_eq!(
-            s.to_vec::<f64>().unwrap(),
-            c.to_vec::<f64>().unwrap(),
-            "dim {dim}"
-        );
-    }
-    assert!(matches!(
-        Tensor::stack(&[&a, &b], 3),
-        Err(Error::Dim { ndim: 3, .. })
-    ));
-    let c = arange_f64(&[2, 4]);
-    assert!(matches!(
-        Tensor::stack(&[&a, &c], 2),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(Tensor::stack(&[], 0), Err(Error::Argument { .. })));
-    let (x, y) = (
-        Tensor::scalar(1.0, DType::F32).unwrap(),
-        Tensor::scalar(2, DType::I64).unwrap(),
-    );
-    let s = Tensor::stack(&[&x, &y], -1).unwrap();
-    assert_eq!(
-        (s.dtype(), s.shape(), s.to_vec::<f32>().unwrap()),
-        (DType::F32, vec![2], vec![1., 2.])
-    );
-    let e = Tensor::zeros(&[0], DType::F32).unwrap();
-    let s = Tensor::stack(&[&e, &e], 0).unwrap();
-    assert_eq!((s.shape(), s.stride()), (vec![2, 0], vec![1, 1]));
-    let s = Tensor::stack(&[&e, &e], 1).unwrap();
-    assert_eq!((s.shape(), s.stride()), (vec![0, 2], vec![2, 1]));
-}
-
-#[test]
 fn large_parallel_gather_and_index_select() {
     let n = 1 << 17;
     let x = Tensor::arange(n, DType::I64).unwrap();
@@ -561,4 +396,90 @@ fn large_parallel_gather_and_index_select() {
         x.index_select(0, &index).unwrap().to_vec::<i64>().unwrap(),
         rev
     );
+}
+
+/// The `out=` forms.
+mod out_forms {
+    use crate::ops::out::testing::{check_dtype_refused, check_out_form};
+    use crate::{DType, Error, Tensor};
+
+    /// A `[2, 3]` f32 tensor seen transposed from `[3, 2]` storage.
+    fn strided() -> Tensor {
+        Tensor::arange(6, DType::F32)
+            .unwrap()
+            .mul(1.5)
+            .unwrap()
+            .view(&[3, 2])
+            .unwrap()
+            .t()
+            .unwrap()
+    }
+
+    fn ids(v: &[i64], shape: &[usize]) -> Tensor {
+        Tensor::from_vec(v.to_vec(), shape).unwrap()
+    }
+
+    #[test]
+    fn gathering_out_forms_match_their_ops() {
+        let x = strided();
+        let i = ids(&[1, 0, 1, 0, 0, 1], &[2, 3]);
+        let i32s = i.to(DType::I32).unwrap();
+        check_out_form(&x.gather(0, &i).unwrap(), 0.0, |o| x.gather_out(0, &i, o));
+        check_out_form(&x.gather(0, &i32s).unwrap(), 0.0, |o| {
+            x.gather_out(0, &i32s, o)
+        });
+        let j = ids(&[2, 0, 1, 1], &[2, 2]);
+        check_out_form(&x.gather(1, &j).unwrap(), 0.0, |o| x.gather_out(1, &j, o));
+        let src = Tensor::ones(&[2, 3], DType::F32).unwrap();
+        check_out_form(&x.scatter_add(0, &i, &src).unwrap(), 0.0, |o| {
+            x.scatter_add_out(0, &i, &src, o)
+        });
+        check_out_form(&x.scatter_add(1, &j, &src).unwrap(), 0.0, |o| {
+            x.scatter_add_out(1, &j, &src, o)
+        });
+        let k = ids(&[2, 0], &[2]);
+        check_out_form(&x.index_select(1, &k).unwrap(), 0.0, |o| {
+            x.index_select_out(1, &k, o)
+        });
+        // The indexed ops take self's dtype exactly.
+        check_dtype_refused(&[2, 3], DType::F64, |o| x.gather_out(0, &i, o));
+        check_dtype_refused(&[2, 3], DType::F64, |o| x.scatter_add_out(0, &i, &src, o));
+        // Bad indices are refused before anything is written.
+        let out = Tensor::full(&[2, 3], 4.0, DType::F32).unwrap();
+        let bad = ids(&[0, 2, 0, 0, 0, 0], &[2, 3]);
+        assert!(matches!(
+            x.gather_out(0, &bad, &out),
+            Err(Error::Index { .. })
+        ));
+        assert!(matches!(
+            x.scatter_add_out(0, &bad, &src, &out),
+            Err(Error::Index { .. })
+        ));
+        assert_eq!(
+            (out.version(), out.to_vec::<f32>().unwrap()),
+            (0, vec![4.0; 6])
+        );
+    }
+
+    #[test]
+    fn scatter_add_out_may_write_into_self_but_not_into_its_other_inputs() {
+        let x = strided().contiguous().unwrap().deep_clone().unwrap();
+        let i = ids(&[1, 0, 1, 0, 0, 1], &[2, 3]);
+        let src = Tensor::ones(&[2, 3], DType::F32).unwrap();
+        let want = x.scatter_add(0, &i, &src).unwrap();
+        x.scatter_add_out(0, &i, &src, &x).unwrap();
+        assert_eq!(x.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+        assert_eq!(x.version(), 1);
+        // As PyTorch: gather into its input, or scatter_add into src, is refused.
+        let y = strided().contiguous().unwrap().deep_clone().unwrap();
+        assert!(matches!(
+            y.gather_out(0, &i, &y),
+            Err(Error::Overlap { .. })
+        ));
+        assert!(matches!(
+            x.scatter_add_out(0, &i, &y, &y),
+            Err(Error::Overlap { .. })
+        ));
+        assert_eq!(y.version(), 0);
+    }
 }

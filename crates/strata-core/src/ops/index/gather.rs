@@ -1,212 +1,94 @@
-//! The indexed ops behind `index_select`, `gather` and `scatter_add`: their validation
-//! (every index checked before anything is written) and a small strided walk that copies or
-//! accumulates element by element into a destination with any strides.
+//! `index_select`, `gather` and `scatter_add`: their validation (dims, shapes, dtypes and
+//! every index value, checked before anything is allocated or written) and their runs over the
+//! backend's strided index walk ([`crate::backend::cpu::gather`]). Indices are never wrapped:
+//! as in PyTorch, a negative index is out of range.
 
-use super::*;
+use crate::backend::cpu::gather as walk;
+use crate::backend::cpu::{kernels, Operand, Plan};
+use crate::layout::order::{iteration_order, OrderOperand};
+use crate::layout::overlap::{internal_overlap, InternalOverlap};
+use crate::layout::Layout;
+use crate::op::OpContext;
+use crate::ops::joining::check_addressable;
+use crate::ops::views::dim_arg;
+use crate::storage::{lock_storages, Access};
+use crate::tensor::read_elements;
+use crate::{DType, Error, Result, Tensor};
 
 // ---------------------------------------------------------------------------------------------
-// A strided walk for the indexed ops
+// Validation helpers
 
-/// A raw address that the walk's closures may share across the pool's threads.
-#[derive(Clone, Copy)]
-struct SharedPtr(*mut u8);
+/// `t.dim()`, with a 0-d tensor counted as 1-d (PyTorch's `ensure_nonempty_dim`).
+fn nonempty_dim(t: &Tensor) -> usize {
+    t.dim().max(1)
+}
 
-// SAFETY: only an address. The kernels below dereference it while the op holds the storage
-// locks, and run in parallel only when every element of the written tensor is written by
-// exactly one iteration (its layout has no internal overlap and it shares no memory with the
-// tensors read).
-unsafe impl Send for SharedPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SharedPtr {}
-
-impl SharedPtr {
-    fn get(self) -> *mut u8 {
-        self.0
+/// Size of dimension `d`, 1 for a 0-d tensor (PyTorch's `ensure_nonempty_size`).
+fn nonempty_size(shape: &[usize], d: usize) -> usize {
+    if shape.is_empty() {
+        1
+    } else {
+        shape[d]
     }
 }
 
-/// Visits the elements `range` (row-major positions) of `shape`, calling `f(k, coords, offs)`
-/// with each operand's element offset `Σ coords[d] * strides[j][d]`.
-fn walk_range<const N: usize>(
-    shape: &[usize],
-    strides: &[Vec<isize>; N],
-    range: Range<usize>,
-    f: &impl Fn(usize, &[usize], &[isize; N]),
-) {
-    if range.is_empty() {
-        return;
-    }
-    let nd = shape.len();
-    if nd == 0 {
-        f(0, &[], &[0; N]);
-        return;
-    }
-    let last = nd - 1;
-    let mut coords = vec![0usize; nd];
-    let mut rem = range.start;
-    for d in (0..nd).rev() {
-        coords[d] = rem % shape[d];
-        rem /= shape[d];
-    }
-    // Offsets of the start of the current row (coords[last] = 0).
-    let mut base = [0isize; N];
-    for (j, b) in base.iter_mut().enumerate() {
-        *b = (0..last).map(|d| coords[d] as isize * strides[j][d]).sum();
-    }
-    let mut k = range.start;
-    loop {
-        let start = coords[last];
-        let n = (shape[last] - start).min(range.end - k);
-        let mut offs = [0isize; N];
-        for j in 0..N {
-            offs[j] = base[j] + start as isize * strides[j][last];
-        }
-        for i in 0..n {
-            coords[last] = start + i;
-            f(k + i, &coords, &offs);
-            for j in 0..N {
-                offs[j] += strides[j][last];
-            }
-        }
-        k += n;
-        if k >= range.end {
-            return;
-        }
-        coords[last] = 0;
-        for d in (0..last).rev() {
-            coords[d] += 1;
-            for j in 0..N {
-                base[j] += strides[j][d];
-            }
-            if coords[d] < shape[d] {
-                break;
-            }
-            for j in 0..N {
-                base[j] -= shape[d] as isize * strides[j][d];
-            }
-            coords[d] = 0;
-        }
-    }
+/// Stride of dimension `d` for a walk, 0 for a 0-d tensor (whose only coordinate is 0).
+fn nonempty_stride(strides: &[usize], d: usize) -> isize {
+    strides.get(d).map_or(0, |&s| s as isize)
 }
 
-/// Visits every element of `shape` (see [`walk_range`]), split across strata's pool when
-/// `parallel` and the loop is large enough; `weight` is the number of elements each visit
-/// moves.
-fn walk<const N: usize>(
-    shape: &[usize],
-    strides: &[Vec<isize>; N],
-    parallel: bool,
-    weight: usize,
-    f: impl Fn(usize, &[usize], &[isize; N]) + Sync,
-) {
-    let numel = checked_numel(shape).unwrap_or(0);
-    let work = numel.saturating_mul(weight.max(1));
-    let threads = pool().current_num_threads();
-    if !parallel || work < GRAIN_SIZE || threads < 2 || numel < 2 {
-        walk_range(shape, strides, 0..numel, &f);
-        return;
+fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
+    if matches!(index.dtype(), DType::I64 | DType::I32) {
+        return Ok(());
     }
-    let chunks = (threads * 4).min(work / (GRAIN_SIZE / 4)).min(numel).max(2);
-    pool().install(|| {
-        (0..chunks).into_par_iter().for_each(|c| {
-            walk_range(
-                shape,
-                strides,
-                numel * c / chunks..numel * (c + 1) / chunks,
-                &f,
-            );
-        })
-    });
+    Err(Error::dtype(
+        op,
+        format!(
+            "the index must be an i64 or i32 tensor, got {}",
+            index.dtype()
+        ),
+        Some("convert the index with .to(DType::I64)"),
+    ))
 }
 
-/// `out[k] = src[offs[1] + pick(k, coords)]` over `shape`: the copy behind `index_select` and
-/// `gather`. Operand 0 is the output, operand 1 the source with stride 0 along the picked
-/// dimension; `pick` gives the element offset along it. Each visit copies `block` consecutive
-/// elements (more than one when the dimensions after the picked one are contiguous in both).
-/// Output and source have the same dtype.
-struct Pick<'a, F> {
-    shape: &'a [usize],
-    strides: [Vec<isize>; 2],
-    block: usize,
-    out: SharedPtr,
-    src: SharedPtr,
-    parallel: bool,
-    pick: F,
-}
-
-impl<F: Fn(usize, &[usize]) -> isize + Sync> DTypeFn for Pick<'_, F> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let (out, src, pick, block) = (self.out, self.src, &self.pick, self.block);
-        walk(
-            self.shape,
-            &self.strides,
-            self.parallel,
-            block,
-            |k, coords, offs| {
-                let (o, s) = (out.get() as *mut T, src.get() as *const T);
-                // SAFETY: `out` and `src` point at the first elements of the output and source,
-                // whose storages the caller holds locked (the output's for writing). `offs[0]` is
-                // an output position within its layout; `offs[1] + pick` is a source position,
-                // whose index the op checked against the source's size along the picked
-                // dimension before running. Both layouts lie within their storages, and from
-                // each position `block` elements are consecutive in both. `copy` allows the two
-                // ranges to overlap (an `out=` tensor may share a storage with the source).
-                unsafe {
-                    let (o, s) = (o.offset(offs[0]), s.offset(offs[1] + pick(k, coords)));
-                    if block == 1 {
-                        o.write(s.read());
-                    } else {
-                        std::ptr::copy(s, o, block);
-                    }
-                }
-            },
-        );
-    }
-}
-
-/// `dst[offs[1] + idx[k] * dim_stride] += src[offs[0]]` over the index's shape, in row-major
-/// order (repeated indices accumulate in that order, each add rounded to the dtype as
-/// PyTorch's CPU kernel does). Serial: several elements may add into one location.
-struct ScatterAdd<'a> {
-    shape: &'a [usize],
-    strides: [Vec<isize>; 2],
-    src: SharedPtr,
-    dst: SharedPtr,
-    idx: &'a [i64],
-    dim_stride: isize,
-}
-
-impl DTypeFn for ScatterAdd<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let (src, dst, idx, dim_stride) = (self.src, self.dst, self.idx, self.dim_stride);
-        walk(self.shape, &self.strides, false, 1, |k, _, offs| {
-            let (s, d) = (src.get() as *const T, dst.get() as *mut T);
-            // SAFETY: `src` and `dst` point at the first elements of src and of the result,
-            // both locked by the caller, the result for writing. The
-            // index's shape fits inside both (checked), and `idx[k]` lies in the result's
-            // dimension (checked), so both offsets address elements of their tensors.
-            unsafe {
-                let at = d.offset(offs[1] + idx[k] as isize * dim_stride);
-                at.write(at.read().add(s.offset(offs[0]).read()));
-            }
+/// The values of `index` in row-major order, each checked to lie in `0..size` (dimension
+/// `dim` of the indexed tensor). Negative values are out of range, as in PyTorch.
+fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
+    let values = read_elements::<i64>(index);
+    if let Some(&bad) = values.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
+        return Err(Error::Index {
+            op,
+            index: bad,
+            dim,
+            size,
         });
     }
+    Ok(values)
+}
+
+fn same_dtype(op: &'static str, what: &str, expected: DType, got: DType) -> Result<()> {
+    if expected == got {
+        return Ok(());
+    }
+    Err(Error::dtype(
+        op,
+        format!("self is {expected} but {what} is {got}"),
+        Some("convert it with .to(self.dtype())"),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
 // index_select
 
 /// A validated `index_select`: the result's shape and the checked indices.
-pub(super) struct IndexSelect {
+pub(crate) struct IndexSelect {
     dim: usize,
-    pub(super) shape: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
     indices: Vec<i64>,
 }
 
 impl IndexSelect {
-    pub(super) fn infer(
+    pub(crate) fn infer(
         op: &'static str,
         x: &Tensor,
         dim: i64,
@@ -248,7 +130,7 @@ impl IndexSelect {
     }
 
     /// Writes the selection into `out` (which has the result's shape and `x`'s dtype).
-    pub(super) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
+    pub(crate) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
         let (xb, ob) = (x.body(), out.body());
         let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
         let esize = x.element_size();
@@ -257,7 +139,7 @@ impl IndexSelect {
             .wrapping_add(ob.layout.offset() * esize);
         let src_ptr = guards
             .read_ptr(&xb.storage)
-            .wrapping_add(xb.layout.offset() * esize) as *mut u8;
+            .wrapping_add(xb.layout.offset() * esize);
         let has_dim = !self.shape.is_empty();
         let d = self.dim;
         let (x_strides, o_strides) = (xb.layout.strides(), ob.layout.strides());
@@ -284,24 +166,29 @@ impl IndexSelect {
         if has_dim {
             src_strides[d] = 0;
         }
-        dispatch(
-            x.dtype(),
-            Pick {
+        // SAFETY: both storages are locked (the output's for writing) and the pointers are
+        // their first elements; the output walk stays within its layout, and every source
+        // position is a checked index along `d` plus an in-range position elsewhere. A block
+        // spans the dimensions after `d`, contiguous in both. The caller asks for `parallel`
+        // only when the output does not overlap itself or the source.
+        unsafe {
+            walk::pick(
+                x.dtype(),
                 shape,
-                strides: [to_isize(o_strides), src_strides],
+                [to_isize(o_strides), src_strides],
                 block,
-                out: SharedPtr(out_ptr),
-                src: SharedPtr(src_ptr),
+                out_ptr,
+                src_ptr,
                 parallel,
-                pick: |_: usize, coords: &[usize]| {
+                |_: usize, coords: &[usize]| {
                     if has_dim {
                         table[coords[d]]
                     } else {
                         table[0]
                     }
                 },
-            },
-        );
+            )
+        };
     }
 }
 
@@ -310,14 +197,14 @@ impl IndexSelect {
 
 /// A validated `gather`: the picked dimension, the result's (the index's) shape, and the
 /// checked indices in row-major order (none for an empty index).
-pub(super) struct Gather {
+pub(crate) struct Gather {
     dim: usize,
-    pub(super) shape: Vec<usize>,
+    pub(crate) shape: Vec<usize>,
     indices: Vec<i64>,
 }
 
 impl Gather {
-    pub(super) fn infer(op: &'static str, x: &Tensor, dim: i64, index: &Tensor) -> Result<Gather> {
+    pub(crate) fn infer(op: &'static str, x: &Tensor, dim: i64, index: &Tensor) -> Result<Gather> {
         let x_shape = x.shape();
         let d = dim_arg(op, dim, x_shape.len())?;
         let i_shape = index.shape();
@@ -363,7 +250,7 @@ impl Gather {
 
     /// Writes the picked elements into `out` (the index's shape, `x`'s dtype) through its
     /// strides.
-    pub(super) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
+    pub(crate) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
         if self.indices.is_empty() {
             return;
         }
@@ -383,39 +270,40 @@ impl Gather {
             .collect();
         let out_strides: Vec<isize> = ob.layout.strides().iter().map(|&s| s as isize).collect();
         let idx = &self.indices;
-        dispatch(
-            x.dtype(),
-            Pick {
-                shape: &self.shape,
-                strides: [out_strides, src_strides],
-                block: 1,
-                out: SharedPtr(
-                    guards
-                        .write_ptr(&ob.storage)
-                        .wrapping_add(ob.layout.offset() * esize),
-                ),
-                src: SharedPtr(
-                    guards
-                        .read_ptr(&xb.storage)
-                        .wrapping_add(xb.layout.offset() * esize) as *mut u8,
-                ),
+        // SAFETY: both storages are locked (the output's for writing) and the pointers are
+        // their first elements; the index's shape fits the output and, outside `dim`, the
+        // source, and every index was checked against the source's size along `dim`. The
+        // caller asks for `parallel` only when the output does not overlap itself or the
+        // source.
+        unsafe {
+            walk::pick(
+                x.dtype(),
+                &self.shape,
+                [out_strides, src_strides],
+                1,
+                guards
+                    .write_ptr(&ob.storage)
+                    .wrapping_add(ob.layout.offset() * esize),
+                guards
+                    .read_ptr(&xb.storage)
+                    .wrapping_add(xb.layout.offset() * esize),
                 parallel,
-                pick: |k: usize, _: &[usize]| idx[k] as isize * dim_stride,
-            },
-        );
+                |k: usize, _: &[usize]| idx[k] as isize * dim_stride,
+            )
+        };
     }
 }
 
 /// A validated `scatter_add`: the dimension, the index's shape and its checked values (none
 /// for an empty index).
-pub(super) struct ScatterAddPlan {
+pub(crate) struct ScatterAddPlan {
     dim: usize,
     i_shape: Vec<usize>,
     indices: Vec<i64>,
 }
 
 impl ScatterAddPlan {
-    pub(super) fn infer(
+    pub(crate) fn infer(
         op: &'static str,
         x: &Tensor,
         dim: i64,
@@ -475,7 +363,7 @@ impl ScatterAddPlan {
     /// Writes `x` with `src` added at the indexed positions into `result` (`x`'s shape and
     /// dtype), through its strides: a copy of `x` first unless `copy` is false (`result` is
     /// `x` itself), then the additions in row-major order of the index.
-    pub(super) fn execute(&self, x: &Tensor, src: &Tensor, result: &Tensor, copy: bool) {
+    pub(crate) fn execute(&self, x: &Tensor, src: &Tensor, result: &Tensor, copy: bool) {
         let (xb, sb, rb) = (x.body(), src.body(), result.body());
         let guards = lock_storages(&[
             (&rb.storage, Access::Write),
@@ -542,20 +430,59 @@ impl ScatterAddPlan {
                 }
             })
             .collect();
-        dispatch(
-            x.dtype(),
-            ScatterAdd {
-                shape: &self.i_shape,
-                strides: [walk_src, walk_dst],
-                src: SharedPtr(
-                    guards
-                        .read_ptr(&sb.storage)
-                        .wrapping_add(sb.layout.offset() * esize) as *mut u8,
-                ),
-                dst: SharedPtr(dst),
-                idx: &self.indices,
-                dim_stride: nonempty_stride(r_strides, d),
-            },
-        );
+        // SAFETY: src is read-locked and the result write-locked, the pointers at their first
+        // elements; the index's shape fits inside src and, outside `d`, the result, and every
+        // index lies in the result's dimension `d` (all checked by `infer`).
+        unsafe {
+            walk::scatter_add(
+                x.dtype(),
+                &self.i_shape,
+                [walk_src, walk_dst],
+                guards
+                    .read_ptr(&sb.storage)
+                    .wrapping_add(sb.layout.offset() * esize),
+                dst,
+                &self.indices,
+                nonempty_stride(r_strides, d),
+            )
+        };
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ops
+
+/// `x.index_select(dim, index)` into a new contiguous tensor.
+pub(crate) fn index_select(
+    ctx: &OpContext,
+    x: &Tensor,
+    dim: i64,
+    index: &Tensor,
+) -> Result<Tensor> {
+    let sel = IndexSelect::infer(ctx.op(), x, dim, index)?;
+    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&sel.shape, 0), x.dtype())?;
+    sel.execute(x, &out, true);
+    Ok(out)
+}
+
+/// `x.gather(dim, index)` into a new contiguous tensor.
+pub(crate) fn gather(ctx: &OpContext, x: &Tensor, dim: i64, index: &Tensor) -> Result<Tensor> {
+    let g = Gather::infer(ctx.op(), x, dim, index)?;
+    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&g.shape, 0), x.dtype())?;
+    g.execute(x, &out, true);
+    Ok(out)
+}
+
+/// `x.scatter_add(dim, index, src)` into a new contiguous tensor.
+pub(crate) fn scatter_add(
+    ctx: &OpContext,
+    x: &Tensor,
+    dim: i64,
+    index: &Tensor,
+    src: &Tensor,
+) -> Result<Tensor> {
+    let sc = ScatterAddPlan::infer(ctx.op(), x, dim, index, src)?;
+    let result = Tensor::uninit_with_layout(ctx, Layout::contiguous(&x.shape(), 0), x.dtype())?;
+    sc.execute(x, src, &result, true);
+    Ok(result)
 }

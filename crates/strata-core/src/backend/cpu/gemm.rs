@@ -1,0 +1,538 @@
+//! Matrix products over strided memory: the `gemm` crate for f32 and f64 (f16 and bf16
+//! widened to f32), a plain loop with wrapping arithmetic for integers.
+//!
+//! A product is a batch of `m×k · k×n` products whose operands are described by their element
+//! offsets and strides ([`Mat`], [`Product`]), so transposed, sliced and broadcast operands are
+//! read where they are. [`gemm`] runs one over raw storage pointers; the op layer validates the
+//! operands and locks the storages first.
+
+use ::gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::pool::{num_threads, pool};
+use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
+use crate::layout::{checked_numel, contiguous_strides};
+use crate::Scalar;
+
+/// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
+const PARALLEL_WORK: usize = 1 << 17;
+
+/// Where one operand's matrices are, in elements of its storage: element `(i, j)` of batch
+/// entry `idx` lives at `offset + Σ idx[d]·batch[d] + i·rs + j·cs`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Mat {
+    pub(crate) offset: usize,
+    pub(crate) batch: Vec<usize>,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+impl Mat {
+    /// Offset of element `(0, 0)` of batch entry `index`.
+    pub(crate) fn at(&self, index: &[usize]) -> usize {
+        self.offset
+            + index
+                .iter()
+                .zip(&self.batch)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
+    }
+
+    /// A matrix operand that is the same for every entry of a batch of `nb` dimensions.
+    pub(crate) fn unbatched(offset: usize, nb: usize, rs: usize, cs: usize) -> Mat {
+        Mat {
+            offset,
+            batch: vec![0; nb],
+            rs,
+            cs,
+        }
+    }
+}
+
+/// A batch of products `a[idx] (m×k) · b[idx] (k×n)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Product {
+    pub(crate) batch: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) a: Mat,
+    pub(crate) b: Mat,
+}
+
+/// Computes `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`:
+/// `a`, `b` and `c` are the base pointers of the storages that [`Mat`] offsets count from
+/// (`p.a`, `p.b` and the `Mat` given with `c`), `out` that of the output, written through
+/// `out_mat`. `c` is ignored when absent or when `beta` is zero (even where it holds NaN), the
+/// product when `alpha` is zero. With `buffered` the products are computed into a private
+/// buffer first and then copied into the output.
+///
+/// # Safety
+/// Every element that `p`, `c`'s `Mat` and `out_mat` address, counted in elements of `dtype`
+/// from its base pointer, must lie in memory that stays valid for the call: the inputs'
+/// readable, the output's writable and touched by nothing else meanwhile (the op holds the
+/// storages locked). Unless `buffered`, the output must not overlap itself or any input.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm(
+    dtype: DType,
+    p: &Product,
+    out: *mut u8,
+    out_mat: &Mat,
+    a: *const u8,
+    b: *const u8,
+    c: Option<(*const u8, &Mat)>,
+    alpha: Scalar,
+    beta: Scalar,
+    buffered: bool,
+) {
+    let job = Job {
+        product: p,
+        out: out_mat,
+        c: c.map(|(_, m)| m),
+        a_ptr: a,
+        b_ptr: b,
+        c_ptr: c.map_or(std::ptr::null(), |(ptr, _)| ptr),
+        out_ptr: out,
+        alpha,
+        beta,
+        buffered,
+    };
+    dispatch(dtype, &job);
+}
+
+/// A raw pointer to a matrix inside a locked storage, with its strides in elements.
+struct MatPtr<T> {
+    ptr: *mut T,
+    rs: usize,
+    cs: usize,
+}
+
+impl<T> Clone for MatPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for MatPtr<T> {}
+
+// SAFETY: a MatPtr points into a storage locked for the whole product (or into a buffer the
+// product owns); threads only write disjoint rows of the output through it.
+unsafe impl<T> Send for MatPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for MatPtr<T> {}
+
+impl<T: Copy> MatPtr<T> {
+    /// Address of element `(i, j)`.
+    ///
+    /// # Safety
+    /// `(i, j)` must be inside the matrix.
+    #[inline(always)]
+    unsafe fn at(&self, i: usize, j: usize) -> *mut T {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.ptr.add(i * self.rs + j * self.cs) }
+    }
+
+    /// The matrix whose `(0, 0)` element is at `offset` from this pointer.
+    ///
+    /// # Safety
+    /// The offset must stay inside the allocation.
+    unsafe fn shifted(&self, offset: usize, rs: usize, cs: usize) -> MatPtr<T> {
+        MatPtr {
+            // SAFETY: forwarded from the caller.
+            ptr: unsafe { self.ptr.add(offset) },
+            rs,
+            cs,
+        }
+    }
+}
+
+/// One `m×k · k×n` product: `dst = beta·c + alpha·(a @ b)`; `c` is ignored when absent or
+/// when `beta` is zero (even where it holds NaN), the product when `alpha` is zero.
+struct One<T> {
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: MatPtr<T>,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    c: Option<MatPtr<T>>,
+    alpha: Scalar,
+    beta: Scalar,
+}
+
+impl<T: Element> One<T> {
+    /// # Safety
+    /// Every pointer must be valid for its matrix; `dst` must not overlap itself or the inputs.
+    unsafe fn run(&self, par: Parallelism) {
+        // SAFETY (all arms): forwarded from the caller.
+        match T::DTYPE {
+            DType::F32 | DType::F64 => unsafe { self.run_gemm(par) },
+            // Half precision accumulates in f32, as PyTorch's CPU kernels do (an f16
+            // accumulator overflows on sums whose result fits).
+            DType::F16 | DType::BF16 => unsafe { self.run_widened(par) },
+            _ => unsafe { self.run_loop(par) },
+        }
+    }
+
+    /// f32 and f64: `gemm` on the operands as they lie.
+    unsafe fn run_gemm(&self, par: Parallelism) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let alpha: T = self.alpha.to();
+        let beta: T = self.beta.to();
+        let c = self.c.filter(|_| beta != T::ZERO);
+        let product = k > 0 && alpha != T::ZERO;
+        let d = self.dst;
+        // SAFETY: indices stay inside the matrices (caller's contract).
+        unsafe {
+            if let Some(c) = c {
+                let bf = beta.to_f64();
+                for i in 0..m {
+                    for j in 0..n {
+                        *d.at(i, j) = cast::<f64, T>(bf * (*c.at(i, j)).to_f64());
+                    }
+                }
+            } else if !product {
+                for i in 0..m {
+                    for j in 0..n {
+                        *d.at(i, j) = T::ZERO;
+                    }
+                }
+            }
+            if product {
+                let (a, b) = (self.a, self.b);
+                // gemm computes dst := alpha·dst + beta·lhs·rhs, strides column first.
+                ::gemm::gemm::<T>(
+                    m,
+                    n,
+                    k,
+                    d.ptr,
+                    d.cs as isize,
+                    d.rs as isize,
+                    c.is_some(),
+                    a.ptr,
+                    a.cs as isize,
+                    a.rs as isize,
+                    b.ptr,
+                    b.cs as isize,
+                    b.rs as isize,
+                    T::ONE,
+                    alpha,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+        }
+    }
+
+    /// f16 and bf16: the operands widened to contiguous f32, multiplied by `gemm` in f32,
+    /// rounded once.
+    unsafe fn run_widened(&self, par: Parallelism) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let alpha: f32 = self.alpha.to();
+        let beta: f32 = self.beta.to();
+        let c = self.c.filter(|_| beta != 0.0);
+        let mut acc = vec![0f32; m * n];
+        // SAFETY: indices stay inside the matrices (caller's contract); the f32 buffers are
+        // owned here and sized for their matrices.
+        unsafe {
+            if k > 0 && alpha != 0.0 {
+                let mut a32 = vec![0f32; m * k];
+                for i in 0..m {
+                    for l in 0..k {
+                        a32[i * k + l] = cast::<T, f32>(*self.a.at(i, l));
+                    }
+                }
+                let mut b32 = vec![0f32; k * n];
+                for l in 0..k {
+                    for j in 0..n {
+                        b32[l * n + j] = cast::<T, f32>(*self.b.at(l, j));
+                    }
+                }
+                ::gemm::gemm::<f32>(
+                    m,
+                    n,
+                    k,
+                    acc.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    a32.as_ptr(),
+                    1,
+                    k as isize,
+                    b32.as_ptr(),
+                    1,
+                    n as isize,
+                    0.0,
+                    alpha,
+                    false,
+                    false,
+                    false,
+                    par,
+                );
+            }
+            for i in 0..m {
+                for j in 0..n {
+                    let mut v = acc[i * n + j];
+                    if let Some(c) = c {
+                        v += beta * cast::<T, f32>(*c.at(i, j));
+                    }
+                    *self.dst.at(i, j) = cast::<f32, T>(v);
+                }
+            }
+        }
+    }
+
+    /// Integers: a row-at-a-time loop with wrapping arithmetic, in the element type.
+    unsafe fn run_loop(&self, par: Parallelism) {
+        let (n, k) = (self.n, self.k);
+        let alpha: T = self.alpha.to();
+        let beta: T = self.beta.to();
+        let c = self.c.filter(|_| beta != T::ZERO);
+        let (a, b, d) = (self.a, self.b, self.dst);
+        let row = |i: usize| {
+            let mut acc = vec![T::ZERO; n];
+            // SAFETY: indices stay inside the matrices (caller's contract); each row of `dst`
+            // is written by one call only.
+            unsafe {
+                for l in 0..k {
+                    let x = *a.at(i, l);
+                    if x == T::ZERO {
+                        continue;
+                    }
+                    for (j, s) in acc.iter_mut().enumerate() {
+                        *s = s.add(x.mul(*b.at(l, j)));
+                    }
+                }
+                for (j, s) in acc.into_iter().enumerate() {
+                    let mut v = alpha.mul(s);
+                    if let Some(c) = c {
+                        v = v.add(beta.mul(*c.at(i, j)));
+                    }
+                    *d.at(i, j) = v;
+                }
+            }
+        };
+        match par {
+            Parallelism::None => (0..self.m).for_each(row),
+            _ => (0..self.m).into_par_iter().for_each(row),
+        }
+    }
+}
+
+/// The stride of the single dimension that dimensions `sizes`/`strides` (outermost first)
+/// form together, if they do (size-1 dimensions do not matter).
+fn merged_stride(sizes: &[usize], strides: &[usize]) -> Option<usize> {
+    let mut merged = None;
+    let mut next = 0;
+    for (&size, &stride) in sizes.iter().zip(strides).rev() {
+        if size == 1 {
+            continue;
+        }
+        if merged.is_some() && stride != next {
+            return None;
+        }
+        merged.get_or_insert(stride);
+        next = stride * size;
+    }
+    Some(merged.unwrap_or(0))
+}
+
+/// Folds the batch into the rows when `b` is one matrix for every batch entry and the batch
+/// and row dimensions of `a` and of the output each form one evenly strided dimension: one
+/// large product instead of many small ones.
+fn fold(p: &Product, out: &Mat) -> Option<(Product, Mat)> {
+    if p.batch.is_empty()
+        || p.batch
+            .iter()
+            .zip(&p.b.batch)
+            .any(|(&s, &st)| s > 1 && st != 0)
+    {
+        return None;
+    }
+    let mut sizes = p.batch.clone();
+    sizes.push(p.m);
+    let with_rows = |mat: &Mat| {
+        let mut st = mat.batch.clone();
+        st.push(mat.rs);
+        st
+    };
+    let a_rs = merged_stride(&sizes, &with_rows(&p.a))?;
+    let out_rs = merged_stride(&sizes, &with_rows(out))?;
+    let rows = checked_numel(&sizes)?;
+    let product = Product {
+        batch: vec![],
+        m: rows,
+        n: p.n,
+        k: p.k,
+        a: Mat {
+            offset: p.a.offset,
+            batch: vec![],
+            rs: a_rs,
+            cs: p.a.cs,
+        },
+        b: Mat {
+            offset: p.b.offset,
+            batch: vec![],
+            rs: p.b.rs,
+            cs: p.b.cs,
+        },
+    };
+    let out = Mat {
+        offset: out.offset,
+        batch: vec![],
+        rs: out_rs,
+        cs: out.cs,
+    };
+    Some((product, out))
+}
+
+/// Batch entry `i` (row-major) of a batch of shape `sizes`, written into `index`.
+pub(crate) fn unravel(mut i: usize, sizes: &[usize], index: &mut [usize]) {
+    for d in (0..sizes.len()).rev() {
+        index[d] = i % sizes[d];
+        i /= sizes[d];
+    }
+}
+
+/// A whole product, ready to run; made only by [`gemm`], under its contract (the storages are
+/// locked and the pointers are their bases).
+struct Job<'a> {
+    product: &'a Product,
+    out: &'a Mat,
+    c: Option<&'a Mat>,
+    a_ptr: *const u8,
+    b_ptr: *const u8,
+    c_ptr: *const u8,
+    out_ptr: *mut u8,
+    alpha: Scalar,
+    beta: Scalar,
+    /// Compute into a private buffer first, then copy into the output (which shares memory
+    /// with an input, or is not dense).
+    buffered: bool,
+}
+
+impl DTypeFn for &Job<'_> {
+    type Output = ();
+    fn call<T: Element>(self) {
+        let p = self.product;
+        let batches = checked_numel(&p.batch).unwrap_or(0);
+        let total = batches.saturating_mul(p.m).saturating_mul(p.n);
+        if total == 0 {
+            return;
+        }
+        let base = |ptr: *const u8| MatPtr {
+            ptr: ptr as *mut T,
+            rs: 0,
+            cs: 0,
+        };
+        let (a, b, c) = (base(self.a_ptr), base(self.b_ptr), base(self.c_ptr));
+        let c = self.c.map(|m| (c, m));
+        if !self.buffered {
+            // SAFETY: `gemm`'s caller locked the storages and validated every layout against
+            // them; unbuffered, the output does not overlap itself or the inputs.
+            unsafe {
+                compute(
+                    p,
+                    base(self.out_ptr),
+                    self.out,
+                    a,
+                    b,
+                    c,
+                    self.alpha,
+                    self.beta,
+                )
+            };
+            return;
+        }
+        let mut buf = vec![T::ZERO; total];
+        let mut strides = contiguous_strides(&p.batch);
+        strides.iter_mut().for_each(|s| *s *= p.m * p.n);
+        let buf_mat = Mat {
+            offset: 0,
+            batch: strides,
+            rs: p.n,
+            cs: 1,
+        };
+        let buf_ptr = MatPtr {
+            ptr: buf.as_mut_ptr(),
+            rs: 0,
+            cs: 0,
+        };
+        // SAFETY: as above, writing into `buf`, which holds `total` elements laid out as
+        // `buf_mat` and overlaps nothing.
+        unsafe { compute(p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta) };
+        let out = self.out_ptr as *mut T;
+        let mut index = vec![0; p.batch.len()];
+        let mut src = buf.iter();
+        for e in 0..batches {
+            unravel(e, &p.batch, &mut index);
+            let o = self.out.at(&index);
+            for i in 0..p.m {
+                for j in 0..p.n {
+                    if let Some(&v) = src.next() {
+                        // SAFETY: the output storage is write-locked and its layout covers
+                        // this element.
+                        unsafe { *out.add(o + i * self.out.rs + j * self.out.cs) = v };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs every product of the batch, spreading large work over strata's pool.
+///
+/// # Safety
+/// The base pointers and layouts must describe locked, valid memory; `dst` must not overlap
+/// itself or the inputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn compute<T: Element>(
+    p: &Product,
+    dst: MatPtr<T>,
+    dst_mat: &Mat,
+    a: MatPtr<T>,
+    b: MatPtr<T>,
+    c: Option<(MatPtr<T>, &Mat)>,
+    alpha: Scalar,
+    beta: Scalar,
+) {
+    let folded = if c.is_none() { fold(p, dst_mat) } else { None };
+    let (p, dst_mat) = match &folded {
+        Some((p, o)) => (p, o),
+        None => (p, dst_mat),
+    };
+    let batches = checked_numel(&p.batch).unwrap_or(0);
+    let work = p.m.saturating_mul(p.n).saturating_mul(p.k.max(1));
+    let one = |e: usize, par: Parallelism| {
+        let mut index = vec![0; p.batch.len()];
+        unravel(e, &p.batch, &mut index);
+        // SAFETY: the offsets are those of validated layouts (caller's contract).
+        unsafe {
+            let job = One {
+                m: p.m,
+                n: p.n,
+                k: p.k,
+                dst: dst.shifted(dst_mat.at(&index), dst_mat.rs, dst_mat.cs),
+                a: a.shifted(p.a.at(&index), p.a.rs, p.a.cs),
+                b: b.shifted(p.b.at(&index), p.b.rs, p.b.cs),
+                c: c.map(|(c, cm)| c.shifted(cm.at(&index), cm.rs, cm.cs)),
+                alpha,
+                beta,
+            };
+            job.run(par);
+        }
+    };
+    if work >= PARALLEL_WORK {
+        let threads = num_threads();
+        pool().install(|| (0..batches).for_each(|e| one(e, Parallelism::Rayon(threads))));
+    } else if batches > 1 && work.saturating_mul(batches) >= PARALLEL_WORK {
+        pool().install(|| {
+            (0..batches)
+                .into_par_iter()
+                .for_each(|e| one(e, Parallelism::None))
+        });
+    } else {
+        (0..batches).for_each(|e| one(e, Parallelism::None));
+    }
+}

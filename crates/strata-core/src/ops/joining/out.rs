@@ -1,0 +1,68 @@
+//! The `out=` forms of the joining ops: `cat_out` and `stack_out`.
+//!
+//! Each runs the out-of-place op's own copies with the output as their destination, written
+//! through the output's strides: an output of the result's shape is written where it is and
+//! nothing is allocated; one of another shape is resized first (contiguous, or channels-last
+//! for a `cat` of channels-last inputs, as PyTorch does). As PyTorch, the output may share no
+//! memory with the inputs, and the promoted result is converted to any dtype that can hold
+//! it. The output's version goes up by one and the output is returned.
+
+use super::{check_addressable, check_stack, copy_regions, parallel_writes, Cat};
+use crate::layout::{contiguous_strides, Layout};
+use crate::op::OpContext;
+use crate::ops::binary::check_cast;
+use crate::ops::out::{check_memory, Aliasing};
+use crate::ops::promote::{result_type, Arg};
+use crate::{Result, Tensor};
+
+/// `cat(tensors, dim)` written into `out`.
+pub(crate) fn cat_out(
+    ctx: &OpContext,
+    tensors: &[&Tensor],
+    dim: i64,
+    out: &Tensor,
+) -> Result<Tensor> {
+    let c = Cat::infer(ctx.op(), tensors, dim)?;
+    check_cast(ctx.op(), c.dtype, out.dtype())?;
+    check_memory(ctx.op(), out, &c.sizes, tensors, Aliasing::Disjoint)?;
+    let resized = out.shape() != c.sizes;
+    out.resize_for_out(ctx, &c.sizes)?;
+    if resized && c.strides != contiguous_strides(&c.sizes) {
+        // The resize left a dense tensor at the same offset: restride it as PyTorch does.
+        let offset = out.storage_offset();
+        out.set_layout(Layout::new(c.sizes.clone(), c.strides.clone(), offset));
+    }
+    copy_regions(
+        tensors,
+        out,
+        &c.regions(&out.stride()),
+        parallel_writes(out),
+    );
+    out.bump_version();
+    Ok(out.clone())
+}
+
+/// `stack(tensors, dim)` written into `out`: each input copied into its slice along `dim`.
+pub(crate) fn stack_out(
+    ctx: &OpContext,
+    tensors: &[&Tensor],
+    dim: i64,
+    out: &Tensor,
+) -> Result<Tensor> {
+    let (shape, d) = check_stack(ctx.op(), tensors, dim)?;
+    let dtype = result_type(&tensors.iter().map(|t| Arg::Tensor(t)).collect::<Vec<_>>());
+    check_cast(ctx.op(), dtype, out.dtype())?;
+    let mut sizes = shape;
+    sizes.insert(d, tensors.len());
+    check_addressable(ctx.op(), &sizes, dtype)?;
+    check_memory(ctx.op(), out, &sizes, tensors, Aliasing::Disjoint)?;
+    out.resize_for_out(ctx, &sizes)?;
+    let mut strides = out.stride();
+    let step = strides.remove(d);
+    let regions: Vec<(usize, usize, Vec<usize>)> = (0..tensors.len())
+        .map(|i| (i, i * step, strides.clone()))
+        .collect();
+    copy_regions(tensors, out, &regions, parallel_writes(out));
+    out.bump_version();
+    Ok(out.clone())
+}
