@@ -8,5 +8,6 @@
 //! `api/unary.rs` joins `ops/unary.rs` and `autograd/formulas/unary.rs`.
 
 pub mod autocast;
+mod binary;
 pub(crate) mod entry;
 mod unary;
