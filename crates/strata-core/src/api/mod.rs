@@ -10,4 +10,5 @@
 pub mod autocast;
 mod binary;
 pub(crate) mod entry;
+mod softmax;
 mod unary;

@@ -8,6 +8,7 @@ pub(crate) mod copy;
 pub(crate) mod index;
 pub(crate) mod linalg;
 pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod ternary;
 pub(crate) mod unary;
 

@@ -1,4 +1,4 @@
-//! Backward of the reductions, `softmax`/`log_softmax` and `cumsum`.
+//! Backward of the reductions and `cumsum`.
 
 use super::{expand_back, keep_dims, record, reduced_dims, sign, take, Grads};
 use crate::layout::wrap_dim;
@@ -199,35 +199,6 @@ pub(crate) fn arg_reduction(
             let ik = keep_dims(&idx.get()?, &[d], keepdim)?;
             let zeros = Tensor::zeros(&shape, g.dtype())?;
             Ok(vec![Some(zeros.scatter_add(d as i64, &ik, &gk)?)])
-        })
-    })
-}
-
-/// Records `out = softmax(x, dim)` or `log_softmax`.
-pub(crate) fn softmax(
-    ctx: &OpContext,
-    log: bool,
-    x: &Tensor,
-    dim: i64,
-    out: &Tensor,
-) -> Result<()> {
-    let name = if log {
-        "LogSoftmaxBackward0"
-    } else {
-        "SoftmaxBackward0"
-    };
-    record(ctx, name, &[x], out, |rec| {
-        let y = rec.save(out)?;
-        Ok(move |g: Tensor| -> Grads {
-            let y = y.get()?;
-            let dims = [dim];
-            let gx = if log {
-                g.sub(&y.exp()?.mul(&g.sum(Some(&dims), true)?)?)?
-            } else {
-                let gy = g.mul(&y)?;
-                gy.sub(&y.mul(&gy.sum(Some(&dims), true)?)?)?
-            };
-            Ok(vec![Some(gx)])
         })
     })
 }
