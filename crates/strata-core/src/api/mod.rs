@@ -9,6 +9,7 @@
 
 pub mod autocast;
 mod binary;
+mod copy;
 pub(crate) mod entry;
 mod softmax;
 mod unary;
