@@ -12,4 +12,5 @@ mod binary;
 mod copy;
 pub(crate) mod entry;
 mod softmax;
+pub(crate) mod ternary;
 mod unary;

@@ -5,7 +5,7 @@ use crate::op::OpContext;
 use crate::{Result, Scalar, Tensor};
 
 /// Records `out = where(cond, a, b)`.
-pub(crate) fn where_(
+pub(crate) fn where_cond(
     ctx: &OpContext,
     cond: &Tensor,
     a: &Tensor,
