@@ -18,16 +18,16 @@ pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor
 
 impl Tensor {
     /// Elements of `a` where `condition` is true (bool, or u8 non-zero), else of `b`; all
-    /// three broadcast.
+    /// three broadcast (PyTorch's out-of-place `torch.where(condition, a, b)`).
     #[track_caller]
-    pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    pub fn where_cond(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         Entry::new("where", &[condition, a, b])?.run(
             |ctx, x| fwd::where_cond(ctx, x[0], x[1], x[2]),
             |ctx, x, out| grad::where_cond(ctx, x[0], x[1], x[2], out),
         )
     }
 
-    /// [`Tensor::where_`] written into `out`, which must have the promoted dtype of `a`
+    /// [`Tensor::where_cond`] written into `out`, which must have the promoted dtype of `a`
     /// and `b` exactly (as in PyTorch). An `out` of the broadcast shape is written where it
     /// is; one of another shape is resized. Returns `out`, whose version goes up by one.
     ///

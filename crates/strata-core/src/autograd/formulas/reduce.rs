@@ -150,7 +150,7 @@ fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Resul
         let at_zero = n
             .eq(0i64)?
             .expand(&super::super::view::to_i64(&x.shape()))?;
-        Tensor::where_(&at_zero, &super::zero(x.dtype())?, &q)
+        Tensor::where_cond(&at_zero, &super::zero(x.dtype())?, &q)
     };
     if p == 2.0 {
         return ge.mul(&zero_where_norm_is_zero(x.div(n)?)?);

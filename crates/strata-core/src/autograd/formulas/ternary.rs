@@ -18,8 +18,8 @@ pub(crate) fn where_cond(
             let c = c.get()?;
             let z = zero(g.dtype())?;
             Ok(vec![
-                Some(Tensor::where_(&c, &g, &z)?),
-                Some(Tensor::where_(&c, &z, &g)?),
+                Some(Tensor::where_cond(&c, &g, &z)?),
+                Some(Tensor::where_cond(&c, &z, &g)?),
             ])
         })
     })
