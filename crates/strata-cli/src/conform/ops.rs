@@ -300,7 +300,7 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         }
         "where" => {
             need(op, xs, 3)?;
-            one(Tensor::where_(&xs[0], &xs[1], &xs[2]))
+            one(Tensor::where_cond(&xs[0], &xs[1], &xs[2]))
         }
         "addcmul" => {
             need(op, xs, 3)?;

@@ -8,8 +8,12 @@
 //! `api/unary.rs` joins `ops/unary.rs` and `autograd/formulas/unary.rs`.
 
 pub mod autocast;
+mod binary;
+mod copy;
 pub(crate) mod entry;
 mod index;
 mod joining;
 mod matmul;
+mod softmax;
+pub(crate) mod ternary;
 mod unary;

@@ -46,7 +46,7 @@ fn binary_formulas_with_broadcasting() {
     check(|t| t[0].mul(2.0)?.div(3.0)?.sub(1.0), vec![a.clone()]);
     let c = Tensor::from_vec(vec![true, false, true, false], &[4]).unwrap();
     check(
-        move |t| Tensor::where_(&c, &t[0], &t[1]),
+        move |t| Tensor::where_cond(&c, &t[0], &t[1]),
         vec![a.clone(), b.clone()],
     );
     check(|t| t[0].addcmul(&t[1], &t[0], 0.7), vec![a, b]);

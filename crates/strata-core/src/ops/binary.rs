@@ -1,11 +1,8 @@
 //! Binary element-wise ops: arithmetic, `pow`, `maximum`/`minimum` and comparisons, with
 //! tensors or numbers, out of place and in place.
 
-use crate::autograd::formulas::binary as grad;
-use crate::autograd::record::refuse_out_with_grad;
-use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
-
 use crate::backend::cpu::{kernels, Plan};
+use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
 use crate::op::OpContext;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -31,7 +28,8 @@ pub(crate) enum BinaryOp {
 }
 
 impl BinaryOp {
-    fn is_comparison(self) -> bool {
+    /// Whether the op compares (a bool result, no gradient).
+    pub(crate) fn is_comparison(self) -> bool {
         matches!(
             self,
             BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
@@ -226,15 +224,13 @@ pub(crate) fn binary(
         }
         Other::Scalar(_) => std::slice::from_ref(&a),
     };
-    let out = contiguous::new_output(
+    contiguous::new_output(
         ctx,
         out_dtype,
         inputs,
         matches!(other, Other::Scalar(_)),
         |plan| run_kernel(plan, op, compute, &other),
-    )?;
-    grad::binary(ctx, a, &other, op, &out)?;
-    Ok(out)
+    )
 }
 
 /// `a op= b` in place.
@@ -273,12 +269,7 @@ pub(crate) fn binary_inplace(
     if !bump_version {
         prepared = prepared.without_version_bump();
     }
-    let rec = grad::binary_inplace_begin(ctx, a, &other, op)?;
-    let out = prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))?;
-    if let Some(rec) = rec {
-        rec.finish(a, &other)?;
-    }
-    Ok(out)
+    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
 }
 
 /// `a op b` written into `out`, which is resized to the broadcast shape when it has another.
@@ -303,15 +294,10 @@ pub(crate) fn binary_out(
     let prepared = ElementwiseSpec::new(Output::Out(out), inputs)
         .with_scalar_operand(matches!(other, Other::Scalar(_)))
         .infer(ctx.op())?;
-    let mut operands = vec![a];
-    if let Other::Tensor(t) = other {
-        operands.push(t);
-    }
-    refuse_out_with_grad(ctx.op(), &operands, out)?;
     if result != out.dtype() {
         // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`.
         drop(prepared);
-        let value = crate::mode::internal(|| binary(ctx, a, other, op))?;
+        let value = binary(ctx, a, other, op)?;
         return ElementwiseSpec::new(Output::Out(out), vec![&value])
             .infer(ctx.op())?
             // SAFETY: `execute` locks the storages and passes a plan valid for them.
@@ -334,200 +320,4 @@ pub(crate) fn check_cast(op: &'static str, result: DType, dest: DType) -> Result
         ),
         Some("use the out-of-place op, or convert the destination first with .to(dtype)"),
     ))
-}
-
-macro_rules! binary_methods {
-    ($($name:ident, $name_:ident, $op:expr, $doc:literal;)*) => {
-        impl Tensor {
-            $(
-                #[doc = concat!("`", $doc, "` element-wise with broadcasting and type promotion; `other` is a tensor or a number.")]
-                #[track_caller]
-                pub fn $name<'a>(&self, other: impl Into<Other<'a>>) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name));
-                    binary(&ctx, self, other.into(), $op)
-                }
-
-                #[doc = concat!("In-place `", $doc, "`: writes into `self`, whose shape and dtype must hold the result.")]
-                #[track_caller]
-                pub fn $name_<'a>(&self, other: impl Into<Other<'a>>) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name_));
-                    binary_(&ctx, self, other.into(), $op)
-                }
-            )*
-        }
-    };
-}
-
-binary_methods! {
-    add, add_, BinaryOp::Add(Scalar::Int(1)), "self + other";
-    sub, sub_, BinaryOp::Sub(Scalar::Int(1)), "self - other";
-    mul, mul_, BinaryOp::Mul, "self * other";
-    div, div_, BinaryOp::Div, "self / other (true division)";
-    pow, pow_, BinaryOp::Pow, "self ** other";
-}
-
-impl Tensor {
-    /// `self + alpha * other`.
-    #[track_caller]
-    pub fn add_scaled<'a>(
-        &self,
-        other: impl Into<Other<'a>>,
-        alpha: impl Into<Scalar>,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("add");
-        binary(&ctx, self, other.into(), BinaryOp::Add(alpha.into()))
-    }
-
-    /// In place: `self += alpha * other`.
-    #[track_caller]
-    pub fn add_scaled_<'a>(
-        &self,
-        other: impl Into<Other<'a>>,
-        alpha: impl Into<Scalar>,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("add_");
-        binary_(&ctx, self, other.into(), BinaryOp::Add(alpha.into()))
-    }
-
-    /// `self - alpha * other`.
-    #[track_caller]
-    pub fn sub_scaled<'a>(
-        &self,
-        other: impl Into<Other<'a>>,
-        alpha: impl Into<Scalar>,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("sub");
-        binary(&ctx, self, other.into(), BinaryOp::Sub(alpha.into()))
-    }
-
-    /// `self + alpha * other` written into `out` (PyTorch's `add(..., out=out)`): no
-    /// allocation when `out` already has the result's shape; otherwise it is resized.
-    #[track_caller]
-    pub fn add_out<'a>(
-        &self,
-        other: impl Into<Other<'a>>,
-        alpha: impl Into<Scalar>,
-        out: &Tensor,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("add_out");
-        binary_out(&ctx, self, other.into(), BinaryOp::Add(alpha.into()), out)
-    }
-
-    /// `self - alpha * other` written into `out` (PyTorch's `sub(..., out=out)`).
-    #[track_caller]
-    pub fn sub_out<'a>(
-        &self,
-        other: impl Into<Other<'a>>,
-        alpha: impl Into<Scalar>,
-        out: &Tensor,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("sub_out");
-        binary_out(&ctx, self, other.into(), BinaryOp::Sub(alpha.into()), out)
-    }
-
-    /// `self * other` written into `out` (PyTorch's `mul(..., out=out)`).
-    #[track_caller]
-    pub fn mul_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("mul_out");
-        binary_out(&ctx, self, other.into(), BinaryOp::Mul, out)
-    }
-
-    /// `self / other` (true division) written into `out` (PyTorch's `div(..., out=out)`).
-    #[track_caller]
-    pub fn div_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("div_out");
-        binary_out(&ctx, self, other.into(), BinaryOp::Div, out)
-    }
-
-    /// In place: `self += value` for a number (shorthand for `add_(Scalar)`).
-    #[track_caller]
-    pub fn add_scalar_(&self, value: impl Into<Scalar>) -> Result<Tensor> {
-        let ctx = OpContext::enter("add_");
-        binary_(
-            &ctx,
-            self,
-            Other::Scalar(value.into()),
-            BinaryOp::Add(Scalar::Int(1)),
-        )
-    }
-
-    /// The larger of each pair of elements (NaN if either is NaN).
-    #[track_caller]
-    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("maximum");
-        binary(&ctx, self, Other::Tensor(other), BinaryOp::Maximum)
-    }
-
-    /// The smaller of each pair of elements (NaN if either is NaN).
-    #[track_caller]
-    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("minimum");
-        binary(&ctx, self, Other::Tensor(other), BinaryOp::Minimum)
-    }
-}
-
-macro_rules! comparison_methods {
-    ($($name:ident, $name_out:ident, $op:expr, $doc:literal;)*) => {
-        impl Tensor {
-            $(
-                #[doc = concat!("`", $doc, "` element-wise, as a bool tensor.")]
-                #[track_caller]
-                pub fn $name<'a>(&self, other: impl Into<Other<'a>>) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name));
-                    binary(&ctx, self, other.into(), $op)
-                }
-
-                #[doc = concat!("`", $doc, "` written into `out` (PyTorch's `", stringify!($name),
-                    "(..., out=out)`): the bool result is stored in `out`'s dtype, whichever it is.")]
-                #[track_caller]
-                pub fn $name_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
-                    let ctx = OpContext::enter(stringify!($name_out));
-                    binary_out(&ctx, self, other.into(), $op, out)
-                }
-            )*
-        }
-    };
-}
-
-comparison_methods! {
-    eq, eq_out, BinaryOp::Eq, "self == other";
-    ne, ne_out, BinaryOp::Ne, "self != other";
-    lt, lt_out, BinaryOp::Lt, "self < other";
-    le, le_out, BinaryOp::Le, "self <= other";
-    gt, gt_out, BinaryOp::Gt, "self > other";
-    ge, ge_out, BinaryOp::Ge, "self >= other";
-}
-
-impl Tensor {
-    /// `self ** other` written into `out` (PyTorch's `pow(..., out=out)`); `out`'s dtype must
-    /// hold the promoted result (a float result cannot go into an integer tensor).
-    ///
-    /// ```
-    /// use strata_core::{DType, Tensor};
-    /// let x = Tensor::from_vec(vec![1.0f32, 2., 3.], &[3])?;
-    /// let out = Tensor::zeros(&[3], DType::F64)?;
-    /// x.pow_out(2i64, &out)?;
-    /// assert_eq!(out.to_vec::<f64>()?, vec![1., 4., 9.]);
-    /// assert!(x.pow_out(2i64, &Tensor::zeros(&[3], DType::I64)?).is_err());
-    /// # Ok::<(), strata_core::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn pow_out<'a>(&self, other: impl Into<Other<'a>>, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("pow_out");
-        binary_out(&ctx, self, other.into(), BinaryOp::Pow, out)
-    }
-
-    /// [`Tensor::maximum`] written into `out`, whose dtype must hold the promoted result.
-    #[track_caller]
-    pub fn maximum_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("maximum_out");
-        binary_out(&ctx, self, Other::Tensor(other), BinaryOp::Maximum, out)
-    }
-
-    /// [`Tensor::minimum`] written into `out`, whose dtype must hold the promoted result.
-    #[track_caller]
-    pub fn minimum_out(&self, other: &Tensor, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("minimum_out");
-        binary_out(&ctx, self, Other::Tensor(other), BinaryOp::Minimum, out)
-    }
 }

@@ -8,7 +8,6 @@
 //! computed in f32 (converted slice-wise); f32 uses a vectorisable `exp` (`exp_f32`).
 //! Blocks of `outer` run in parallel on strata's pool.
 
-use crate::autograd::record::refuse_out_with_grad;
 use crate::backend::cpu::kernels;
 use crate::backend::cpu::softmax;
 use crate::layout::overlap::{overlap, Overlap};
@@ -18,6 +17,23 @@ use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::out::{check_memory, expect_dtype, Aliasing};
 use crate::storage::{lock_storages, Access};
 use crate::{Error, Result, Tensor};
+
+/// `softmax`/`log_softmax` of `x` along `dim` into a new contiguous tensor.
+pub(crate) fn softmax(ctx: &OpContext, x: &Tensor, dim: i64, log: bool) -> Result<Tensor> {
+    softmax_op(ctx, x, dim, log, None)
+}
+
+/// `softmax`/`log_softmax` of `x` along `dim` into `out`, which must have `x`'s dtype
+/// (checked, resized and written, its version bumped once).
+pub(crate) fn softmax_out(
+    ctx: &OpContext,
+    x: &Tensor,
+    dim: i64,
+    log: bool,
+    out: &Tensor,
+) -> Result<Tensor> {
+    softmax_op(ctx, x, dim, log, Some(out))
+}
 
 /// `softmax`/`log_softmax` of `x` along `dim` into a new contiguous tensor, or into `out`
 /// (checked, resized and written, its version bumped once).
@@ -99,71 +115,6 @@ fn softmax_op(
                 .infer(op)?
                 .execute(ctx, |plan| unsafe { kernels::copy(plan) })
         }
-    }
-}
-
-impl Tensor {
-    /// `exp(x) / sum(exp(x))` along `dim`, computed around the maximum so it never
-    /// overflows; a new contiguous tensor (f16/bf16 computed in f32).
-    ///
-    /// ```
-    /// use strata_core::{Tensor, DType};
-    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 1000.0, 1000.0, 1000.0], &[2, 3])?;
-    /// let p = x.softmax(-1)?.to_vec::<f32>()?;
-    /// assert!((p[0..3].iter().sum::<f32>() - 1.0).abs() < 1e-6);
-    /// assert!((p[3] - 1.0 / 3.0).abs() < 1e-6);           // no overflow at 1000
-    /// # Ok::<(), strata_core::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn softmax(&self, dim: i64) -> Result<Tensor> {
-        let ctx = OpContext::enter("softmax");
-        let out = crate::mode::internal(|| -> Result<Tensor> {
-            softmax_op(&ctx, self, dim, false, None)
-        })?;
-        crate::autograd::formulas::reduce::softmax(&ctx, false, self, dim, &out)?;
-        Ok(out)
-    }
-
-    /// `log(softmax(x))` along `dim`, computed as `x - max - log(sum(exp(x - max)))`, which
-    /// stays finite where `softmax` underflows to 0.
-    #[track_caller]
-    pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
-        let ctx = OpContext::enter("log_softmax");
-        let out = crate::mode::internal(|| -> Result<Tensor> {
-            softmax_op(&ctx, self, dim, true, None)
-        })?;
-        crate::autograd::formulas::reduce::softmax(&ctx, true, self, dim, &out)?;
-        Ok(out)
-    }
-
-    /// [`Tensor::softmax`] written into `out`, which must have `self`'s dtype. A contiguous
-    /// `out` of `self`'s shape that does not share memory with `self` is written directly;
-    /// a non-contiguous `out`, or `self` itself, receives the result through a temporary
-    /// contiguous tensor (the kernel writes whole contiguous slices). A non-contiguous
-    /// `self` is copied first, as for [`Tensor::softmax`]. Returns `out`, whose version goes
-    /// up by one.
-    ///
-    /// ```
-    /// use strata_core::{DType, Tensor};
-    /// let x = Tensor::from_vec(vec![0.0f32, 0.0], &[2])?;
-    /// let out = Tensor::zeros(&[0], DType::F32)?;
-    /// x.softmax_out(0, &out)?;
-    /// assert_eq!(out.to_vec::<f32>()?, vec![0.5, 0.5]);
-    /// # Ok::<(), strata_core::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn softmax_out(&self, dim: i64, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("softmax_out");
-        refuse_out_with_grad(ctx.op(), &[self], out)?;
-        softmax_op(&ctx, self, dim, false, Some(out))
-    }
-
-    /// [`Tensor::log_softmax`] written into `out`, as [`Tensor::softmax_out`].
-    #[track_caller]
-    pub fn log_softmax_out(&self, dim: i64, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("log_softmax_out");
-        refuse_out_with_grad(ctx.op(), &[self], out)?;
-        softmax_op(&ctx, self, dim, true, Some(out))
     }
 }
 

@@ -1,7 +1,6 @@
 //! Three-operand element-wise ops: `where`, `addcmul` (both also into a given tensor), and the fused multiply-add that
 //! backward formulas use to round as PyTorch's compiled kernels do.
 
-use crate::autograd::record::refuse_out_with_grad;
 use crate::backend::cpu::{kernels, Plan};
 use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element, Wide};
 use crate::op::OpContext;
@@ -59,9 +58,7 @@ impl DTypeFn for FusedMulAdd<'_> {
 /// `a * b + c` with a single rounding, all three broadcast; floating dtypes only. Not
 /// recorded by autograd: backward formulas use it where PyTorch's kernels are compiled to
 /// fused multiply-adds, so that gradients dominated by cancellation round the same way.
-#[track_caller]
-pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
-    let ctx = OpContext::enter("fused_mul_add");
+pub(crate) fn fused_mul_add(ctx: &OpContext, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
     let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b), Arg::Tensor(c)]);
     if !dtype.is_floating() {
         return Err(Error::dtype(
@@ -70,95 +67,75 @@ pub(crate) fn fused_mul_add(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor
             None,
         ));
     }
-    crate::mode::internal(|| {
-        ElementwiseSpec::new(Output::New(dtype), vec![a, b, c])
-            .infer(ctx.op())?
-            .execute(&ctx, |plan| {
-                dispatch(compute_dtype(dtype), FusedMulAdd(plan))
-            })
-    })
+    ElementwiseSpec::new(Output::New(dtype), vec![a, b, c])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| {
+            dispatch(compute_dtype(dtype), FusedMulAdd(plan))
+        })
 }
 
-impl Tensor {
-    /// Elements of `a` where `condition` is true (bool, or u8 non-zero), else of `b`; all
-    /// three broadcast.
-    #[track_caller]
-    pub fn where_(condition: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("where");
-        let out = crate::mode::internal(|| -> Result<Tensor> {
-            let dtype = where_dtype(ctx.op(), condition, a, b)?;
-            ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
-                .infer(ctx.op())?
-                .execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
-        })?;
-        crate::autograd::formulas::ternary::where_(&ctx, condition, a, b, &out)?;
-        Ok(out)
-    }
+/// Elements of `a` where `condition` is true (bool, or u8 non-zero), else of `b`, into a
+/// new tensor.
+pub(crate) fn where_cond(
+    ctx: &OpContext,
+    condition: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+) -> Result<Tensor> {
+    let dtype = where_dtype(ctx.op(), condition, a, b)?;
+    ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+}
 
-    /// [`Tensor::where_`] written into `out`, which must have the promoted dtype of `a` and
-    /// `b` exactly (as in PyTorch). An `out` of the broadcast shape is written where it is;
-    /// one of another shape is resized. Returns `out`, whose version goes up by one.
-    ///
-    /// ```
-    /// use strata_core::{DType, Tensor};
-    /// let c = Tensor::from_vec(vec![true, false], &[2])?;
-    /// let (a, b) = (Tensor::ones(&[2], DType::F32)?, Tensor::zeros(&[2], DType::F32)?);
-    /// let out = Tensor::zeros(&[0], DType::F32)?;
-    /// Tensor::where_out(&c, &a, &b, &out)?;
-    /// assert_eq!(out.to_vec::<f32>()?, vec![1., 0.]);
-    /// # Ok::<(), strata_core::Error>(())
-    /// ```
-    #[track_caller]
-    pub fn where_out(condition: &Tensor, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<Tensor> {
-        let ctx = OpContext::enter("where_out");
-        let dtype = where_dtype(ctx.op(), condition, a, b)?;
-        expect_dtype(ctx.op(), out, dtype)?;
-        let prepared =
-            ElementwiseSpec::new(Output::Out(out), vec![condition, a, b]).infer(ctx.op())?;
-        refuse_out_with_grad(ctx.op(), &[condition, a, b], out)?;
-        prepared.execute(&ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
-    }
+/// `where(condition, a, b)` written into `out`, which must have the promoted dtype of `a`
+/// and `b` exactly (as in PyTorch).
+pub(crate) fn where_out(
+    ctx: &OpContext,
+    condition: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    out: &Tensor,
+) -> Result<Tensor> {
+    let dtype = where_dtype(ctx.op(), condition, a, b)?;
+    expect_dtype(ctx.op(), out, dtype)?;
+    ElementwiseSpec::new(Output::Out(out), vec![condition, a, b])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+}
 
-    /// `self + value * t1 * t2`, all broadcast (with integer tensors a float `value` is
-    /// truncated, as in PyTorch).
-    #[track_caller]
-    pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: impl Into<Scalar>) -> Result<Tensor> {
-        let ctx = OpContext::enter("addcmul");
-        let value = value.into();
-        let out = crate::mode::internal(|| -> Result<Tensor> {
-            let dtype = addcmul_dtype(ctx.op(), self, t1, t2, value)?;
-            ElementwiseSpec::new(Output::New(dtype), vec![self, t1, t2])
-                .infer(ctx.op())?
-                .execute(&ctx, |plan| {
-                    dispatch(compute_dtype(dtype), AddCMul(plan, value))
-                })
-        })?;
-        crate::autograd::formulas::ternary::addcmul(&ctx, self, t1, t2, value, &out)?;
-        Ok(out)
-    }
-
-    /// [`Tensor::addcmul`] written into `out`, whose dtype must hold the promoted result. An
-    /// `out` of the broadcast shape is written where it is; one of another shape is resized.
-    /// Returns `out`, whose version goes up by one.
-    #[track_caller]
-    pub fn addcmul_out(
-        &self,
-        t1: &Tensor,
-        t2: &Tensor,
-        value: impl Into<Scalar>,
-        out: &Tensor,
-    ) -> Result<Tensor> {
-        let ctx = OpContext::enter("addcmul_out");
-        let value = value.into();
-        let dtype = addcmul_dtype(ctx.op(), self, t1, t2, value)?;
-        check_cast(ctx.op(), dtype, out.dtype())?;
-        let prepared =
-            ElementwiseSpec::new(Output::Out(out), vec![self, t1, t2]).infer(ctx.op())?;
-        refuse_out_with_grad(ctx.op(), &[self, t1, t2], out)?;
-        prepared.execute(&ctx, |plan| {
+/// `x + value * t1 * t2` into a new tensor.
+pub(crate) fn addcmul(
+    ctx: &OpContext,
+    x: &Tensor,
+    t1: &Tensor,
+    t2: &Tensor,
+    value: Scalar,
+) -> Result<Tensor> {
+    let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
+    ElementwiseSpec::new(Output::New(dtype), vec![x, t1, t2])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| {
             dispatch(compute_dtype(dtype), AddCMul(plan, value))
         })
-    }
+}
+
+/// `x + value * t1 * t2` written into `out`, whose dtype must hold the promoted result.
+pub(crate) fn addcmul_out(
+    ctx: &OpContext,
+    x: &Tensor,
+    t1: &Tensor,
+    t2: &Tensor,
+    value: Scalar,
+    out: &Tensor,
+) -> Result<Tensor> {
+    let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
+    check_cast(ctx.op(), dtype, out.dtype())?;
+    ElementwiseSpec::new(Output::Out(out), vec![x, t1, t2])
+        .infer(ctx.op())?
+        .execute(ctx, |plan| {
+            dispatch(compute_dtype(dtype), AddCMul(plan, value))
+        })
 }
 
 /// The dtype of `where(condition, a, b)`, after checking the condition is bool.

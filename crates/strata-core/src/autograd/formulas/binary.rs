@@ -144,7 +144,7 @@ pub(crate) fn binary(
 
 /// Gradient of `maximum(x, y)` (or minimum) for `x`: all of it where `x` wins, half on ties.
 fn extremum_grad(g: &Tensor, x: &Tensor, y: &Tensor, max: bool) -> Result<Tensor> {
-    let half = Tensor::where_(&x.eq(y)?, &g.div(2i64)?, g)?;
+    let half = Tensor::where_cond(&x.eq(y)?, &g.div(2i64)?, g)?;
     let loses = if max { x.lt(y)? } else { x.gt(y)? };
     half.masked_fill(&loses, 0i64)
 }

@@ -1,6 +1,9 @@
-//! Backward of copies and conversions (`clone`, `contiguous`, `to`).
+//! Backward of copies and conversions (`clone`, `contiguous`, `to`) and of the in-place
+//! writes `copy_`, `fill_` and `zero_`.
 
+use super::index::{overwrite_begin, overwrite_finish, Overwrite};
 use super::{record, Grads};
+use crate::autograd::record::InplaceRecorder;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
@@ -9,4 +12,30 @@ pub(crate) fn copy(ctx: &OpContext, name: &'static str, x: &Tensor, out: &Tensor
     record(ctx, name, &[x], out, |_| {
         Ok(|g: Tensor| -> Grads { Ok(vec![Some(g)]) })
     })
+}
+
+/// Validates the write of `src` into `x` (`copy_`) and returns the recorder to finish
+/// after it.
+pub(crate) fn copy_inplace_begin(
+    ctx: &OpContext,
+    x: &Tensor,
+    src: &Tensor,
+) -> Result<Option<InplaceRecorder>> {
+    overwrite_begin(ctx, x, &Overwrite::Copy(src))
+}
+
+/// Records the `copy_` of `src` that just happened: `src` gets the gradient, the old value
+/// a zero one.
+pub(crate) fn copy_inplace_finish(rec: InplaceRecorder, src: &Tensor) -> Result<()> {
+    overwrite_finish(rec, Overwrite::Copy(src))
+}
+
+/// Validates the fill of `x` (`fill_`, `zero_`) and returns the recorder to finish after it.
+pub(crate) fn fill_inplace_begin(ctx: &OpContext, x: &Tensor) -> Result<Option<InplaceRecorder>> {
+    overwrite_begin(ctx, x, &Overwrite::Fill)
+}
+
+/// Records the fill that just happened: the old value gets a zero gradient.
+pub(crate) fn fill_inplace_finish(rec: InplaceRecorder) -> Result<()> {
+    overwrite_finish(rec, Overwrite::Fill)
 }

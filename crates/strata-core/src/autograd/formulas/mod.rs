@@ -9,6 +9,7 @@ pub(crate) mod index;
 pub(crate) mod joining;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod ternary;
 pub(crate) mod unary;
 

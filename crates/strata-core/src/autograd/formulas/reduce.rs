@@ -1,4 +1,4 @@
-//! Backward of the reductions, `softmax`/`log_softmax` and `cumsum`.
+//! Backward of the reductions and `cumsum`.
 
 use super::{expand_back, keep_dims, record, reduced_dims, sign, take, Grads};
 use crate::layout::wrap_dim;
@@ -150,7 +150,7 @@ fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Resul
         let at_zero = n
             .eq(0i64)?
             .expand(&super::super::view::to_i64(&x.shape()))?;
-        Tensor::where_(&at_zero, &super::zero(x.dtype())?, &q)
+        Tensor::where_cond(&at_zero, &super::zero(x.dtype())?, &q)
     };
     if p == 2.0 {
         return ge.mul(&zero_where_norm_is_zero(x.div(n)?)?);
@@ -199,35 +199,6 @@ pub(crate) fn arg_reduction(
             let ik = keep_dims(&idx.get()?, &[d], keepdim)?;
             let zeros = Tensor::zeros(&shape, g.dtype())?;
             Ok(vec![Some(zeros.scatter_add(d as i64, &ik, &gk)?)])
-        })
-    })
-}
-
-/// Records `out = softmax(x, dim)` or `log_softmax`.
-pub(crate) fn softmax(
-    ctx: &OpContext,
-    log: bool,
-    x: &Tensor,
-    dim: i64,
-    out: &Tensor,
-) -> Result<()> {
-    let name = if log {
-        "LogSoftmaxBackward0"
-    } else {
-        "SoftmaxBackward0"
-    };
-    record(ctx, name, &[x], out, |rec| {
-        let y = rec.save(out)?;
-        Ok(move |g: Tensor| -> Grads {
-            let y = y.get()?;
-            let dims = [dim];
-            let gx = if log {
-                g.sub(&y.exp()?.mul(&g.sum(Some(&dims), true)?)?)?
-            } else {
-                let gy = g.mul(&y)?;
-                gy.sub(&y.mul(&gy.sum(Some(&dims), true)?)?)?
-            };
-            Ok(vec![Some(gx)])
         })
     })
 }

@@ -5,7 +5,7 @@ use crate::op::OpContext;
 use crate::{Result, Scalar, Tensor};
 
 /// Records `out = where(cond, a, b)`.
-pub(crate) fn where_(
+pub(crate) fn where_cond(
     ctx: &OpContext,
     cond: &Tensor,
     a: &Tensor,
@@ -18,8 +18,8 @@ pub(crate) fn where_(
             let c = c.get()?;
             let z = zero(g.dtype())?;
             Ok(vec![
-                Some(Tensor::where_(&c, &g, &z)?),
-                Some(Tensor::where_(&c, &z, &g)?),
+                Some(Tensor::where_cond(&c, &g, &z)?),
+                Some(Tensor::where_cond(&c, &z, &g)?),
             ])
         })
     })

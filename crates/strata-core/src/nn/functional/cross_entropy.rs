@@ -121,7 +121,7 @@ pub(super) fn per_target_grad(
     };
     match ignored {
         // Selected, not multiplied: an infinite gradient must still give 0 there.
-        Some(mask) => Tensor::where_(
+        Some(mask) => Tensor::where_cond(
             &cs.class_index(mask)?,
             &crate::autograd::formulas::zero(g.dtype())?,
             &gw,

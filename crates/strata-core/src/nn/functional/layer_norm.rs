@@ -2,10 +2,10 @@
 //! deviation (as PyTorch's `native_layer_norm`).
 
 use super::check::{dtype_is, floating, shape};
+use crate::api::ternary::fused_mul_add;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::mode::internal;
 use crate::op::OpContext;
-use crate::ops::ternary::fused_mul_add;
 use crate::{DType, Result, Tensor};
 
 /// Normalises `x` over its last dimensions, `normalized_shape`, to zero mean and unit

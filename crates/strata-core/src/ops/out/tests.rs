@@ -136,7 +136,7 @@ fn unary_out_dtype_rules_follow_pytorch() {
 fn where_addcmul_and_masked_fill_out_forms() {
     let (a, b) = (sample(DType::F32), row());
     let c = a.gt(&b).unwrap();
-    check_out_form(&Tensor::where_(&c, &a, &b).unwrap(), 0.0, |o| {
+    check_out_form(&Tensor::where_cond(&c, &a, &b).unwrap(), 0.0, |o| {
         Tensor::where_out(&c, &a, &b, o)
     });
     check_out_form(&a.addcmul(&a, &b, 0.5).unwrap(), 0.0, |o| {
