@@ -229,5 +229,4 @@ impl Tensor {
 }
 
 #[cfg(test)]
-#[path = "reduce_out_tests.rs"]
 mod tests;
