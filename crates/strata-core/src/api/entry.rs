@@ -143,6 +143,22 @@ impl<'a> Entry<'a> {
         refuse_out_with_grad(self.ctx.op(), &x, out)?;
         internal(|| forward(&self.ctx, &x))
     }
+
+    /// [`Entry::run_out`] for an op written into several outputs (`max_dim_out`'s values
+    /// and indices): each output is refused as `run_out` refuses its one, before anything
+    /// is written.
+    pub(crate) fn run_outs<T>(
+        self,
+        outs: &[&Tensor],
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
+        for &out in outs {
+            check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
+            refuse_out_with_grad(self.ctx.op(), &x, out)?;
+        }
+        internal(|| forward(&self.ctx, &x))
+    }
 }
 
 /// `Err` unless every dimensioned operand is on one device; 0-d CPU tensors join any

@@ -9,4 +9,6 @@
 
 pub mod autocast;
 pub(crate) mod entry;
+mod reduce;
+mod reduce_out;
 mod unary;
