@@ -159,6 +159,20 @@ impl<'a> Entry<'a> {
         }
         internal(|| forward(&self.ctx, &x))
     }
+
+    /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view
+    /// shares its input's memory): `forward` works out the view (its layout, or a copy
+    /// where no view can express the result) with recording off, then `make` makes it from
+    /// the input, recording how its gradient maps back when autograd records.
+    pub(crate) fn run_view<I, T>(
+        self,
+        forward: impl FnOnce(&OpContext, &Tensor) -> Result<I>,
+        make: impl FnOnce(&OpContext, &Tensor, I) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.inputs[0];
+        let view = internal(|| forward(&self.ctx, x))?;
+        make(&self.ctx, x, view)
+    }
 }
 
 /// `Err` unless every dimensioned operand is on one device; 0-d CPU tensors join any

@@ -12,3 +12,4 @@ pub(crate) mod entry;
 mod reduce;
 mod reduce_out;
 mod unary;
+mod views;
