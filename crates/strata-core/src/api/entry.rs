@@ -160,6 +160,17 @@ impl<'a> Entry<'a> {
         internal(|| forward(&self.ctx, &x))
     }
 
+    /// Runs a composite op whose parts record themselves (PyTorch's implicitly
+    /// differentiable composites, `linear` or `mse_loss`): the forward runs with recording
+    /// as the caller has it, and the op adds no node of its own.
+    pub(crate) fn run_composite<T>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
+        forward(&self.ctx, &x)
+    }
+
     /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view
     /// shares its input's memory): `forward` works out the view (its layout, or a copy
     /// where no view can express the result) with recording off, then `make` makes it from
