@@ -76,16 +76,6 @@ impl<'a> Entry<'a> {
         }
     }
 
-    /// The op's context (site, allocator routing).
-    pub(crate) fn ctx(&self) -> &OpContext {
-        &self.ctx
-    }
-
-    /// Whether autograd records this op.
-    pub(crate) fn records(&self) -> bool {
-        self.records
-    }
-
     /// Runs an out-of-place op: `forward(ctx, inputs)` computes the result with recording
     /// off, then, when the op records, `backward(ctx, inputs, result)` gives the result its
     /// node.
@@ -142,6 +132,47 @@ impl<'a> Entry<'a> {
         let x = self.operands();
         refuse_out_with_grad(self.ctx.op(), &x, out)?;
         internal(|| forward(&self.ctx, &x))
+    }
+
+    /// [`Entry::run_out`] for an op written into several outputs (`max_dim_out`'s values
+    /// and indices): each output is refused as `run_out` refuses its one, before anything
+    /// is written.
+    pub(crate) fn run_outs<T>(
+        self,
+        outs: &[&Tensor],
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
+        for &out in outs {
+            check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
+            refuse_out_with_grad(self.ctx.op(), &x, out)?;
+        }
+        internal(|| forward(&self.ctx, &x))
+    }
+
+    /// Runs a composite op whose parts record themselves (PyTorch's implicitly
+    /// differentiable composites, `linear` or `mse_loss`): the forward runs with recording
+    /// as the caller has it, and the op adds no node of its own.
+    pub(crate) fn run_composite<T>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
+        forward(&self.ctx, &x)
+    }
+
+    /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view
+    /// shares its input's memory): `forward` works out the view (its layout, or a copy
+    /// where no view can express the result) with recording off, then `make` makes it from
+    /// the input, recording how its gradient maps back when autograd records.
+    pub(crate) fn run_view<I, T>(
+        self,
+        forward: impl FnOnce(&OpContext, &Tensor) -> Result<I>,
+        make: impl FnOnce(&OpContext, &Tensor, I) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.inputs[0];
+        let view = internal(|| forward(&self.ctx, x))?;
+        make(&self.ctx, x, view)
     }
 }
 

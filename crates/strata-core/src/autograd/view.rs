@@ -9,9 +9,10 @@
 
 use std::sync::Arc;
 
-use super::record::gradient_edge;
+use super::record::{gradient_edge, Recorder};
 use crate::layout::Layout;
 use crate::mode::{is_grad_enabled, is_inference_mode_enabled, user_grad_mode};
+use crate::op::OpContext;
 use crate::tensor::graph::{BackwardFn, InputMeta, Node};
 use crate::tensor::ViewCreation;
 use crate::{DType, Error, Result, Tensor};
@@ -263,6 +264,15 @@ impl Tensor {
         perm: Vec<usize>,
     ) -> Tensor {
         self.tracked_view(op, layout, ViewCreation::Plain, ViewGrad::Permute(perm))
+    }
+}
+
+/// Records `out`, the contiguous copy `reshape` made of `x` where no view could express the
+/// new shape: its gradient is reshaped back to `x`'s shape.
+pub(crate) fn reshape_copy(ctx: &OpContext, x: &Tensor, out: &Tensor) {
+    if let Some(rec) = Recorder::begin(ctx, "ReshapeAliasBackward0", &[x]) {
+        let shape = to_i64(&x.shape());
+        rec.finish(out, move |g| Ok(vec![Some(g.reshape(&shape)?)]));
     }
 }
 

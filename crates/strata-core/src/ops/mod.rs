@@ -13,7 +13,7 @@ pub mod operators;
 pub(crate) mod out;
 pub mod promote;
 pub mod reduce;
-mod reduce_out;
+pub(crate) mod reduce_out;
 pub(crate) mod reduction;
 pub mod softmax;
 pub mod ternary;

@@ -6,6 +6,7 @@ use crate::{DType, Error, Result, Tensor};
 
 /// The checked shapes of an input `[N, C, d1, ..]` (or `[C]`, one sample) and its target
 /// `[N, d1, ..]` (or `[]`).
+#[derive(Clone)]
 pub(super) struct ClassShapes {
     /// Number of classes.
     pub classes: usize,

@@ -4,8 +4,8 @@
 
 use super::check::{dtype_is, floating, ndim_in, shape};
 use super::Pair;
+use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
@@ -57,35 +57,56 @@ pub fn conv2d(
     stride: impl Into<Pair>,
     padding: impl Into<Pair>,
 ) -> Result<Tensor> {
-    let ctx = OpContext::enter("conv2d");
-    let g = check(ctx.op(), x, weight, bias, stride.into(), padding.into())?;
-    let unbatched = x.dim() == 3;
-    let out = internal(|| -> Result<Tensor> {
-        let xb = if unbatched {
-            x.unsqueeze(0)?
-        } else {
-            x.clone()
-        };
-        let cols = im2col(&xb, &g)?;
-        let w2 = weight.reshape(&[g.o as i64, g.patch() as i64])?;
-        let y = w2.matmul(&cols)?;
-        let mut y = y.view(&[g.n as i64, g.o as i64, g.oh as i64, g.ow as i64])?;
-        if let Some(b) = bias {
-            y = y.add(&b.view(&[g.o as i64, 1, 1])?)?;
-        }
-        if unbatched {
-            y = y.squeeze(Some(&[0]))?;
-        }
-        Ok(y)
-    })?;
+    let (stride, padding) = (stride.into(), padding.into());
     let mut inputs = vec![x, weight];
     inputs.extend(bias);
-    record(&ctx, "ConvolutionBackward0", &inputs, &out, |rec| {
+    Entry::new("conv2d", &inputs)?
+        .run(
+            |ctx, t| forward(ctx, t[0], t[1], t.get(2).copied(), stride, padding),
+            |ctx, t, (out, g)| backward(ctx, t, out, *g),
+        )
+        .map(|(out, _)| out)
+}
+
+/// The convolution, and its checked sizes.
+fn forward(
+    ctx: &OpContext,
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: Pair,
+    padding: Pair,
+) -> Result<(Tensor, Geometry)> {
+    let g = check(ctx.op(), x, weight, bias, stride, padding)?;
+    let unbatched = x.dim() == 3;
+    let xb = if unbatched {
+        x.unsqueeze(0)?
+    } else {
+        x.clone()
+    };
+    let cols = im2col(&xb, &g)?;
+    let w2 = weight.reshape(&[g.o as i64, g.patch() as i64])?;
+    let y = w2.matmul(&cols)?;
+    let mut y = y.view(&[g.n as i64, g.o as i64, g.oh as i64, g.ow as i64])?;
+    if let Some(b) = bias {
+        y = y.add(&b.view(&[g.o as i64, 1, 1])?)?;
+    }
+    if unbatched {
+        y = y.squeeze(Some(&[0]))?;
+    }
+    Ok((y, g))
+}
+
+/// Records `out = conv2d(inputs)` (the input, the weight, and the bias when there is one).
+fn backward(ctx: &OpContext, inputs: &[&Tensor], out: &Tensor, g: Geometry) -> Result<()> {
+    let (x, weight) = (inputs[0], inputs[1]);
+    let has_b = inputs.len() > 2;
+    let unbatched = x.dim() == 3;
+    record(ctx, "ConvolutionBackward0", inputs, out, |rec| {
         let (need_x, need_w) = (rec.needs(0), rec.needs(1));
-        let need_b = bias.is_some() && rec.needs(2);
+        let need_b = has_b && rec.needs(2);
         let sx = rec.save_if(need_w, x)?;
         let sw = rec.save_if(need_x, weight)?;
-        let has_b = bias.is_some();
         Ok(move |grad: Tensor| -> Grads {
             let gy = grad.reshape(&[g.n as i64, g.o as i64, (g.oh * g.ow) as i64])?;
             let gx = if need_x {
@@ -118,8 +139,7 @@ pub fn conv2d(
             }
             Ok(grads)
         })
-    })?;
-    Ok(out)
+    })
 }
 
 fn check(

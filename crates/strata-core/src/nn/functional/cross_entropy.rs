@@ -4,8 +4,8 @@
 use super::check::to_i64;
 use super::class_target::{self, ClassShapes};
 use super::Reduction;
+use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
@@ -59,13 +59,32 @@ pub fn cross_entropy_ignoring(
     reduction: Reduction,
     ignore_index: i64,
 ) -> Result<Tensor> {
-    let ctx = OpContext::enter("cross_entropy");
-    let cs = class_target::check(ctx.op(), logits, target, ignore_index)?;
-    let out = internal(|| -> Result<Tensor> {
-        let lsm = cs.batched_input(logits)?.log_softmax(1)?;
-        reduce(&picked_losses(&lsm, target, &cs)?, &cs, reduction)
-    })?;
-    record(&ctx, "CrossEntropyLossBackward0", &[logits], &out, |rec| {
+    Entry::new("cross_entropy", &[logits, target])?
+        .run(
+            |ctx, t| {
+                let (logits, target) = (t[0], t[1]);
+                let cs = class_target::check(ctx.op(), logits, target, ignore_index)?;
+                let lsm = cs.batched_input(logits)?.log_softmax(1)?;
+                Ok((
+                    reduce(&picked_losses(&lsm, target, &cs)?, &cs, reduction)?,
+                    cs,
+                ))
+            },
+            |ctx, t, (out, cs)| backward(ctx, t[0], t[1], out, cs.clone(), reduction),
+        )
+        .map(|(out, _)| out)
+}
+
+/// Records `out = cross_entropy(logits, target)`.
+fn backward(
+    ctx: &OpContext,
+    logits: &Tensor,
+    target: &Tensor,
+    out: &Tensor,
+    cs: ClassShapes,
+    reduction: Reduction,
+) -> Result<()> {
+    record(ctx, "CrossEntropyLossBackward0", &[logits], out, |rec| {
         let saved_logits = rec.save(logits)?;
         let saved_target = rec.save(target)?;
         Ok(move |g: Tensor| -> Grads {
@@ -78,8 +97,7 @@ pub fn cross_entropy_ignoring(
             let gx = subtract_at_targets(&gx, &idx, &gw)?;
             Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
         })
-    })?;
-    Ok(out)
+    })
 }
 
 /// `-input[n, target[n, ..], ..]` for every target element, shaped like the target (0 for

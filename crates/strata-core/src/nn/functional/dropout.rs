@@ -1,7 +1,7 @@
 //! `dropout`: zeroes elements at random and scales the rest, saving a one-byte mask.
 
+use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::random::{global_generator, Generator};
 use crate::{Error, Result, Tensor};
@@ -24,13 +24,7 @@ use crate::{Error, Result, Tensor};
 /// ```
 #[track_caller]
 pub fn dropout(x: &Tensor, p: f64, training: bool) -> Result<Tensor> {
-    let ctx = OpContext::enter("dropout");
-    check(ctx.op(), x, p)?;
-    if !training || p == 0.0 || x.numel() == 0 {
-        return Ok(x.clone());
-    }
-    let mask = draw_mask(x.numel(), p, &mut global_generator());
-    apply(&ctx, x, p, mask)
+    run(x, p, training, |n| draw_mask(n, p, &mut global_generator()))
 }
 
 /// [`dropout`] drawing its mask from `generator` instead of the process-wide one.
@@ -41,13 +35,34 @@ pub fn dropout_with(
     training: bool,
     generator: &mut Generator,
 ) -> Result<Tensor> {
-    let ctx = OpContext::enter("dropout");
-    check(ctx.op(), x, p)?;
-    if !training || p == 0.0 || x.numel() == 0 {
-        return Ok(x.clone());
-    }
-    let mask = draw_mask(x.numel(), p, generator);
-    apply(&ctx, x, p, mask)
+    run(x, p, training, |n| draw_mask(n, p, generator))
+}
+
+/// `dropout` with its mask drawn by `draw` (given the number of elements).
+#[track_caller]
+fn run(
+    x: &Tensor,
+    p: f64,
+    training: bool,
+    draw: impl FnOnce(usize) -> Vec<bool>,
+) -> Result<Tensor> {
+    Entry::new("dropout", &[x])?
+        .run(
+            |ctx, x| {
+                let x = x[0];
+                check(ctx.op(), x, p)?;
+                if !training || p == 0.0 || x.numel() == 0 {
+                    return Ok((x.clone(), None));
+                }
+                apply(x, p, draw(x.numel()))
+            },
+            |ctx, x, (out, mask)| match mask {
+                Some((mask, scale)) => backward(ctx, x[0], out, mask, *scale),
+                // Nothing dropped: the result is the input itself, already recorded.
+                None => Ok(()),
+            },
+        )
+        .map(|(out, _)| out)
 }
 
 fn check(op: &'static str, x: &Tensor, p: f64) -> Result<()> {
@@ -70,14 +85,20 @@ fn draw_mask(n: usize, p: f64, generator: &mut Generator) -> Vec<bool> {
     (0..n).map(|_| generator.next_f64() < keep).collect()
 }
 
-fn apply(ctx: &OpContext, x: &Tensor, p: f64, mask: Vec<bool>) -> Result<Tensor> {
+/// `x` with the elements `mask` drops zeroed and the others scaled; also the mask as a
+/// tensor and the scale, for the backward.
+fn apply(x: &Tensor, p: f64, mask: Vec<bool>) -> Result<(Tensor, Option<(Tensor, f64)>)> {
     // p = 1 multiplies by zero (as PyTorch does), keeping NaN and infinities visible.
     let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
     let mask = Tensor::from_vec(mask, &x.shape())?;
-    let out = internal(|| x.mul(&mask)?.mul(scale))?;
-    record(ctx, "NativeDropoutBackward0", &[x], &out, |rec| {
-        let saved = rec.save(&mask)?;
+    let out = x.mul(&mask)?.mul(scale)?;
+    Ok((out, Some((mask, scale))))
+}
+
+/// Records `out = dropout(x)` with the kept elements `mask`, scaled by `scale`.
+fn backward(ctx: &OpContext, x: &Tensor, out: &Tensor, mask: &Tensor, scale: f64) -> Result<()> {
+    record(ctx, "NativeDropoutBackward0", &[x], out, |rec| {
+        let saved = rec.save(mask)?;
         Ok(move |g: Tensor| -> Grads { Ok(vec![Some(g.mul(&saved.get()?)?.mul(scale)?)]) })
-    })?;
-    Ok(out)
+    })
 }

@@ -1,6 +1,7 @@
 //! `embedding`: rows of a weight matrix picked by index.
 
 use super::check::{ndim_in, to_i64};
+use crate::api::entry::Entry;
 use crate::op::OpContext;
 use crate::tensor::read_elements;
 use crate::{DType, Error, Result, Tensor};
@@ -21,7 +22,11 @@ use crate::{DType, Error, Result, Tensor};
 /// ```
 #[track_caller]
 pub fn embedding(index: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    let ctx = OpContext::enter("embedding");
+    Entry::new("embedding", &[index, weight])?.run_composite(|ctx, t| forward(ctx, t[0], t[1]))
+}
+
+/// `weight[index]`, checked, recorded by its parts.
+fn forward(ctx: &OpContext, index: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let op = ctx.op();
     ndim_in(op, "the weight", weight, &[2])?;
     if !matches!(index.dtype(), DType::I64 | DType::I32) {

@@ -2,9 +2,9 @@
 //! deviation (as PyTorch's `native_layer_norm`).
 
 use super::check::{dtype_is, floating, shape};
+use crate::api::entry::Entry;
 use crate::api::ternary::fused_mul_add;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{DType, Result, Tensor};
 
@@ -31,7 +31,33 @@ pub fn layer_norm(
     bias: Option<&Tensor>,
     eps: f64,
 ) -> Result<Tensor> {
-    let ctx = OpContext::enter("layer_norm");
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    Entry::new("layer_norm", &inputs)?
+        .run(
+            |ctx, t| {
+                let (w, b) = (has_w.then(|| t[1]), has_b.then(|| t[1 + has_w as usize]));
+                forward(ctx, t[0], normalized_shape, w, b, eps)
+            },
+            |ctx, t, (out, mean, rstd)| {
+                backward(ctx, t, normalized_shape, has_w, has_b, (out, mean, rstd))
+            },
+        )
+        .map(|(out, ..)| out)
+}
+
+/// The normalised `x`, and the mean and reciprocal standard deviation of its rows (in the
+/// dtype the statistics are computed in, kept as size-1 dimensions).
+fn forward(
+    ctx: &OpContext,
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let op = ctx.op();
     floating(op, "the input", x)?;
     let xs = x.shape();
@@ -68,34 +94,46 @@ pub fn layer_norm(
         ));
     }
     let dims: Vec<i64> = (xs.len() - k..xs.len()).map(|d| d as i64).collect();
+    let count: usize = normalized_shape.iter().product();
+    let xa = in_acc(x)?;
+    let (mean, rstd) = moments(&xa, &dims, count, eps)?;
+    // As PyTorch's kernel rounds it: (x - mean)·rstd, then one fused multiply-add for the
+    // affine part.
+    let t = xa.sub(&mean)?.mul(&rstd)?;
+    let y = match (weight, bias) {
+        (Some(w), Some(b)) => fused_mul_add(&t, w, b)?,
+        (Some(w), None) => t.mul(w)?,
+        (None, Some(b)) => t.add(b)?,
+        (None, None) => t,
+    };
+    // PyTorch's result is always contiguous, whatever the input's layout.
+    Ok((y.to(x.dtype())?.contiguous()?, mean, rstd))
+}
+
+/// Records `out = layer_norm(inputs)` (the input, then the weight and the bias when given),
+/// whose rows had `mean` and `rstd`.
+fn backward(
+    ctx: &OpContext,
+    inputs: &[&Tensor],
+    normalized_shape: &[usize],
+    has_w: bool,
+    has_b: bool,
+    (out, mean, rstd): (&Tensor, &Tensor, &Tensor),
+) -> Result<()> {
+    let x = inputs[0];
+    let weight = has_w.then(|| inputs[1]);
+    let xs = x.shape();
+    let k = normalized_shape.len();
+    let dims: Vec<i64> = (xs.len() - k..xs.len()).map(|d| d as i64).collect();
     let lead: Vec<i64> = (0..xs.len() - k).map(|d| d as i64).collect();
     let count: usize = normalized_shape.iter().product();
-    let (out, mean, rstd) = internal(|| -> Result<(Tensor, Tensor, Tensor)> {
-        let xa = in_acc(x)?;
-        let (mean, rstd) = moments(&xa, &dims, count, eps)?;
-        // As PyTorch's kernel rounds it: (x - mean)·rstd, then one fused multiply-add for
-        // the affine part.
-        let t = xa.sub(&mean)?.mul(&rstd)?;
-        let y = match (weight, bias) {
-            (Some(w), Some(b)) => fused_mul_add(&t, w, b)?,
-            (Some(w), None) => t.mul(w)?,
-            (None, Some(b)) => t.add(b)?,
-            (None, None) => t,
-        };
-        // PyTorch's result is always contiguous, whatever the input's layout.
-        Ok((y.to(x.dtype())?.contiguous()?, mean, rstd))
-    })?;
-    let mut inputs = vec![x];
-    inputs.extend(weight);
-    inputs.extend(bias);
-    let (has_w, has_b) = (weight.is_some(), bias.is_some());
-    record(&ctx, "NativeLayerNormBackward0", &inputs, &out, |rec| {
+    record(ctx, "NativeLayerNormBackward0", inputs, out, |rec| {
         let need_x = rec.needs(0);
         let need_w = has_w && rec.needs(1);
         let need_b = has_b && rec.needs(1 + has_w as usize);
         let sx = rec.save_if(need_x || need_w, x)?;
-        let smean = rec.save_if(need_x || need_w, &mean)?;
-        let srstd = rec.save_if(need_x || need_w, &rstd)?;
+        let smean = rec.save_if(need_x || need_w, mean)?;
+        let srstd = rec.save_if(need_x || need_w, rstd)?;
         let sw = match weight {
             Some(w) if need_x => Some(rec.save(w)?),
             _ => None,
@@ -149,8 +187,7 @@ pub fn layer_norm(
             }
             Ok(grads)
         })
-    })?;
-    Ok(out)
+    })
 }
 
 /// Rows shorter than this are reduced with PyTorch's scalar Welford update, in its order;

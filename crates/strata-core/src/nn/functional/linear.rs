@@ -1,6 +1,7 @@
 //! `linear`: `x @ w.T + b`.
 
 use super::check::{dtype_is, floating, ndim_in, shape};
+use crate::api::entry::Entry;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
@@ -20,7 +21,14 @@ use crate::{Result, Tensor};
 /// ```
 #[track_caller]
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let ctx = OpContext::enter("linear");
+    let mut inputs = vec![x, w];
+    inputs.extend(b);
+    Entry::new("linear", &inputs)?
+        .run_composite(|ctx, t| forward(ctx, t[0], t[1], t.get(2).copied()))
+}
+
+/// `x @ w.T + b`, checked, recorded by its parts.
+fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     let op = ctx.op();
     if x.dtype() == crate::DType::Bool {
         // Integer inputs are accepted, as in PyTorch; bool is not.

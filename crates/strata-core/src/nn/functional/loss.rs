@@ -1,13 +1,13 @@
 //! `nll_loss` and `mse_loss`.
 
 use super::check::{dtype_is, floating, to_i64};
-use super::class_target;
+use super::class_target::{self, ClassShapes};
 use super::cross_entropy::{
     per_target_grad, picked_losses, reduce, subtract_at_targets, DEFAULT_IGNORE_INDEX,
 };
 use super::Reduction;
+use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
 
@@ -49,18 +49,37 @@ pub fn nll_loss_ignoring(
     reduction: Reduction,
     ignore_index: i64,
 ) -> Result<Tensor> {
-    let ctx = OpContext::enter("nll_loss");
-    let cs = class_target::check(ctx.op(), log_probs, target, ignore_index)?;
-    let out = internal(|| -> Result<Tensor> {
-        let x = cs.batched_input(log_probs)?;
-        reduce(&picked_losses(&x, target, &cs)?, &cs, reduction)
-    })?;
+    Entry::new("nll_loss", &[log_probs, target])?
+        .run(
+            |ctx, t| {
+                let (log_probs, target) = (t[0], t[1]);
+                let cs = class_target::check(ctx.op(), log_probs, target, ignore_index)?;
+                let x = cs.batched_input(log_probs)?;
+                Ok((
+                    reduce(&picked_losses(&x, target, &cs)?, &cs, reduction)?,
+                    cs,
+                ))
+            },
+            |ctx, t, (out, cs)| nll_backward(ctx, t[0], t[1], out, cs.clone(), reduction),
+        )
+        .map(|(out, _)| out)
+}
+
+/// Records `out = nll_loss(log_probs, target)`.
+fn nll_backward(
+    ctx: &OpContext,
+    log_probs: &Tensor,
+    target: &Tensor,
+    out: &Tensor,
+    cs: ClassShapes,
+    reduction: Reduction,
+) -> Result<()> {
     let batched_shape = if cs.unbatched {
         vec![1, cs.classes]
     } else {
         cs.input_shape.clone()
     };
-    record(&ctx, "NllLossBackward0", &[log_probs], &out, |rec| {
+    record(ctx, "NllLossBackward0", &[log_probs], out, |rec| {
         let saved_target = rec.save(target)?;
         Ok(move |g: Tensor| -> Grads {
             let (t, ignored) = cs.safe_target(&saved_target.get()?)?;
@@ -70,8 +89,7 @@ pub fn nll_loss_ignoring(
             let gx = subtract_at_targets(&zeros, &idx, &gw)?;
             Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
         })
-    })?;
-    Ok(out)
+    })
 }
 
 /// The mean squared error `(input - target)²`, reduced by `reduction` (PyTorch's
@@ -87,9 +105,11 @@ pub fn nll_loss_ignoring(
 /// ```
 #[track_caller]
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
-    let ctx = OpContext::enter("mse_loss");
-    floating(ctx.op(), "the input", input)?;
-    dtype_is(ctx.op(), "the target", target, input.dtype())?;
-    let d = input.sub(target)?;
-    reduction.apply(&d.mul(&d)?)
+    Entry::new("mse_loss", &[input, target])?.run_composite(|ctx, t| {
+        let (input, target) = (t[0], t[1]);
+        floating(ctx.op(), "the input", input)?;
+        dtype_is(ctx.op(), "the target", target, input.dtype())?;
+        let d = input.sub(target)?;
+        reduction.apply(&d.mul(&d)?)
+    })
 }

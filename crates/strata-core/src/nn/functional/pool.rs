@@ -2,8 +2,8 @@
 
 use super::check::{ndim_in, shape};
 use super::Pair;
+use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
-use crate::mode::internal;
 use crate::op::OpContext;
 use crate::{DType, Error, Result, Tensor};
 
@@ -24,10 +24,19 @@ use crate::{DType, Error, Result, Tensor};
 /// ```
 #[track_caller]
 pub fn max_pool2d(x: &Tensor, kernel: impl Into<Pair>, stride: Option<Pair>) -> Result<Tensor> {
-    let ctx = OpContext::enter("max_pool2d");
-    let op = ctx.op();
     let kernel = kernel.into();
     let stride = stride.unwrap_or(kernel);
+    Entry::new("max_pool2d", &[x])?
+        .run(
+            |ctx, x| forward(ctx, x[0], kernel, stride),
+            |ctx, x, (out, indices)| backward(ctx, x[0], out, indices),
+        )
+        .map(|(out, _)| out)
+}
+
+/// The pooled values, and the flat position in its plane each came from.
+fn forward(ctx: &OpContext, x: &Tensor, kernel: Pair, stride: Pair) -> Result<(Tensor, Tensor)> {
+    let op = ctx.op();
     ndim_in(op, "the input", x, &[3, 4])?;
     if x.dtype() == DType::Bool {
         return Err(Error::dtype(
@@ -59,37 +68,44 @@ pub fn max_pool2d(x: &Tensor, kernel: impl Into<Pair>, stride: Option<Pair>) -> 
         ));
     }
     let (oh, ow) = ((h - kernel.0) / stride.0 + 1, (w - kernel.1) / stride.1 + 1);
-    let (out, indices) = internal(|| -> Result<(Tensor, Tensor)> {
-        let xb = if unbatched {
-            x.unsqueeze(0)?
-        } else {
-            x.clone()
-        };
-        let (n, c) = (xb.shape()[0] as i64, xb.shape()[1] as i64);
-        let kk = (kernel.0 * kernel.1) as i64;
-        let windows = |t: &Tensor, n: i64, c: i64| -> Result<Tensor> {
-            t.unfold(2, kernel.0, stride.0)?
-                .unfold(3, kernel.1, stride.1)?
-                .reshape(&[n, c, oh as i64, ow as i64, kk])
-        };
-        let (values, local) = windows(&xb, n, c)?.max_dim(4, false)?;
-        // Each window's flat positions in its plane, picked at the argmax.
-        let positions = Tensor::arange(h * w, DType::I64)?.view(&[1, 1, h as i64, w as i64])?;
-        let positions = windows(&positions, 1, 1)?.expand(&[n, c, oh as i64, ow as i64, kk])?;
-        let indices = positions
-            .gather(4, &local.unsqueeze(4)?)?
-            .squeeze(Some(&[4]))?;
-        if unbatched {
-            Ok((values.squeeze(Some(&[0]))?, indices.squeeze(Some(&[0]))?))
-        } else {
-            Ok((values, indices))
-        }
-    })?;
-    if !x.dtype().is_floating() {
-        return Ok(out);
+    let xb = if unbatched {
+        x.unsqueeze(0)?
+    } else {
+        x.clone()
+    };
+    let (n, c) = (xb.shape()[0] as i64, xb.shape()[1] as i64);
+    let kk = (kernel.0 * kernel.1) as i64;
+    let windows = |t: &Tensor, n: i64, c: i64| -> Result<Tensor> {
+        t.unfold(2, kernel.0, stride.0)?
+            .unfold(3, kernel.1, stride.1)?
+            .reshape(&[n, c, oh as i64, ow as i64, kk])
+    };
+    let (values, local) = windows(&xb, n, c)?.max_dim(4, false)?;
+    // Each window's flat positions in its plane, picked at the argmax.
+    let positions = Tensor::arange(h * w, DType::I64)?.view(&[1, 1, h as i64, w as i64])?;
+    let positions = windows(&positions, 1, 1)?.expand(&[n, c, oh as i64, ow as i64, kk])?;
+    let indices = positions
+        .gather(4, &local.unsqueeze(4)?)?
+        .squeeze(Some(&[4]))?;
+    if unbatched {
+        Ok((values.squeeze(Some(&[0]))?, indices.squeeze(Some(&[0]))?))
+    } else {
+        Ok((values, indices))
     }
-    record(&ctx, "MaxPool2DWithIndicesBackward0", &[x], &out, |rec| {
-        let saved = rec.save(&indices)?;
+}
+
+/// Records `out = max_pool2d(x)`, whose maxima came from `indices`.
+fn backward(ctx: &OpContext, x: &Tensor, out: &Tensor, indices: &Tensor) -> Result<()> {
+    if !x.dtype().is_floating() {
+        return Ok(());
+    }
+    let xs = x.shape();
+    let nd = xs.len();
+    let (h, w) = (xs[nd - 2], xs[nd - 1]);
+    let os = out.shape();
+    let (oh, ow) = (os[nd - 2], os[nd - 1]);
+    record(ctx, "MaxPool2DWithIndicesBackward0", &[x], out, |rec| {
+        let saved = rec.save(indices)?;
         Ok(move |g: Tensor| -> Grads {
             let idx = saved.get()?;
             let planes = &xs[..nd - 2];
@@ -105,6 +121,5 @@ pub fn max_pool2d(x: &Tensor, kernel: impl Into<Pair>, stride: Option<Pair>) -> 
             let full: Vec<i64> = xs.iter().map(|&s| s as i64).collect();
             Ok(vec![Some(gx.view(&full)?)])
         })
-    })?;
-    Ok(out)
+    })
 }

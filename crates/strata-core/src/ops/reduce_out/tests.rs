@@ -1,8 +1,8 @@
 //! Tests of `reduce_out.rs`: the reductions written into a given tensor.
 
-use super::*;
 use crate::ops::out::testing::{check_dtype_refused, check_out_form, peak_during};
 use crate::Error;
+use crate::{DType, Tensor};
 
 /// A `[3, 4]` f32 tensor seen transposed (`[4, 3]`, not contiguous), mixed signs.
 fn strided() -> Tensor {
