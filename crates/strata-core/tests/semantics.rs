@@ -163,6 +163,7 @@ fn allocation_sites_name_the_user_line() {
             self.inner.allocate(size, site)
         }
         unsafe fn deallocate(&self, block: strata_alloc::Block) {
+            // SAFETY: every block this allocator hands out came from `inner`.
             unsafe { self.inner.deallocate(block) }
         }
         fn memory_allocated(&self) -> usize {

@@ -150,15 +150,16 @@ impl DTypeFn for Kernel<'_> {
     type Output = ();
     fn call<T: Element>(self) {
         let plan = self.plan;
-        // SAFETY (all arms): `plan` comes from `Prepared::execute`, which holds the locks.
         macro_rules! run {
             ($f:expr, $o:ty) => {
                 match self.scalar {
                     Some(s) => {
                         let b: T = s.to();
                         let f = $f;
+                        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
                         unsafe { kernels::map1::<T, $o>(plan, move |a| f(a, b)) }
                     }
+                    // SAFETY: as above.
                     None => unsafe { kernels::map2::<T, $o>(plan, $f) },
                 }
             };

@@ -163,12 +163,14 @@ impl<T: Element> One<T> {
     /// # Safety
     /// Every pointer must be valid for its matrix; `dst` must not overlap itself or the inputs.
     unsafe fn run(&self, par: Parallelism) {
-        // SAFETY (all arms): forwarded from the caller.
         match T::DTYPE {
+            // SAFETY: forwarded from the caller.
             DType::F32 | DType::F64 => unsafe { self.run_gemm(par) },
             // Half precision accumulates in f32, as PyTorch's CPU kernels do (an f16
             // accumulator overflows on sums whose result fits).
+            // SAFETY: forwarded from the caller.
             DType::F16 | DType::BF16 => unsafe { self.run_widened(par) },
+            // SAFETY: forwarded from the caller.
             _ => unsafe { self.run_loop(par) },
         }
     }
