@@ -47,4 +47,4 @@ pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};
 pub use routing::{with_allocator, with_device_allocator};
 pub use scalar::Scalar;
-pub use tensor::{Tensor, ViewCreation, ViewInfo};
+pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo};

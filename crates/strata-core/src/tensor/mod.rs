@@ -6,6 +6,7 @@
 
 mod create;
 mod display;
+mod factory;
 pub(crate) mod grad_meta;
 pub(crate) mod graph;
 mod read;
@@ -19,6 +20,7 @@ use crate::{DType, Device};
 use grad_meta::AutogradMeta;
 
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
+pub use factory::Factory;
 pub(crate) use read::read_elements;
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
