@@ -11,6 +11,7 @@ pub(crate) mod grad_meta;
 pub(crate) mod graph;
 mod read;
 mod resize;
+mod to_device;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
