@@ -47,6 +47,6 @@ pub use op::OpContext;
 pub use ops::binary::Other;
 pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};
-pub use routing::with_allocator;
+pub use routing::{with_allocator, with_device_allocator};
 pub use scalar::Scalar;
-pub use tensor::{Tensor, ViewCreation, ViewInfo};
+pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo};

@@ -1,5 +1,6 @@
 //! Which allocator a new storage comes from: the device's default, or a thread-scoped
-//! override installed with [`with_allocator`].
+//! override for that device installed with [`with_device_allocator`] (or [`with_allocator`]
+//! for the CPU).
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -10,7 +11,9 @@ use strata_alloc::{ConfigError, DeviceAllocator, HostCachingAllocator};
 use crate::{Device, Error, Result};
 
 thread_local! {
-    static OVERRIDES: RefCell<Vec<Arc<dyn DeviceAllocator>>> = const { RefCell::new(Vec::new()) };
+    // Innermost last; a device's override is the last entry for that device.
+    static OVERRIDES: RefCell<Vec<(Device, Arc<dyn DeviceAllocator>)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 /// The process-wide default host allocator: PyTorch's caching algorithm over mmap'd host
@@ -32,14 +35,20 @@ pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
         })
 }
 
-/// The allocator a new storage on `device` takes its memory from on this thread.
+/// The allocator a new storage on `device` takes its memory from on this thread: the
+/// innermost override for `device`, else the device's default.
 pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
-    match device {
-        Device::Cpu => Ok(OVERRIDES.with(|o| o.borrow().last().cloned()).map_or_else(
-            || default_host_allocator().map(|a| a.clone() as Arc<dyn DeviceAllocator>),
-            Ok,
-        )?),
-        other => Err(no_allocator(other)),
+    let routed = OVERRIDES.with(|o| {
+        let o = o.borrow();
+        o.iter()
+            .rev()
+            .find(|(d, _)| *d == device)
+            .map(|(_, a)| a.clone())
+    });
+    match (routed, device) {
+        (Some(a), _) => Ok(a),
+        (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
+        (None, other) => Err(no_allocator(other)),
     }
 }
 
@@ -54,9 +63,10 @@ pub(crate) fn no_allocator(device: Device) -> Error {
     }
 }
 
-/// Runs `f` with every host allocation on this thread routed to `allocator`. Overrides nest;
-/// storages always return their memory to the allocator they came from, whenever and on
-/// whichever thread they are dropped.
+/// Runs `f` with every host allocation on this thread routed to `allocator`:
+/// [`with_device_allocator`] for [`Device::Cpu`]. Overrides nest; storages always return
+/// their memory to the allocator they came from, whenever and on whichever thread they are
+/// dropped.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -69,13 +79,40 @@ pub(crate) fn no_allocator(device: Device) -> Error {
 /// assert_eq!(mine.memory_allocated(), 0);
 /// ```
 pub fn with_allocator<R>(allocator: &Arc<dyn DeviceAllocator>, f: impl FnOnce() -> R) -> R {
+    with_device_allocator(Device::Cpu, allocator, f)
+}
+
+/// Runs `f` with every allocation for `device` on this thread routed to `allocator`;
+/// allocations for other devices keep their own routing. Overrides nest (the innermost one
+/// for a device applies) and end when `f` returns or unwinds. Storages always return their
+/// memory to the allocator they came from, whenever and on whichever thread they are dropped.
+///
+/// Routing decides where bytes come from, not what a device can do: a device without a
+/// backend in this build (CUDA) still refuses to make tensors.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strata_core::{with_device_allocator, DType, Device, Tensor};
+/// use strata_alloc::{DeviceAllocator, HostAllocator};
+/// let host: Arc<dyn DeviceAllocator> = Arc::new(HostAllocator::new());
+/// let t = with_device_allocator(Device::Cpu, &host, || Tensor::ones(&[64], DType::F64))?;
+/// assert_eq!(host.memory_allocated(), 512);
+/// drop(t);
+/// assert_eq!(host.memory_allocated(), 0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn with_device_allocator<R>(
+    device: Device,
+    allocator: &Arc<dyn DeviceAllocator>,
+    f: impl FnOnce() -> R,
+) -> R {
     struct Pop;
     impl Drop for Pop {
         fn drop(&mut self) {
             OVERRIDES.with(|o| o.borrow_mut().pop());
         }
     }
-    OVERRIDES.with(|o| o.borrow_mut().push(allocator.clone()));
+    OVERRIDES.with(|o| o.borrow_mut().push((device, allocator.clone())));
     let _pop = Pop;
     f()
 }
@@ -87,3 +124,7 @@ pub(crate) fn device_allocator(device: Device) -> Result<&'static Arc<HostCachin
         other => Err(no_allocator(other)),
     }
 }
+
+#[cfg(test)]
+#[path = "routing_tests.rs"]
+mod tests;

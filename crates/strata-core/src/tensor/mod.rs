@@ -6,10 +6,13 @@
 
 mod create;
 mod display;
+mod factory;
 pub(crate) mod grad_meta;
 pub(crate) mod graph;
 mod read;
 mod resize;
+mod set_data;
+mod to_device;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -19,7 +22,9 @@ use crate::{DType, Device};
 use grad_meta::AutogradMeta;
 
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
+pub use factory::Factory;
 pub(crate) use read::read_elements;
+use set_data::AtomicDType;
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +61,10 @@ pub(crate) struct Body {
 
 #[derive(Debug)]
 pub(crate) struct TensorImpl {
-    // Storage and layout change only when an `out=` op resizes its output.
+    // Storage and layout change when an `out=` op resizes its output, and with the dtype
+    // when `set_data` gives the tensor other data (under the body's write lock).
     body: RwLock<Body>,
-    dtype: DType,
+    dtype: AtomicDType,
     view: Option<ViewInfo>,
     autograd: AutogradMeta,
 }
@@ -91,7 +97,7 @@ impl Tensor {
     ) -> Tensor {
         Tensor(Arc::new(TensorImpl {
             body: RwLock::new(Body { storage, layout }),
-            dtype,
+            dtype: AtomicDType::new(dtype),
             view,
             autograd: AutogradMeta::default(),
         }))
@@ -166,7 +172,7 @@ impl Tensor {
 
     /// Element type.
     pub fn dtype(&self) -> DType {
-        self.0.dtype
+        self.0.dtype.load()
     }
 
     /// Device of the storage.
@@ -176,7 +182,7 @@ impl Tensor {
 
     /// Bytes per element.
     pub fn element_size(&self) -> usize {
-        self.0.dtype.size()
+        self.dtype().size()
     }
 
     /// Bytes the elements of this view cover (`numel * element_size`), not the storage size.

@@ -1,0 +1,228 @@
+//! Creating tensors on a chosen device: PyTorch's `device=` argument of the factories.
+//!
+//! `Tensor::zeros(..)` and the other factories make CPU tensors, as PyTorch's default device
+//! does. [`Tensor::on`] names another device once and offers the same factories with the same
+//! arguments:
+//!
+//! ```
+//! use strata_core::{DType, Device, Tensor};
+//! let x = Tensor::on(Device::Cpu).zeros(&[2, 3], DType::F32)?;
+//! assert_eq!(x.device(), Device::Cpu);
+//! // A device this build cannot hold data on is an error before anything is allocated.
+//! let err = Tensor::on(Device::Cuda(0)).ones(&[2], DType::F32).unwrap_err();
+//! assert!(err.to_string().contains("CUDA"));
+//! # Ok::<(), strata_core::Error>(())
+//! ```
+
+use crate::dtype::Element;
+use crate::random::Generator;
+use crate::{DType, Device, Result, Scalar, Tensor};
+
+/// The factories of one device, from [`Tensor::on`]: `Tensor::on(device).zeros(shape, dtype)`
+/// is PyTorch's `torch.zeros(shape, dtype=dtype, device=device)`.
+///
+/// Every method takes the arguments of the [`Tensor`] factory of the same name. The device is
+/// checked first: a device without a backend in this build ([`Device::Cuda`] without CUDA
+/// support, and [`Device::Meta`] for now) is an [`Error::Unsupported`](crate::Error) naming
+/// it, and nothing is allocated, drawn from a generator or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Factory {
+    device: Device,
+}
+
+impl Tensor {
+    /// The factories of `device` (see [`Factory`]).
+    ///
+    /// ```
+    /// use strata_core::{DType, Device, Tensor};
+    /// let cpu = Tensor::on(Device::Cpu);
+    /// let w = cpu.randn(&[4, 4], DType::F32)?;
+    /// let i = cpu.arange(4, DType::I64)?;
+    /// assert_eq!((w.device(), i.device()), (Device::Cpu, Device::Cpu));
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    pub fn on(device: Device) -> Factory {
+        Factory { device }
+    }
+}
+
+impl Factory {
+    /// The device these factories make tensors on.
+    pub fn device(self) -> Device {
+        self.device
+    }
+
+    /// [`Tensor::zeros`] on this device.
+    #[track_caller]
+    pub fn zeros(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("zeros")?;
+        Tensor::zeros(shape, dtype)
+    }
+
+    /// [`Tensor::empty`] on this device.
+    #[track_caller]
+    pub fn empty(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("empty")?;
+        Tensor::empty(shape, dtype)
+    }
+
+    /// [`Tensor::ones`] on this device.
+    #[track_caller]
+    pub fn ones(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("ones")?;
+        Tensor::ones(shape, dtype)
+    }
+
+    /// [`Tensor::full`] on this device.
+    #[track_caller]
+    pub fn full(self, shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("full")?;
+        Tensor::full(shape, value, dtype)
+    }
+
+    /// [`Tensor::arange`] on this device.
+    #[track_caller]
+    pub fn arange(self, n: usize, dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("arange")?;
+        Tensor::arange(n, dtype)
+    }
+
+    /// [`Tensor::eye`] on this device.
+    #[track_caller]
+    pub fn eye(self, n: usize, dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("eye")?;
+        Tensor::eye(n, dtype)
+    }
+
+    /// [`Tensor::from_vec`] on this device.
+    #[track_caller]
+    pub fn from_vec<T: Element>(self, data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        self.device.check_backend("from_vec")?;
+        Tensor::from_vec(data, shape)
+    }
+
+    /// [`Tensor::from_slice`] on this device.
+    #[track_caller]
+    pub fn from_slice<T: Element>(self, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        self.device.check_backend("from_slice")?;
+        Tensor::from_slice(data, shape)
+    }
+
+    /// [`Tensor::scalar`] on this device.
+    #[track_caller]
+    pub fn scalar(self, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("scalar_tensor")?;
+        Tensor::scalar(value, dtype)
+    }
+
+    /// [`Tensor::rand`] on this device.
+    #[track_caller]
+    pub fn rand(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("rand")?;
+        Tensor::rand(shape, dtype)
+    }
+
+    /// [`Tensor::randn`] on this device.
+    #[track_caller]
+    pub fn randn(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.device.check_backend("randn")?;
+        Tensor::randn(shape, dtype)
+    }
+
+    /// [`Tensor::rand_with`] on this device.
+    #[track_caller]
+    pub fn rand_with(
+        self,
+        shape: &[usize],
+        dtype: DType,
+        generator: &mut Generator,
+    ) -> Result<Tensor> {
+        self.device.check_backend("rand")?;
+        Tensor::rand_with(shape, dtype, generator)
+    }
+
+    /// [`Tensor::randn_with`] on this device.
+    #[track_caller]
+    pub fn randn_with(
+        self,
+        shape: &[usize],
+        dtype: DType,
+        generator: &mut Generator,
+    ) -> Result<Tensor> {
+        self.device.check_backend("randn")?;
+        Tensor::randn_with(shape, dtype, generator)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    /// Every factory, called through `f`.
+    fn each_factory(f: Factory) -> Vec<(&'static str, Result<Tensor>)> {
+        let mut g = Generator::new(0);
+        vec![
+            ("zeros", f.zeros(&[2, 3], DType::F32)),
+            ("empty", f.empty(&[2], DType::I64)),
+            ("ones", f.ones(&[3], DType::BF16)),
+            ("full", f.full(&[2], 7, DType::I32)),
+            ("arange", f.arange(5, DType::F64)),
+            ("eye", f.eye(3, DType::U8)),
+            ("from_vec", f.from_vec(vec![1.0f32, 2.0], &[2])),
+            ("from_slice", f.from_slice(&[true, false], &[2])),
+            ("scalar_tensor", f.scalar(2.5, DType::F16)),
+            ("rand", f.rand(&[4], DType::F32)),
+            ("randn", f.randn(&[4], DType::F64)),
+            ("rand", f.rand_with(&[4], DType::F32, &mut g)),
+            ("randn", f.randn_with(&[4], DType::F32, &mut g)),
+        ]
+    }
+
+    #[test]
+    fn every_factory_on_the_cpu_matches_the_plain_factory() -> Result<()> {
+        for (op, t) in each_factory(Tensor::on(Device::Cpu)) {
+            let t = t?;
+            assert_eq!(t.device(), Device::Cpu, "{op}");
+        }
+        let on = Tensor::on(Device::Cpu).full(&[2, 2], 3.5, DType::F32)?;
+        assert_eq!(on.to_vec::<f32>()?, vec![3.5; 4]);
+        let mut a = Generator::new(7);
+        let mut b = Generator::new(7);
+        let x = Tensor::on(Device::Cpu).randn_with(&[8], DType::F32, &mut a)?;
+        let y = Tensor::randn_with(&[8], DType::F32, &mut b)?;
+        assert_eq!(x.to_vec::<f32>()?, y.to_vec::<f32>()?);
+        Ok(())
+    }
+
+    #[test]
+    fn devices_without_a_backend_refuse_every_factory_naming_the_op() {
+        for device in [Device::Cuda(0), Device::Cuda(3), Device::Meta] {
+            for (op, t) in each_factory(Tensor::on(device)) {
+                match t {
+                    Err(Error::Unsupported { op: named, message }) => {
+                        assert_eq!(named, op);
+                        if let Device::Cuda(i) = device {
+                            assert!(message.contains("CUDA"), "{message}");
+                            assert!(message.contains(&format!("cuda:{i}")), "{message}");
+                        } else {
+                            assert!(message.contains("meta"), "{message}");
+                        }
+                    }
+                    other => panic!("{op} on {device}: expected Unsupported, got {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_device_draws_nothing_from_the_generator() -> Result<()> {
+        let mut g = Generator::new(1);
+        let before = g.get_state();
+        assert!(Tensor::on(Device::Cuda(0))
+            .rand_with(&[16], DType::F32, &mut g)
+            .is_err());
+        assert_eq!(g.get_state(), before);
+        Ok(())
+    }
+}
