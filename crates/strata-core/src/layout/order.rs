@@ -118,6 +118,19 @@ pub fn infer_dense_strides(sizes: &[usize], strides: &[usize]) -> Vec<usize> {
     out
 }
 
+/// Strides of a dense copy of `layout` that keeps its memory order, as PyTorch's `to()` and
+/// `empty_like` give it: the same strides when the layout is already non-overlapping and
+/// dense, else [`infer_dense_strides`]. A size-1 dimension's stride is kept in the first case
+/// and recomputed in the second, which matters where such a copy's strides decide another
+/// layout (an element-wise op converting an input to its common dtype).
+pub fn dense_copy_strides(layout: &super::Layout) -> Vec<usize> {
+    if layout.is_non_overlapping_and_dense() {
+        layout.strides().to_vec()
+    } else {
+        infer_dense_strides(layout.sizes(), layout.strides())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +155,17 @@ mod tests {
         let shape = [3, 4];
         let perm = iteration_order(&shape, &[op(&[4, 1])]);
         assert_eq!(output_strides(&shape, &perm).as_slice(), [4, 1]);
+    }
+
+    #[test]
+    fn dense_copies_keep_dense_strides_and_order_the_rest() {
+        // PyTorch 2.15: `x.float().stride()` for these layouts.
+        let dense = super::super::Layout::new(vec![3, 1, 4], vec![1, 7, 3], 0);
+        assert_eq!(dense_copy_strides(&dense), vec![1, 7, 3]);
+        let expanded = super::super::Layout::new(vec![1, 2, 2, 2], vec![2, 1, 0, 2], 1);
+        assert_eq!(dense_copy_strides(&expanded), vec![4, 1, 2, 4]);
+        let gapped = super::super::Layout::new(vec![2, 4, 1], vec![12, 1, 8], 0);
+        assert_eq!(dense_copy_strides(&gapped), vec![4, 1, 4]);
     }
 
     #[test]

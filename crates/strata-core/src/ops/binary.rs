@@ -228,6 +228,7 @@ pub(crate) fn binary(
     contiguous::new_output(
         ctx,
         out_dtype,
+        compute,
         inputs,
         matches!(other, Other::Scalar(_)),
         |plan| run_kernel(plan, op, compute, &other),
@@ -292,8 +293,10 @@ pub(crate) fn binary_out(
     if let Other::Tensor(t) = other {
         inputs.push(t);
     }
+    let input_dtypes = [compute; 2];
     let prepared = ElementwiseSpec::new(Output::Out(out), inputs)
         .with_scalar_operand(matches!(other, Other::Scalar(_)))
+        .with_input_dtypes(&input_dtypes)
         .infer(ctx.op())?;
     if result != out.dtype() {
         // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`.

@@ -26,11 +26,14 @@ type Operand = (Arc<Storage>, usize, DType);
 
 /// A new output of `out_dtype` computed by `kernel` from `inputs` (operand 0 the output, then
 /// the inputs in order): through [`try_new_output`] when the inputs qualify, else through the
-/// general [`ElementwiseSpec`] route. `scalar_operand` says that a number also takes part
-/// (then only inputs with exactly row-major strides take the direct route).
+/// general [`ElementwiseSpec`] route. `common` is the dtype the inputs are computed in (see
+/// [`ElementwiseSpec::with_input_dtypes`]; it cannot change a contiguous input's layout).
+/// `scalar_operand` says that a number also takes part (then only inputs with exactly
+/// row-major strides take the direct route).
 pub(crate) fn new_output(
     ctx: &OpContext,
     out_dtype: DType,
+    common: DType,
     inputs: &[&Tensor],
     scalar_operand: bool,
     kernel: impl Fn(&Plan),
@@ -41,8 +44,10 @@ pub(crate) fn new_output(
     if let Some(out) = try_new_output(ctx, out_dtype, inputs, scalar_operand, &kernel) {
         return out;
     }
+    let input_dtypes: SmallVec<[DType; 3]> = inputs.iter().map(|_| common).collect();
     ElementwiseSpec::new(Output::New(out_dtype), inputs.to_vec())
         .with_scalar_operand(scalar_operand)
+        .with_input_dtypes(&input_dtypes)
         .infer(ctx.op())?
         .execute(ctx, kernel)
 }

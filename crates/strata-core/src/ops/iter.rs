@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use crate::backend::cpu::{Dims, Plan};
 use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
-use crate::layout::order::{iteration_order, output_strides, OrderOperand};
+use crate::layout::order::{dense_copy_strides, iteration_order, output_strides, OrderOperand};
 use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};
 use crate::layout::Layout;
 use crate::op::OpContext;
@@ -33,6 +33,8 @@ pub(crate) struct ElementwiseSpec<'a> {
     inputs: Vec<&'a Tensor>,
     /// A number takes part as an operand (it counts as a 0-d operand for layout decisions).
     scalar_operand: bool,
+    /// The dtype each input is converted to before the loop (empty: none is).
+    input_dtypes: Inputs<DType>,
 }
 
 impl<'a> ElementwiseSpec<'a> {
@@ -42,6 +44,7 @@ impl<'a> ElementwiseSpec<'a> {
             output,
             inputs,
             scalar_operand: false,
+            input_dtypes: Inputs::new(),
         }
     }
 
@@ -51,6 +54,39 @@ impl<'a> ElementwiseSpec<'a> {
     pub fn with_scalar_operand(mut self, yes: bool) -> Self {
         self.scalar_operand = yes;
         self
+    }
+
+    /// The dtype each input is computed in. On the CPU PyTorch first converts an input of
+    /// another dtype with `to()`, and a new output is laid out after that copy, which is dense
+    /// in the input's memory order: for an input that is not dense (broadcast, gapped, or
+    /// with ties between size-1 and other dimensions) the output's strides can differ from
+    /// those the input itself would give. Nothing is converted here; only the layout follows.
+    pub fn with_input_dtypes(mut self, dtypes: &[DType]) -> Self {
+        self.input_dtypes = Inputs::from_slice(dtypes);
+        self
+    }
+
+    /// The inputs' layouts as PyTorch sees them when it lays out a new output: an input it
+    /// converts to another dtype first, and that is not already dense, as its dense copy.
+    /// `None` when no layout changes (the common case).
+    fn converted_layouts(&self, bodies: &[Body]) -> Option<Inputs<Layout>> {
+        let converted = |i: usize, b: &Body| {
+            self.input_dtypes
+                .get(i)
+                .is_some_and(|&d| d != self.inputs[i].dtype())
+                && !b.layout.is_non_overlapping_and_dense()
+        };
+        if !bodies.iter().enumerate().any(|(i, b)| converted(i, b)) {
+            return None;
+        }
+        let layouts = bodies.iter().enumerate().map(|(i, b)| {
+            if converted(i, b) {
+                Layout::new(b.layout.sizes().to_vec(), dense_copy_strides(&b.layout), 0)
+            } else {
+                b.layout.clone()
+            }
+        });
+        Some(layouts.collect())
     }
 }
 
@@ -78,6 +114,25 @@ fn fast_setup_strides(layouts: &[&Layout], scalar_operand: bool) -> Option<Dims>
         return Some(Dims::from_slice(last.strides()));
     }
     None
+}
+
+/// Strides for a new output of `shape` computed from inputs laid out as `layouts`: the fast
+/// setup's, else dense in the inputs' stride order (broadcast as over `shape`).
+fn new_output_strides(shape: &[usize], layouts: &[&Layout], scalar_operand: bool) -> Dims {
+    fast_setup_strides(layouts, scalar_operand).unwrap_or_else(|| {
+        let strides: Inputs<Vec<usize>> = layouts
+            .iter()
+            .map(|l| broadcast_strides(l.sizes(), l.strides(), shape))
+            .collect();
+        let order: Inputs<OrderOperand<'_>> = strides
+            .iter()
+            .map(|s| OrderOperand {
+                strides: s,
+                is_reduction_output: false,
+            })
+            .collect();
+        output_strides(shape, &iteration_order(shape, &order))
+    })
 }
 
 /// Inputs stored inline (up to three).
@@ -122,7 +177,39 @@ enum OutPlan {
     New(DType, Layout),
     Existing(Tensor, Body),
     /// An `out=` tensor to resize to the shape, then write as an existing output.
-    Resize(Tensor, Vec<Tensor>),
+    Resize(Resize),
+}
+
+/// An `out=` tensor to resize, with what decides its new strides: the op's operands.
+struct Resize {
+    out: Tensor,
+    inputs: Vec<Tensor>,
+    scalar_operand: bool,
+    input_dtypes: Inputs<DType>,
+}
+
+impl Resize {
+    /// Resizes the output to `shape` with the strides a new output of these operands would
+    /// have, as PyTorch's TensorIterator does. Returns the output and the inputs.
+    fn apply(self, ctx: &OpContext, shape: &[usize]) -> Result<(Tensor, Vec<Tensor>)> {
+        let Resize {
+            out,
+            inputs,
+            scalar_operand,
+            input_dtypes,
+        } = self;
+        let planned = ElementwiseSpec::new(Output::New(out.dtype()), inputs.iter().collect())
+            .with_scalar_operand(scalar_operand)
+            .with_input_dtypes(&input_dtypes)
+            .infer(ctx.op())?;
+        let strides = match &planned.out {
+            OutPlan::New(_, layout) => layout.strides().to_vec(),
+            _ => crate::layout::contiguous_strides(shape),
+        };
+        drop(planned);
+        out.resize_for_out_strided(ctx, shape, strides)?;
+        Ok((out, inputs))
+    }
 }
 
 fn shape_error(op: &'static str, a: &[usize], b: &[usize], mismatch: String) -> Error {
@@ -250,6 +337,10 @@ impl ElementwiseSpec<'_> {
         }
         let perm = iteration_order(&shape, &order_ops);
         drop(order_ops);
+        let converted = match self.output {
+            Output::New(_) => self.converted_layouts(&bodies),
+            _ => None,
+        };
         let out = match (self.output, out_body) {
             (Output::Existing(t), Some(b)) => OutPlan::Existing(t.clone(), b),
             (Output::NewWithLayout(dtype, layout), _) => {
@@ -266,9 +357,17 @@ impl ElementwiseSpec<'_> {
                 OutPlan::New(dtype, layout)
             }
             (Output::New(dtype), _) => {
-                let layouts: Inputs<&Layout> = bodies.iter().map(|b| &b.layout).collect();
-                let strides = fast_setup_strides(&layouts, self.scalar_operand)
-                    .unwrap_or_else(|| output_strides(&shape, &perm));
+                let strides = match &converted {
+                    None => {
+                        let layouts: Inputs<&Layout> = bodies.iter().map(|b| &b.layout).collect();
+                        fast_setup_strides(&layouts, self.scalar_operand)
+                            .unwrap_or_else(|| output_strides(&shape, &perm))
+                    }
+                    Some(c) => {
+                        let layouts: Inputs<&Layout> = c.iter().collect();
+                        new_output_strides(&shape, &layouts, self.scalar_operand)
+                    }
+                };
                 let layout = Layout::from_slices(&shape, &strides, 0);
                 if layout.validate(dtype.size()).is_none() {
                     return Err(Error::shape(
@@ -433,10 +532,12 @@ impl ElementwiseSpec<'_> {
         }
         Ok(Prepared {
             shape: shape.into(),
-            out: OutPlan::Resize(
-                out.clone(),
-                self.inputs.iter().map(|t| (*t).clone()).collect(),
-            ),
+            out: OutPlan::Resize(Resize {
+                out: out.clone(),
+                inputs: self.inputs.iter().map(|t| (*t).clone()).collect(),
+                scalar_operand: self.scalar_operand,
+                input_dtypes: self.input_dtypes.clone(),
+            }),
             inputs: SmallVec::new(),
             perm: Dims::new(),
             parallel: true,
@@ -458,19 +559,9 @@ impl Prepared {
     /// (operand 0 the output, then the inputs in order). An existing output's version is
     /// bumped. Returns the output.
     pub fn execute(self, ctx: &OpContext, kernel: impl FnOnce(&Plan)) -> Result<Tensor> {
-        if let OutPlan::Resize(out, inputs) = self.out {
-            let inputs: Vec<&Tensor> = inputs.iter().collect();
-            // As PyTorch's TensorIterator: the resized output takes the strides a new output
-            // of these inputs would have.
-            let planned =
-                ElementwiseSpec::new(Output::New(out.dtype()), inputs.clone()).infer(ctx.op())?;
-            let strides = match &planned.out {
-                OutPlan::New(_, layout) => layout.strides().to_vec(),
-                _ => crate::layout::contiguous_strides(&self.shape),
-            };
-            drop(planned);
-            out.resize_for_out_strided(ctx, &self.shape, strides)?;
-            return ElementwiseSpec::new(Output::Existing(&out), inputs)
+        if let OutPlan::Resize(resize) = self.out {
+            let (out, inputs) = resize.apply(ctx, &self.shape)?;
+            return ElementwiseSpec::new(Output::Existing(&out), inputs.iter().collect())
                 .infer(ctx.op())?
                 .execute(ctx, kernel);
         }

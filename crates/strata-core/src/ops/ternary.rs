@@ -84,6 +84,7 @@ pub(crate) fn where_cond(
 ) -> Result<Tensor> {
     let dtype = where_dtype(ctx.op(), condition, a, b)?;
     ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
+        .with_input_dtypes(&[DType::Bool, dtype, dtype])
         .infer(ctx.op())?
         .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
 }
@@ -100,6 +101,7 @@ pub(crate) fn where_out(
     let dtype = where_dtype(ctx.op(), condition, a, b)?;
     expect_dtype(ctx.op(), out, dtype)?;
     ElementwiseSpec::new(Output::Out(out), vec![condition, a, b])
+        .with_input_dtypes(&[DType::Bool, dtype, dtype])
         .infer(ctx.op())?
         .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
 }
@@ -114,6 +116,7 @@ pub(crate) fn addcmul(
 ) -> Result<Tensor> {
     let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
     ElementwiseSpec::new(Output::New(dtype), vec![x, t1, t2])
+        .with_input_dtypes(&[dtype; 3])
         .infer(ctx.op())?
         .execute(ctx, |plan| {
             dispatch(compute_dtype(dtype), AddCMul(plan, value))
@@ -132,6 +135,7 @@ pub(crate) fn addcmul_out(
     let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
     check_cast(ctx.op(), dtype, out.dtype())?;
     ElementwiseSpec::new(Output::Out(out), vec![x, t1, t2])
+        .with_input_dtypes(&[dtype; 3])
         .infer(ctx.op())?
         .execute(ctx, |plan| {
             dispatch(compute_dtype(dtype), AddCMul(plan, value))

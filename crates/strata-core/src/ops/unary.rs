@@ -148,7 +148,7 @@ fn run_same(backend: &dyn Backend, plan: &Plan, s: SameOp, compute: DType) {
 pub(crate) fn float(ctx: &OpContext, f: FloatOp, x: &Tensor) -> Result<Tensor> {
     let backend = for_device(x.device())?;
     let out = float_op_dtype(ctx.op(), f, x.dtype())?;
-    contiguous::new_output(ctx, out, &[x], false, |plan| {
+    contiguous::new_output(ctx, out, out, &[x], false, |plan| {
         run_float(backend, plan, f, out)
     })
 }
@@ -171,7 +171,9 @@ pub(crate) fn float_out(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -
         FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
         _ => check_cast(ctx.op(), result, out.dtype())?,
     }
-    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
+    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x])
+        .with_input_dtypes(&[result])
+        .infer(ctx.op())?;
     prepared.execute(ctx, |plan| run_float(backend, plan, f, result))
 }
 
@@ -179,7 +181,7 @@ pub(crate) fn float_out(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -
 pub(crate) fn same(ctx: &OpContext, s: SameOp, x: &Tensor) -> Result<Tensor> {
     let backend = for_device(x.device())?;
     let out = same_op_dtype(ctx.op(), s, x)?;
-    contiguous::new_output(ctx, out, &[x], false, |plan| {
+    contiguous::new_output(ctx, out, out, &[x], false, |plan| {
         run_same(backend, plan, s, out)
     })
 }
@@ -199,6 +201,8 @@ pub(crate) fn same_out(ctx: &OpContext, s: SameOp, x: &Tensor, out: &Tensor) -> 
     let backend = for_device(x.device())?;
     let result = same_op_dtype(ctx.op(), s, x)?;
     expect_dtype(ctx.op(), out, result)?;
-    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x]).infer(ctx.op())?;
+    let prepared = ElementwiseSpec::new(Output::Out(out), vec![x])
+        .with_input_dtypes(&[result])
+        .infer(ctx.op())?;
     prepared.execute(ctx, |plan| run_same(backend, plan, s, result))
 }

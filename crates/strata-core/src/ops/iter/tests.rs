@@ -194,3 +194,55 @@ fn linear_results_match_a_reference() {
     assert_eq!(a.to_vec::<f64>().unwrap(), want);
     assert_eq!(a.version(), 1);
 }
+
+/// An arange of `dtype` viewed with `as_strided`, as the conformance runner's `strided`.
+fn strided(shape: &[usize], strides: &[usize], offset: usize, dtype: DType) -> Tensor {
+    let extent = offset
+        + 1
+        + shape
+            .iter()
+            .zip(strides)
+            .map(|(s, st)| (s - 1) * st)
+            .sum::<usize>();
+    Tensor::arange(extent, dtype)
+        .unwrap()
+        .as_strided(shape, strides, Some(offset))
+        .unwrap()
+}
+
+// The expected strides below are PyTorch 2.15's.
+
+#[test]
+fn an_input_converted_to_the_common_dtype_lays_the_output_out_as_its_dense_copy() {
+    // An i32 tensor with a stretched size-1 dimension compared with an f32 one: PyTorch first
+    // copies it to f32, dense in its memory order ([4, 1, 2, 4]), and that copy's strides
+    // decide the order.
+    let x = strided(&[1, 2, 1, 2], &[2, 1, 5, 2], 1, DType::I32)
+        .expand(&[1, 2, 2, 2])
+        .unwrap();
+    let p = Tensor::arange(4, DType::F32)
+        .unwrap()
+        .reshape(&[1, 1, 2, 2])
+        .unwrap();
+    assert_eq!(p.eq(&x).unwrap().stride(), [8, 1, 4, 2]);
+    assert_eq!(
+        Tensor::addcmul(&p.to(DType::F64).unwrap(), &x, &p, 1)
+            .unwrap()
+            .stride(),
+        [8, 1, 4, 2]
+    );
+    // A u8 tensor with a gap, made floating by sqrt: its f32 copy is contiguous, so the
+    // result is contiguous too; an f32 tensor of the same layout keeps its order.
+    let u = Tensor::arange(24, DType::U8)
+        .unwrap()
+        .reshape(&[2, 3, 4])
+        .unwrap()
+        .slice(1, Some(0), Some(1), 2)
+        .unwrap()
+        .permute(&[0, 2, 1])
+        .unwrap();
+    assert_eq!(u.stride(), [12, 1, 8]);
+    assert_eq!(u.sqrt().unwrap().stride(), [4, 1, 1]);
+    let f = strided(&[2, 4, 1], &[12, 1, 4], 0, DType::F32);
+    assert_eq!(f.sqrt().unwrap().stride(), [4, 1, 4]);
+}
