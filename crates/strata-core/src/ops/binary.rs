@@ -204,6 +204,13 @@ fn run_kernel(plan: &Plan, op: BinaryOp, compute: DType, other: &Other<'_>) {
     dispatch(compute_dtype(compute), Kernel { plan, op, scalar });
 }
 
+/// Whether the number in `a op number` is an operand of PyTorch's loop (a 0-d tensor, which
+/// takes part in the output's layout). It is for arithmetic and comparisons; `pow` with a
+/// number exponent is a unary op of the base, laid out as the base alone.
+fn scalar_operand(op: BinaryOp, other: &Other<'_>) -> bool {
+    matches!(other, Other::Scalar(_)) && op != BinaryOp::Pow
+}
+
 /// `a op b` into a new tensor.
 pub(crate) fn binary(
     ctx: &OpContext,
@@ -230,7 +237,7 @@ pub(crate) fn binary(
         out_dtype,
         compute,
         inputs,
-        matches!(other, Other::Scalar(_)),
+        scalar_operand(op, &other),
         |plan| run_kernel(plan, op, compute, &other),
     )
 }
@@ -295,7 +302,7 @@ pub(crate) fn binary_out(
     }
     let input_dtypes = [compute; 2];
     let prepared = ElementwiseSpec::new(Output::Out(out), inputs)
-        .with_scalar_operand(matches!(other, Other::Scalar(_)))
+        .with_scalar_operand(scalar_operand(op, &other))
         .with_input_dtypes(&input_dtypes)
         .infer(ctx.op())?;
     if result != out.dtype() {

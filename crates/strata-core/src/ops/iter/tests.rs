@@ -246,3 +246,24 @@ fn an_input_converted_to_the_common_dtype_lays_the_output_out_as_its_dense_copy(
     let f = strided(&[2, 4, 1], &[12, 1, 4], 0, DType::F32);
     assert_eq!(f.sqrt().unwrap().stride(), [4, 1, 4]);
 }
+
+#[test]
+fn pow_with_a_number_is_laid_out_as_a_unary_op() {
+    // The exponent is not an operand of PyTorch's loop, so the fast same-shape rule applies
+    // (these bases are contiguous); in arithmetic a number is a 0-d operand and the size-1
+    // dimension's stride takes part in the order.
+    let x = strided(&[3, 1, 4], &[4, 1, 1], 0, DType::F32);
+    assert_eq!(x.pow(1.5).unwrap().stride(), [4, 4, 1]);
+    assert_eq!(x.mul(1.5).unwrap().stride(), [4, 1, 1]);
+    let y = Tensor::arange(4, DType::F32)
+        .unwrap()
+        .reshape(&[4, 1])
+        .unwrap()
+        .t()
+        .unwrap()
+        .unsqueeze(1)
+        .unwrap();
+    assert_eq!(y.stride(), [1, 4, 1]);
+    assert_eq!(y.pow(1.5).unwrap().stride(), [4, 4, 1]);
+    assert_eq!(y.mul(1.5).unwrap().stride(), [1, 4, 1]);
+}
