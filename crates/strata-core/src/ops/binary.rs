@@ -306,8 +306,10 @@ pub(crate) fn binary_out(
         .with_input_dtypes(&input_dtypes)
         .infer(ctx.op())?;
     if result != out.dtype() {
-        // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`.
-        drop(prepared);
+        // As PyTorch: computed (and rounded) in the result's dtype, then cast into `out`. An
+        // `out` of another shape is first resized as the op's operands lay it out, not as
+        // the intermediate result would.
+        prepared.resize_output(ctx)?;
         let value = binary(ctx, a, other, op)?;
         return ElementwiseSpec::new(Output::Out(out), vec![&value])
             .infer(ctx.op())?

@@ -548,6 +548,16 @@ impl ElementwiseSpec<'_> {
 }
 
 impl Prepared {
+    /// Only resizes an `out=` output that has another shape, as [`Prepared::execute`] would,
+    /// for ops that then write it some other way (computing in one dtype and converting into
+    /// the output's): its strides come from this op's operands.
+    pub fn resize_output(self, ctx: &OpContext) -> Result<()> {
+        if let OutPlan::Resize(resize) = self.out {
+            resize.apply(ctx, &self.shape)?;
+        }
+        Ok(())
+    }
+
     /// Leaves an existing output's version alone, for ops that write in several steps and
     /// count as one write.
     pub fn without_version_bump(mut self) -> Self {

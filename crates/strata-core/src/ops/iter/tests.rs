@@ -267,3 +267,35 @@ fn pow_with_a_number_is_laid_out_as_a_unary_op() {
     assert_eq!(y.pow(1.5).unwrap().stride(), [4, 4, 1]);
     assert_eq!(y.mul(1.5).unwrap().stride(), [1, 4, 1]);
 }
+
+#[test]
+fn a_resized_out_of_another_dtype_is_laid_out_from_the_operands() {
+    let x = Tensor::arange(4, DType::F32)
+        .unwrap()
+        .reshape(&[2, 1, 2])
+        .unwrap()
+        .permute(&[0, 2, 1])
+        .unwrap();
+    let p = Tensor::arange(1, DType::F32).unwrap();
+    for dtype in [DType::F32, DType::F64] {
+        let out = Tensor::zeros(&[1], dtype).unwrap();
+        p.add_out(&x, 1, &out).unwrap();
+        assert_eq!(out.stride(), [2, 1, 2]);
+    }
+    // Not from the computed result, which is contiguous here.
+    let b = Tensor::arange(6, DType::BF16)
+        .unwrap()
+        .reshape(&[1, 3, 1, 2])
+        .unwrap()
+        .permute(&[2, 0, 1, 3])
+        .unwrap();
+    let s = Tensor::from_vec(vec![3.0f64], &[]).unwrap();
+    assert!(b.add(&s).unwrap().is_contiguous());
+    let out = Tensor::zeros(&[0], DType::F32).unwrap();
+    b.add_out(&s, 1, &out).unwrap();
+    assert_eq!(out.stride(), [2, 6, 2, 1]);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        vec![3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    );
+}
