@@ -17,17 +17,14 @@ fn fill(x: &Tensor, name: &'static str, value: Scalar) -> Result<Tensor> {
 
 impl Tensor {
     /// Copies `src` (broadcast to this tensor's shape, converted to its dtype) into this
-    /// tensor, in place. Copying a tensor onto exactly itself does nothing but still counts
-    /// as a write (the version goes up).
+    /// tensor, in place. Copying a tensor onto exactly itself moves nothing but is still a
+    /// write: it is checked and recorded like any other, and the version goes up.
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<Tensor> {
         Entry::new("copy_", &[self, src])?.run_inplace(
-            |ctx, x| {
-                if fwd::is_self_copy(x[0], x[1]) {
-                    return Ok(None);
-                }
-                grad::copy_inplace_begin(ctx, x[0], x[1])
-            },
+            // A copy onto exactly itself moves nothing but is checked and recorded like
+            // any other write, as PyTorch refuses it wherever it refuses an in-place write.
+            |ctx, x| grad::copy_inplace_begin(ctx, x[0], x[1]),
             |ctx, x| fwd::copy_(ctx, x[0], x[1]),
             |rec, x| grad::copy_inplace_finish(rec, x[1]),
         )

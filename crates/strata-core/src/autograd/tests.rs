@@ -423,3 +423,24 @@ fn grad_mode_guards_control_recording() {
     let i = inference_mode(|| a.mul(2.0)).unwrap();
     assert!(!i.requires_grad() && i.is_inference());
 }
+
+// The expectations below are PyTorch 2.15's.
+
+#[test]
+fn copying_a_tensor_onto_itself_is_checked_like_any_in_place_write() {
+    let w = inference_mode(|| Tensor::ones(&[3], DType::F32)).unwrap();
+    assert!(
+        w.copy_(&w).is_err(),
+        "an inference tensor outside inference mode"
+    );
+    inference_mode(|| w.copy_(&w)).unwrap();
+    assert_eq!(w.version(), 0);
+    let leaf = x(&[2], 41);
+    assert!(leaf.copy_(&leaf).is_err(), "a leaf that requires grad");
+    no_grad(|| leaf.copy_(&leaf)).unwrap();
+    assert_eq!(leaf.version(), 1);
+    let y = leaf.mul(2.0).unwrap();
+    y.copy_(&y).unwrap();
+    assert_eq!(y.version(), 1);
+    assert!(!y.is_leaf());
+}

@@ -27,7 +27,7 @@ impl FillWith {
 
 /// Whether copying `src` into `x` would copy a tensor onto exactly itself (same memory,
 /// layout and dtype): nothing to write, though it still counts as a write.
-pub(crate) fn is_self_copy(x: &Tensor, src: &Tensor) -> bool {
+fn is_self_copy(x: &Tensor, src: &Tensor) -> bool {
     let (a, b) = (x.body(), src.body());
     a.storage.id() == b.storage.id() && a.layout == b.layout && x.dtype() == src.dtype()
 }
