@@ -427,6 +427,34 @@ fn grad_mode_guards_control_recording() {
 // The expectations below are PyTorch 2.15's.
 
 #[test]
+fn copies_of_inference_tensors_outside_inference_mode_start_at_version_one() {
+    let w = inference_mode(|| Tensor::ones(&[3], DType::F32)).unwrap();
+    let wt = inference_mode(|| Tensor::ones(&[2, 3], DType::F32).and_then(|t| t.t())).unwrap();
+    let c = w.deep_clone().unwrap();
+    assert!(!c.is_inference());
+    assert_eq!(c.version(), 1);
+    assert_eq!(no_grad(|| w.deep_clone()).unwrap().version(), 1);
+    assert_eq!(w.to(DType::F64).unwrap().version(), 1);
+    assert_eq!(wt.contiguous().unwrap().version(), 1);
+    // No copy, no write.
+    assert!(w.contiguous().unwrap().is_same(&w));
+    assert!(w.to(DType::F32).unwrap().is_same(&w));
+    // Inside inference mode a copy is an inference tensor (no version counter).
+    let i = inference_mode(|| w.deep_clone()).unwrap();
+    assert!(i.is_inference());
+    assert_eq!(i.version(), 0);
+    // Copies of normal tensors start at 0.
+    assert_eq!(
+        Tensor::ones(&[3], DType::F32)
+            .unwrap()
+            .deep_clone()
+            .unwrap()
+            .version(),
+        0
+    );
+}
+
+#[test]
 fn copying_a_tensor_onto_itself_is_checked_like_any_in_place_write() {
     let w = inference_mode(|| Tensor::ones(&[3], DType::F32)).unwrap();
     assert!(

@@ -43,6 +43,18 @@ pub(crate) fn copy_(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor>
     prepared.execute(ctx, |plan| unsafe { kernels::copy(plan) })
 }
 
+/// The version a copy of `src` starts at. PyTorch makes `clone`, `contiguous` and `to` by
+/// filling a new tensor with an in-place `copy_`, which the autograd layer normally hides.
+/// For an inference tensor outside inference mode that layer is skipped, so the write counts
+/// and the copy (a normal tensor) starts at version 1. Inside inference mode the copy is an
+/// inference tensor, which has no version counter.
+fn count_inference_copy(src: &Tensor, copy: Tensor) -> Tensor {
+    if src.is_inference() && !copy.is_inference() {
+        copy.bump_version();
+    }
+    copy
+}
+
 /// A new tensor with a copy of `x`'s data: a dense layout keeps its strides; any other
 /// keeps its dimension order with dense strides.
 pub(crate) fn deep_clone(ctx: &OpContext, x: &Tensor) -> Result<Tensor> {
@@ -52,7 +64,8 @@ pub(crate) fn deep_clone(ctx: &OpContext, x: &Tensor) -> Result<Tensor> {
     } else {
         infer_dense_strides(l.sizes(), l.strides())
     };
-    x.copy_into_new(ctx, Layout::new(l.sizes().to_vec(), strides, 0), x.dtype())
+    let copy = x.copy_into_new(ctx, Layout::new(l.sizes().to_vec(), strides, 0), x.dtype())?;
+    Ok(count_inference_copy(x, copy))
 }
 
 /// `x` itself when it is already contiguous, else a contiguous copy.
@@ -60,7 +73,7 @@ pub(crate) fn contiguous(ctx: &OpContext, x: &Tensor) -> Result<Tensor> {
     if x.is_contiguous() {
         return Ok(x.clone());
     }
-    x.contiguous_copy(ctx)
+    Ok(count_inference_copy(x, x.contiguous_copy(ctx)?))
 }
 
 /// `x` converted to `dtype`: itself when the dtype already matches, else a copy that keeps
@@ -78,7 +91,10 @@ pub(crate) fn to(ctx: &OpContext, x: &Tensor, dtype: DType) -> Result<Tensor> {
         infer_dense_strides(l.sizes(), l.strides())
     };
     let layout = Layout::new(l.sizes().to_vec(), strides, 0);
-    x.copy_into_new(ctx, layout, dtype)
+    Ok(count_inference_copy(
+        x,
+        x.copy_into_new(ctx, layout, dtype)?,
+    ))
 }
 
 /// Sets every element of `x` to `value` (converted to its dtype; a value that overflows it
