@@ -221,8 +221,14 @@ impl Tensor {
     }
 
     /// Cuts this tensor off its history in place (`requires_grad` becomes false). Views
-    /// cannot be detached in place: use [`Tensor::detach`].
+    /// cannot be detached in place: use [`Tensor::detach`]. Inside inference mode, and on an
+    /// inference tensor, it does nothing, as in PyTorch.
     pub fn detach_(&self) -> Result<Tensor> {
+        // PyTorch's detach_ does its work (and its check on views) in the autograd layer,
+        // which inference mode skips, and which inference tensors never reach.
+        if is_inference_mode_enabled() || self.is_inference() {
+            return Ok(self.clone());
+        }
         if self.view_info().is_some() {
             return Err(Error::Autograd {
                 message: "detach_: a view cannot be detached in place. Hint: use detach(), \

@@ -472,3 +472,24 @@ fn copying_a_tensor_onto_itself_is_checked_like_any_in_place_write() {
     assert_eq!(y.version(), 1);
     assert!(!y.is_leaf());
 }
+
+#[test]
+fn detach_in_place_does_nothing_inside_inference_mode() {
+    let leaf = x(&[2], 43);
+    let v = leaf.narrow(0, 0, 1).unwrap();
+    inference_mode(|| v.detach_()).unwrap();
+    inference_mode(|| leaf.detach_()).unwrap();
+    assert!(leaf.requires_grad() && leaf.is_leaf());
+    assert!(v.requires_grad() && !v.is_leaf());
+    let y = leaf.mul(2.0).unwrap();
+    inference_mode(|| y.detach_()).unwrap();
+    assert!(y.requires_grad() && !y.is_leaf());
+    assert!(
+        v.detach_().is_err(),
+        "outside inference mode a view still cannot"
+    );
+    // A view of an inference tensor is not a view to autograd: detach_ passes it by.
+    let w = inference_mode(|| Tensor::ones(&[2, 2], DType::F32).and_then(|t| t.t())).unwrap();
+    w.detach_().unwrap();
+    assert!(w.is_inference() && !w.requires_grad());
+}
