@@ -145,6 +145,21 @@ fn inplace_suite_matches_pytorch() {
     assert_all_pass("inplace");
 }
 
+/// Output layouts of element-wise ops when size-1 dimensions carry unusual strides (made by
+/// `as_strided`, unsqueeze of a transpose, narrow, select, expand, permutes), with inputs of
+/// other dtypes, numbers, 0-d and broadcast partners, in place and into `out=`.
+#[test]
+fn layout_fixture_matches_pytorch() {
+    assert_all_pass("layout");
+}
+
+/// Inference mode: inference tensors (no version counter), normal tensors and their views
+/// modified or viewed inside it, copies, `detach_`, `copy_` onto itself and `out=` around it.
+#[test]
+fn inference_fixture_matches_pytorch() {
+    assert_all_pass("inference");
+}
+
 /// Suites whose ops are not all implemented yet must still run to the end: one result per
 /// program, in order, unsupported ops reported as program errors rather than crashes.
 #[test]
