@@ -42,3 +42,176 @@ pub(crate) enum SameOp {
     /// `x` limited to `[min, max]` (either bound may be absent).
     Clamp(Option<Scalar>, Option<Scalar>),
 }
+
+/// A binary element-wise op: `out = a op b`, with `b` a tensor or a number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum BinaryOp {
+    /// `a + alpha·b`.
+    Add(Scalar),
+    /// `a - alpha·b`.
+    Sub(Scalar),
+    /// `a·b`.
+    Mul,
+    /// `a / b`.
+    Div,
+    /// `a^b`.
+    Pow,
+    /// The larger of the two, NaN kept.
+    Maximum,
+    /// The smaller of the two, NaN kept.
+    Minimum,
+    /// `a == b` (a bool result).
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+}
+
+impl BinaryOp {
+    /// Whether the op compares (a bool result, no gradient).
+    pub(crate) fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+/// A three-operand element-wise op over (out, a, b, c).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum TernaryOp {
+    /// `a` where the condition (operand a, read as 0 or 1) is set, else `b` (operands
+    /// `cond, a, b`).
+    Where,
+    /// `x + value·t1·t2` (operands `x, t1, t2`).
+    AddCMul(Scalar),
+    /// `a·b + c` rounded once (floating dtypes).
+    FusedMulAdd,
+    /// `value` where the mask (operand b) is set, else `a` (operands `x, mask`; two inputs).
+    MaskedFill(Scalar),
+}
+
+/// The per-element term a fold accumulates, from the element `x` (widened to the
+/// accumulator) and the result's parameter `p` (a mean, a maximum; 0 without one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FoldTerm {
+    /// `x`.
+    Value,
+    /// `|x|`.
+    Abs,
+    /// 1 for a non-zero `x`, else 0.
+    NonZero,
+    /// `x²`.
+    Square,
+    /// `|x|^p` for a fixed power.
+    AbsPow(f64),
+    /// `(x - p)²`.
+    SquaredDeviation,
+    /// `e^(x - p)`.
+    ExpShifted,
+}
+
+/// How a fold combines terms; partial results combine the same way.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FoldCombine {
+    /// Sum (wrapping for integer accumulators).
+    Sum,
+    /// Product (wrapping for integer accumulators).
+    Prod,
+    /// Product rounded to a half-precision dtype at every step, as PyTorch's half products.
+    ProdRoundedTo(crate::DType),
+    /// Maximum, NaN kept.
+    Max,
+    /// Minimum, NaN kept.
+    Min,
+}
+
+/// A fold: each reduced element's term, combined into its result's accumulator.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Fold {
+    /// The per-element term.
+    pub(crate) term: FoldTerm,
+    /// How terms combine.
+    pub(crate) combine: FoldCombine,
+}
+
+impl Fold {
+    /// A fold of the elements themselves.
+    pub(crate) fn of_values(combine: FoldCombine) -> Fold {
+        Fold {
+            term: FoldTerm::Value,
+            combine,
+        }
+    }
+}
+
+/// Where an indexed copy reads each visit's source element, as an element offset along the
+/// picked dimension.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Pick<'a> {
+    /// `table[coords[dim]]` (`index_select`): one offset per position along `dim`, or
+    /// `table[0]` for every visit without a dimension.
+    ByCoordinate {
+        /// The offsets, one per index.
+        table: &'a [isize],
+        /// The picked dimension, if the walk has one.
+        dim: Option<usize>,
+    },
+    /// `indices[k]·stride` for the `k`-th visit in row-major order (`gather`).
+    ByVisit {
+        /// One index per visit.
+        indices: &'a [i64],
+        /// The source's stride along the picked dimension.
+        stride: isize,
+    },
+}
+
+/// Where one operand's matrices are, in elements of its storage: element `(i, j)` of batch
+/// entry `idx` lives at `offset + Σ idx[d]·batch[d] + i·rs + j·cs`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Mat {
+    pub(crate) offset: usize,
+    pub(crate) batch: Vec<usize>,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+impl Mat {
+    /// Offset of element `(0, 0)` of batch entry `index`.
+    pub(crate) fn at(&self, index: &[usize]) -> usize {
+        self.offset
+            + index
+                .iter()
+                .zip(&self.batch)
+                .map(|(i, s)| i * s)
+                .sum::<usize>()
+    }
+
+    /// A matrix operand that is the same for every entry of a batch of `nb` dimensions.
+    pub(crate) fn unbatched(offset: usize, nb: usize, rs: usize, cs: usize) -> Mat {
+        Mat {
+            offset,
+            batch: vec![0; nb],
+            rs,
+            cs,
+        }
+    }
+}
+
+/// A batch of products `a[idx] (m×k) · b[idx] (k×n)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Product {
+    pub(crate) batch: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) a: Mat,
+    pub(crate) b: Mat,
+}

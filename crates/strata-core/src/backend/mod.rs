@@ -12,16 +12,20 @@
 //! `storage` touches raw host pointers. A new device (the meta device, CUDA later) is a
 //! sibling of [`cpu`] implementing [`Backend`], not an edit to op files.
 //!
-//! The trait grows one method per kernel family as op families are moved behind it; the
-//! kernels not yet behind it are called in [`cpu`] directly (see `docs/ARCHITECTURE.md`).
+//! The interface has one method per kernel family: element-wise maps (unary, binary,
+//! ternary), copies and fills, folds (reductions, scans, best-element searches), softmax
+//! rows, matrix products, and the indexed walks. Descriptors and shapes are plain data
+//! ([`kernel`]); every pointer a method takes is the caller's promise,
+//! spelled out in its `# Safety` section.
 
 pub(crate) mod cpu;
 pub(crate) mod kernel;
 
-pub(crate) use cpu::Plan;
+pub(crate) use cpu::{Dims, Operand, Plan};
 
+use crate::Scalar;
 use crate::{DType, Device, Error, Result};
-use kernel::{FloatOp, SameOp};
+use kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
 
 /// The kernels of one device.
 pub(crate) trait Backend: Sync {
@@ -58,6 +62,139 @@ pub(crate) trait Backend: Sync {
         len: usize,
         inner: usize,
     ) -> Option<Vec<f64>>;
+
+    /// `out = a op b` over `plan` (operands out, a, b; or out, a with `scalar` as `b`),
+    /// computed in `compute` (comparisons write bool).
+    ///
+    /// # Safety
+    /// The plan's addresses must be valid for the loop on this backend's device and their
+    /// storages locked: operand 0 writable, the others readable.
+    unsafe fn binary(&self, plan: &Plan, op: BinaryOp, compute: DType, scalar: Option<Scalar>);
+
+    /// A three-operand op (or `masked_fill`, with two inputs) over `plan` in `dtype`.
+    ///
+    /// # Safety
+    /// As for [`Backend::binary`].
+    unsafe fn ternary(&self, plan: &Plan, op: TernaryOp, dtype: DType);
+
+    /// Copies operand 1 into operand 0, converting between their dtypes.
+    ///
+    /// # Safety
+    /// As for [`Backend::binary`].
+    unsafe fn copy(&self, plan: &Plan);
+
+    /// Sets every element of operand 0 (the plan's only operand) to `value`.
+    ///
+    /// # Safety
+    /// The plan's operand must be valid for the loop, writable and locked.
+    unsafe fn fill(&self, plan: &Plan, value: Scalar);
+
+    /// Folds operand 1 (read as `input`) into the accumulator operand 0 (f64 or i64, per
+    /// `acc`, holding the initial values; stride 0 along the reduced dimensions), with an
+    /// optional per-result parameter as operand 2.
+    ///
+    /// # Safety
+    /// The plan must be sequential; the input readable and locked; the accumulator and the
+    /// parameter private buffers of `acc` laid out as the plan says.
+    unsafe fn fold(&self, plan: &Plan, input: DType, acc: DType, fold: Fold);
+
+    /// Running sums along the dimension where the carry (operand 1) has stride 0, from the
+    /// input (operand 2, read as `input`) into the output (operand 0).
+    ///
+    /// # Safety
+    /// As for [`Backend::fold`]; the output writable and locked.
+    unsafe fn scan_sum(&self, plan: &Plan, input: DType);
+
+    /// The first best element (largest with `max`, else smallest; NaN first for floats) and
+    /// its position: operands (best value, best index i64, input, position i64), values of
+    /// `acc` (f64 or i64).
+    ///
+    /// # Safety
+    /// As for [`Backend::fold`]; operands 0 and 1 private buffers, 2 and 3 readable.
+    unsafe fn arg_best(&self, plan: &Plan, acc: DType, max: bool);
+
+    /// Softmax (log-softmax with `log`) of `outer` contiguous slabs of `slab_len` elements,
+    /// each `[slab_len / inner, inner]` normalised along its first dimension, in the
+    /// floating `dtype`.
+    ///
+    /// # Safety
+    /// `input` must address `outer·slab_len` readable elements of `dtype` and `output` as
+    /// many writable ones, not overlapping, that nothing else touches during the call.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn softmax(
+        &self,
+        dtype: DType,
+        input: *const u8,
+        output: *mut u8,
+        outer: usize,
+        slab_len: usize,
+        inner: usize,
+        log: bool,
+    );
+
+    /// `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`, with
+    /// operands addressed from their storages' base pointers by [`Mat`] offsets. With
+    /// `buffered` the result goes through a private buffer first (an output that overlaps
+    /// an input).
+    ///
+    /// # Safety
+    /// Every element `p`, `c`'s `Mat` and `out_mat` address must lie in valid memory: the
+    /// inputs readable, the output writable and untouched by anything else during the call;
+    /// unless `buffered`, the output overlaps neither itself nor an input.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        &self,
+        dtype: DType,
+        p: &Product,
+        out: *mut u8,
+        out_mat: &Mat,
+        a: *const u8,
+        b: *const u8,
+        c: Option<(*const u8, &Mat)>,
+        alpha: Scalar,
+        beta: Scalar,
+        buffered: bool,
+    );
+
+    /// The indexed copy `out[k] = src[pick(k)]` over `shape` (`index_select`, `gather`):
+    /// `strides` are the output's and the source's (stride 0 along the picked dimension),
+    /// in elements; each visit copies `block` consecutive elements.
+    ///
+    /// # Safety
+    /// Every position the walk forms must lie inside the output (writable) and source
+    /// (readable); with `parallel`, each output element is written by one visit only and
+    /// the output shares no memory with the source.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pick(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        strides: [Vec<isize>; 2],
+        block: usize,
+        out: *mut u8,
+        src: *const u8,
+        parallel: bool,
+        pick: Pick<'_>,
+    );
+
+    /// `dst[idx[k]·dim_stride + …] += src[…]` over the index's `shape`, in row-major order
+    /// (repeated indices accumulate in order); `strides` are the source's and the
+    /// destination's (stride 0 along the indexed dimension), in elements.
+    ///
+    /// # Safety
+    /// Every position the walk forms must lie inside the source (readable) and destination
+    /// (writable).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scatter_add(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        strides: [Vec<isize>; 2],
+        src: *const u8,
+        dst: *mut u8,
+        idx: &[i64],
+        dim_stride: isize,
+    );
 }
 
 /// The backend whose kernels run on `device`'s memory.

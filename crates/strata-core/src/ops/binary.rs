@@ -1,41 +1,13 @@
 //! Binary element-wise ops: arithmetic, `pow`, `maximum`/`minimum` and comparisons, with
 //! tensors or numbers, out of place and in place.
 
-use crate::backend::cpu::{kernels, Plan};
-use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element};
+pub(crate) use crate::backend::kernel::BinaryOp;
+use crate::backend::{for_device, Backend, Plan};
 use crate::op::OpContext;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
-
-/// Which binary op.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum BinaryOp {
-    Add(Scalar),
-    Sub(Scalar),
-    Mul,
-    Div,
-    Pow,
-    Maximum,
-    Minimum,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-impl BinaryOp {
-    /// Whether the op compares (a bool result, no gradient).
-    pub(crate) fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
-        )
-    }
-}
 
 /// The second operand: another tensor or a number.
 #[derive(Debug, Clone, Copy)]
@@ -139,69 +111,14 @@ fn compute_type(
     }
 }
 
-struct Kernel<'a> {
-    plan: &'a Plan,
-    op: BinaryOp,
-    /// The second operand when it is a number.
-    scalar: Option<Scalar>,
-}
-
-impl DTypeFn for Kernel<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let plan = self.plan;
-        macro_rules! run {
-            ($f:expr, $o:ty) => {
-                match self.scalar {
-                    Some(s) => {
-                        let b: T = s.to();
-                        let f = $f;
-                        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-                        unsafe { kernels::map1::<T, $o>(plan, move |a| f(a, b)) }
-                    }
-                    // SAFETY: as above.
-                    None => unsafe { kernels::map2::<T, $o>(plan, $f) },
-                }
-            };
-        }
-        match self.op {
-            BinaryOp::Add(alpha) => {
-                let al: T = alpha.to();
-                if al == T::ONE {
-                    run!(|a: T, b: T| a.add(b), T)
-                } else {
-                    run!(move |a: T, b: T| a.add(b.mul(al)), T)
-                }
-            }
-            BinaryOp::Sub(alpha) => {
-                let al: T = alpha.to();
-                if al == T::ONE {
-                    run!(|a: T, b: T| a.sub(b), T)
-                } else {
-                    run!(move |a: T, b: T| a.sub(b.mul(al)), T)
-                }
-            }
-            BinaryOp::Mul => run!(|a: T, b: T| a.mul(b), T),
-            BinaryOp::Div => run!(|a: T, b: T| a.div(b), T),
-            BinaryOp::Pow => run!(|a: T, b: T| a.pow(b), T),
-            BinaryOp::Maximum => run!(|a: T, b: T| a.maximum_nan(b), T),
-            BinaryOp::Minimum => run!(|a: T, b: T| a.minimum_nan(b), T),
-            BinaryOp::Eq => run!(|a: T, b: T| a == b, bool),
-            BinaryOp::Ne => run!(|a: T, b: T| a != b, bool),
-            BinaryOp::Lt => run!(|a: T, b: T| a < b, bool),
-            BinaryOp::Le => run!(|a: T, b: T| a <= b, bool),
-            BinaryOp::Gt => run!(|a: T, b: T| a > b, bool),
-            BinaryOp::Ge => run!(|a: T, b: T| a >= b, bool),
-        }
-    }
-}
-
-fn run_kernel(plan: &Plan, op: BinaryOp, compute: DType, other: &Other<'_>) {
+/// Runs `op` over `plan` on `backend`, computing in `compute`.
+fn run_kernel(backend: &dyn Backend, plan: &Plan, op: BinaryOp, compute: DType, other: &Other<'_>) {
     let scalar = match other {
         Other::Scalar(s) => Some(*s),
         Other::Tensor(_) => None,
     };
-    dispatch(compute_dtype(compute), Kernel { plan, op, scalar });
+    // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
+    unsafe { backend.binary(plan, op, compute, scalar) }
 }
 
 /// Whether the number in `a op number` is an operand of PyTorch's loop (a 0-d tensor, which
@@ -218,6 +135,7 @@ pub(crate) fn binary(
     other: Other<'_>,
     op: BinaryOp,
 ) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let compute = compute_type(ctx.op(), op, a, &other)?;
     let out_dtype = if op.is_comparison() {
         DType::Bool
@@ -238,7 +156,7 @@ pub(crate) fn binary(
         compute,
         inputs,
         scalar_operand(op, &other),
-        |plan| run_kernel(plan, op, compute, &other),
+        |plan| run_kernel(backend, plan, op, compute, &other),
     )
 }
 
@@ -261,6 +179,7 @@ pub(crate) fn binary_inplace(
     op: BinaryOp,
     bump_version: bool,
 ) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let compute = compute_type(ctx.op(), op, a, &other)?;
     let result = if op.is_comparison() {
         DType::Bool
@@ -278,7 +197,7 @@ pub(crate) fn binary_inplace(
     if !bump_version {
         prepared = prepared.without_version_bump();
     }
-    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
+    prepared.execute(ctx, |plan| run_kernel(backend, plan, op, compute, &other))
 }
 
 /// `a op b` written into `out`, which is resized to the broadcast shape when it has another.
@@ -289,6 +208,7 @@ pub(crate) fn binary_out(
     op: BinaryOp,
     out: &Tensor,
 ) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let compute = compute_type(ctx.op(), op, a, &other)?;
     let result = if op.is_comparison() {
         DType::Bool
@@ -314,11 +234,9 @@ pub(crate) fn binary_out(
         return ElementwiseSpec::new(Output::Out(out), vec![&value])
             .infer(ctx.op())?
             // SAFETY: `execute` locks the storages and passes a plan valid for them.
-            .execute(ctx, |plan| unsafe {
-                crate::backend::cpu::kernels::copy(plan)
-            });
+            .execute(ctx, |plan| unsafe { backend.copy(plan) });
     }
-    prepared.execute(ctx, |plan| run_kernel(plan, op, compute, &other))
+    prepared.execute(ctx, |plan| run_kernel(backend, plan, op, compute, &other))
 }
 
 /// The error for an in-place result that the destination's dtype cannot hold.

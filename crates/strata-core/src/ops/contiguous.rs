@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::backend::cpu::{stream_bytes, Plan};
+use crate::backend::Plan;
 use crate::layout::{Dims, Layout};
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -118,7 +118,7 @@ pub(crate) fn try_new_output(
             std::iter::once((out_ptr, out_dtype)).chain(inputs),
             true,
         )
-        .with_streamed_output(numel * out_dtype.size() >= stream_bytes());
+        .with_fresh_output();
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))

@@ -1,29 +1,12 @@
 //! Copies and fills: `copy_`, `deep_clone` (PyTorch's `clone`), `contiguous`, `to`, `fill_`,
 //! `zero_`.
 
-use crate::backend::cpu::{kernels, Plan};
-use crate::dtype::{dispatch, DTypeFn, Element};
+use crate::backend::for_device;
 use crate::layout::order::infer_dense_strides;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::{DType, Result, Scalar, Tensor};
-
-struct FillWith(Scalar);
-
-impl FillWith {
-    fn run(self, plan: &Plan) {
-        struct F<'a>(&'a Plan, Scalar);
-        impl DTypeFn for F<'_> {
-            type Output = ();
-            fn call<T: Element>(self) {
-                // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-                unsafe { kernels::fill::<T>(self.0, self.1.to()) }
-            }
-        }
-        dispatch(plan.dtype(0), F(plan, self.0));
-    }
-}
 
 /// Whether copying `src` into `x` would copy a tensor onto exactly itself (same memory,
 /// layout and dtype): nothing to write, though it still counts as a write.
@@ -38,9 +21,10 @@ pub(crate) fn copy_(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor>
         x.bump_version();
         return Ok(x.clone());
     }
+    let backend = for_device(x.device())?;
     let prepared = ElementwiseSpec::new(Output::Existing(x), vec![src]).infer(ctx.op())?;
     // SAFETY: `execute` locks the storages and passes a plan valid for them.
-    prepared.execute(ctx, |plan| unsafe { kernels::copy(plan) })
+    prepared.execute(ctx, |plan| unsafe { backend.copy(plan) })
 }
 
 /// The version a copy of `src` starts at. PyTorch makes `clone`, `contiguous` and `to` by
@@ -101,8 +85,10 @@ pub(crate) fn to(ctx: &OpContext, x: &Tensor, dtype: DType) -> Result<Tensor> {
 /// is refused).
 pub(crate) fn fill_(ctx: &OpContext, x: &Tensor, value: Scalar) -> Result<Tensor> {
     value.check_fill(ctx.op(), x.dtype(), x.numel())?;
+    let backend = for_device(x.device())?;
     let prepared = ElementwiseSpec::new(Output::Existing(x), vec![]).infer_fill(ctx.op())?;
-    prepared.execute(ctx, |plan| FillWith(value).run(plan))
+    // SAFETY: `execute` locks the storage and passes a plan valid for it.
+    prepared.execute(ctx, |plan| unsafe { backend.fill(plan, value) })
 }
 
 impl Tensor {
@@ -118,9 +104,10 @@ impl Tensor {
         layout: Layout,
         dtype: DType,
     ) -> Result<Tensor> {
+        let backend = for_device(self.device())?;
         let prepared = ElementwiseSpec::new(Output::NewWithLayout(dtype, layout), vec![self])
             .infer(ctx.op())?;
         // SAFETY: `execute` locks the storages and passes a plan valid for them.
-        prepared.execute(ctx, |plan| unsafe { kernels::copy(plan) })
+        prepared.execute(ctx, |plan| unsafe { backend.copy(plan) })
     }
 }

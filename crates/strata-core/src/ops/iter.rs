@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 
-use crate::backend::cpu::{Dims, Plan};
+use crate::backend::{Dims, Plan};
 use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
 use crate::layout::order::{dense_copy_strides, iteration_order, output_strides, OrderOperand};
 use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};

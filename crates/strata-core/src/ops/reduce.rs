@@ -4,7 +4,9 @@
 //! given tensor: infer and forward. The public methods are in `api/reduce.rs`, the
 //! backward formulas in `autograd/formulas/reduce.rs`.
 
-use crate::dtype::Element;
+use crate::backend::for_device;
+use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
+use crate::backend::kernel::{Fold, FoldTerm};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
 use crate::ops::dense_sum::dense_sum;
@@ -32,10 +34,10 @@ pub(crate) fn sum(
         } else {
             None
         };
-        let v = fast.unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, |x, _| x, |a, x| a + x));
+        let v = fast.unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, Fold::of_values(Sum)));
         finish(ctx, &v, &r.out_shape, dtype, dest)
     } else {
-        let v = r.fold_as(x, dtype, 0i64, None, |x, _| x, |a, x| a.wrapping_add(x));
+        let v = r.fold_as(x, dtype, 0i64, None, Fold::of_values(Sum));
         finish(ctx, &v, &r.out_shape, dtype, dest)
     }
 }
@@ -59,7 +61,7 @@ pub(crate) fn mean(
         None
     };
     let v: Vec<f64> = fast
-        .unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, |x, _| x, |a, x| a + x))
+        .unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, Fold::of_values(Sum)))
         .into_iter()
         .map(|s| s / n)
         .collect();
@@ -80,17 +82,14 @@ pub(crate) fn prod(
     if matches!(dtype, DType::F16 | DType::BF16) {
         // As PyTorch, a half-precision product is rounded at every step (so it overflows
         // where the exact product would not).
-        let round = move |v: f64| match dtype {
-            DType::F16 => half::f16::from_f64(v).to_f64(),
-            _ => half::bf16::from_f64(v).to_f64(),
-        };
-        let v = r.fold_as(x, dtype, 1.0f64, None, |x, _| x, move |a, x| round(a * x));
+        let fold = Fold::of_values(ProdRoundedTo(dtype));
+        let v = r.fold_as(x, dtype, 1.0f64, None, fold);
         finish(ctx, &v, &r.out_shape, dtype, dest)
     } else if dtype.is_floating() {
-        let v = r.fold_as(x, dtype, 1.0f64, None, |x, _| x, |a, x| a * x);
+        let v = r.fold_as(x, dtype, 1.0f64, None, Fold::of_values(Prod));
         finish(ctx, &v, &r.out_shape, dtype, dest)
     } else {
-        let v = r.fold_as(x, dtype, 1i64, None, |x, _| x, |a, x| a.wrapping_mul(x));
+        let v = r.fold_as(x, dtype, 1i64, None, Fold::of_values(Prod));
         finish(ctx, &v, &r.out_shape, dtype, dest)
     }
 }
@@ -109,18 +108,14 @@ pub(crate) fn amax(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     if x.dtype().is_floating() {
         let v = if max {
-            r.fold(x, f64::NEG_INFINITY, |a: f64, x| a.maximum_nan(x))
+            r.fold(x, f64::NEG_INFINITY, Max)
         } else {
-            r.fold(x, f64::INFINITY, |a: f64, x| a.minimum_nan(x))
+            r.fold(x, f64::INFINITY, Min)
         };
         finish(ctx, &v, &r.out_shape, x.dtype(), dest)
     } else {
         let init = if max { i64::MIN } else { i64::MAX };
-        let v = r.fold(
-            x,
-            init,
-            move |a: i64, x| if max { a.max(x) } else { a.min(x) },
-        );
+        let v = r.fold(x, init, if max { Max } else { Min });
         finish(ctx, &v, &r.out_shape, x.dtype(), dest)
     }
 }
@@ -202,19 +197,16 @@ pub(crate) fn var(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
     let mean: Vec<f64> = dense_sum(x, &r.mask)
-        .unwrap_or_else(|| r.fold(x, 0.0f64, |a, x| a + x))
+        .unwrap_or_else(|| r.fold(x, 0.0f64, Sum))
         .into_iter()
         .map(|s| s / n)
         .collect();
     let dt = x.dtype();
-    let ss = r.fold_as(
-        x,
-        dt,
-        0.0f64,
-        Some(&mean),
-        |x, m| (x - m) * (x - m),
-        |a, v| a + v,
-    );
+    let deviations = Fold {
+        term: FoldTerm::SquaredDeviation,
+        combine: Sum,
+    };
+    let ss = r.fold_as(x, dt, 0.0f64, Some(&mean), deviations);
     let denom = (n - correction).max(0.0);
     let v: Vec<f64> = ss
         .into_iter()
@@ -239,36 +231,21 @@ pub(crate) fn norm(
     }
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let dt = x.dtype();
-    let sum = |a: f64, x: f64| a + x;
-    // The per-element term first, then plain folds (`fold_as` combines partial results
-    // with the same function).
+    let fold = |term, combine| Fold { term, combine };
+    // The per-element term first, then plain folds (partial results combine the same way).
     let v: Vec<f64> = if p == f64::INFINITY {
-        r.fold_as(
-            x,
-            dt,
-            f64::NEG_INFINITY,
-            None,
-            |x, _| x.abs(),
-            f64::maximum_nan,
-        )
+        r.fold_as(x, dt, f64::NEG_INFINITY, None, fold(FoldTerm::Abs, Max))
     } else if p == f64::NEG_INFINITY {
-        r.fold_as(x, dt, f64::INFINITY, None, |x, _| x.abs(), f64::minimum_nan)
+        r.fold_as(x, dt, f64::INFINITY, None, fold(FoldTerm::Abs, Min))
     } else if p == 0.0 {
-        r.fold_as(
-            x,
-            dt,
-            0.0,
-            None,
-            |x, _| if x != 0.0 { 1.0 } else { 0.0 },
-            sum,
-        )
+        r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::NonZero, Sum))
     } else if p == 1.0 {
-        r.fold_as(x, dt, 0.0, None, |x, _| x.abs(), sum)
+        r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::Abs, Sum))
     } else if p == 2.0 {
-        let s = r.fold_as(x, dt, 0.0, None, |x, _| x * x, sum);
+        let s = r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum));
         s.into_iter().map(f64::sqrt).collect()
     } else {
-        let s = r.fold_as(x, dt, 0.0, None, move |x, _| x.abs().powf(p), sum);
+        let s = r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum));
         s.into_iter().map(|s| s.powf(1.0 / p)).collect()
     };
     finish(ctx, &v, &r.out_shape, dt, dest)
@@ -305,26 +282,16 @@ pub(crate) fn logsumexp(
     let m: Vec<f64> = if x.numel() == 0 {
         vec![0.0; r.out_numel()]
     } else {
-        r.fold_as(
-            x,
-            compute,
-            f64::NEG_INFINITY,
-            None,
-            |x, _| x,
-            f64::maximum_nan,
-        )
-        .into_iter()
-        .map(|v| if v.is_infinite() { 0.0 } else { v })
-        .collect()
+        r.fold_as(x, compute, f64::NEG_INFINITY, None, Fold::of_values(Max))
+            .into_iter()
+            .map(|v| if v.is_infinite() { 0.0 } else { v })
+            .collect()
     };
-    let s = r.fold_as(
-        x,
-        compute,
-        0.0f64,
-        Some(&m),
-        |x, m| (x - m).exp(),
-        |a, v| a + v,
-    );
+    let shifted = Fold {
+        term: FoldTerm::ExpShifted,
+        combine: Sum,
+    };
+    let s = r.fold_as(x, compute, 0.0f64, Some(&m), shifted);
     let v: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
     finish(ctx, &v, &r.out_shape, dtype, dest)
 }
@@ -345,13 +312,14 @@ pub(crate) fn cumsum(
         ndim: n,
     })?;
     let dtype = out.map_or(sum_dtype(x.dtype()), Tensor::dtype);
+    let backend = for_device(x.device())?;
     let dest = Dest::prepare(ctx, out, &shape, &[x])?;
     let result = match dest {
         Dest::New => Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), dtype)?,
         Dest::Out(o) => o.clone(),
     };
     if x.numel() > 0 {
-        scan_sum(x, &result, d, dtype);
+        scan_sum(backend, x, &result, d, dtype);
     }
     if let Dest::Out(o) = dest {
         o.bump_version();

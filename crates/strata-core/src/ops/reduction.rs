@@ -9,9 +9,9 @@
 //! into the destination: a new contiguous tensor, or an `out=` tensor through its own
 //! strides.
 
-use std::marker::PhantomData;
-
-use crate::backend::cpu::{kernels, reduce, Operand, Plan};
+use crate::backend::kernel::{Fold, FoldCombine};
+use crate::backend::{for_device, Backend};
+use crate::backend::{Operand, Plan};
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
@@ -32,6 +32,8 @@ pub(crate) struct Reduction {
     pub(crate) out_shape: Vec<usize>,
     /// Elements folded into each result.
     pub(crate) count: usize,
+    /// The kernels of the input's device.
+    backend: &'static dyn Backend,
 }
 
 impl Reduction {
@@ -42,16 +44,18 @@ impl Reduction {
         dims: Option<&[i64]>,
         keepdim: bool,
     ) -> Result<Self> {
-        Reduction::for_shape(op, x.shape(), dims, keepdim)
+        Reduction::for_shape(op, x, x.shape(), dims, keepdim)
     }
 
-    /// [`Reduction::new`] for an input of `shape`.
+    /// [`Reduction::new`] for `x` seen with `shape`.
     fn for_shape(
         op: &'static str,
+        x: &Tensor,
         shape: Vec<usize>,
         dims: Option<&[i64]>,
         keepdim: bool,
     ) -> Result<Self> {
+        let backend = for_device(x.device())?;
         let n = shape.len();
         let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
         let mut seen = Vec::new();
@@ -97,6 +101,7 @@ impl Reduction {
             mask,
             out_shape,
             count,
+            backend,
         })
     }
 
@@ -173,37 +178,18 @@ impl Reduction {
         f(&plan);
     }
 
-    /// Folds `x` into one accumulator per result, starting from `init`:
-    /// `acc = f(acc, g(x, p))`, with `x` read as `compute` (each element rounded to the dtype
-    /// the op computes in, then widened to `A`) and `p` the result's entry of `param` (`A`'s
-    /// zero without one). See [`reduce::fold_map`].
+    /// Folds `x` into one accumulator per result (f64 or i64), starting from `init`, as
+    /// `fold` says: `x` read as `compute` (each element rounded to the dtype the op computes
+    /// in, then widened to `A`), with `param` the results' parameters (a mean, a maximum)
+    /// where the fold's term takes one.
     pub(crate) fn fold_as<A: Element>(
         &self,
         x: &Tensor,
         compute: DType,
         init: A,
         param: Option<&[A]>,
-        g: impl Fn(A, A) -> A + Sync,
-        f: impl Fn(A, A) -> A + Sync,
+        fold: Fold,
     ) -> Vec<A> {
-        struct FoldMap<'a, A, G, F> {
-            plan: &'a Plan,
-            g: G,
-            f: F,
-            acc: PhantomData<A>,
-        }
-        impl<A: Element, G: Fn(A, A) -> A + Sync, F: Fn(A, A) -> A + Sync> DTypeFn
-            for FoldMap<'_, A, G, F>
-        {
-            type Output = ();
-            fn call<I: Element>(self) {
-                // SAFETY: the plan is `run`'s: the accumulators are our own buffers of
-                // out_numel elements of A addressed by strides that stay inside them, the
-                // parameter buffer has the same layout, the input is read-locked, and the
-                // plan is sequential.
-                unsafe { reduce::fold_map::<I, A>(self.plan, self.g, self.f) }
-            }
-        }
         let mut acc = vec![init; self.out_numel()];
         if self.shape.contains(&0) {
             return acc;
@@ -217,30 +203,23 @@ impl Reduction {
             .into_iter()
             .collect();
         let ptr = acc.as_mut_ptr() as *mut u8;
-        self.run(x, &mut [(ptr, A::DTYPE)], &trailing, |plan| {
-            let acc = PhantomData;
-            dispatch(compute, FoldMap { plan, g, f, acc })
+        // SAFETY: the plan is `run`'s: the accumulators are our own buffers of out_numel
+        // elements of A addressed by strides that stay inside them, the parameter buffer has
+        // the same layout, the input is read-locked, and the plan is sequential.
+        self.run(x, &mut [(ptr, A::DTYPE)], &trailing, |plan| unsafe {
+            self.backend.fold(plan, compute, A::DTYPE, fold)
         });
         acc
     }
 
-    /// Folds `x` (read in its own dtype) with `f` from `init`, in accumulation type `A`.
-    pub(crate) fn fold<A: Element>(
-        &self,
-        x: &Tensor,
-        init: A,
-        f: impl Fn(A, A) -> A + Sync,
-    ) -> Vec<A> {
-        self.fold_as(x, x.dtype(), init, None, |v, _| v, f)
+    /// Folds `x`'s elements (read in its own dtype) with `combine` from `init`, in
+    /// accumulation type `A`.
+    pub(crate) fn fold<A: Element>(&self, x: &Tensor, init: A, combine: FoldCombine) -> Vec<A> {
+        self.fold_as(x, x.dtype(), init, None, Fold::of_values(combine))
     }
 
     /// Best value and its position along the single reduced dimension `dim`.
-    fn arg_fold<A: Element>(
-        &self,
-        x: &Tensor,
-        dim: usize,
-        better: impl Fn(A, A) -> bool + Sync,
-    ) -> (Vec<A>, Vec<i64>) {
+    fn arg_fold<A: Element>(&self, x: &Tensor, dim: usize, max: bool) -> (Vec<A>, Vec<i64>) {
         let n = self.out_numel();
         let mut vals = vec![A::ZERO; n];
         let mut idx = vec![-1i64; n];
@@ -263,7 +242,7 @@ impl Reduction {
             x,
             &mut [(vp, A::DTYPE), (ip, DType::I64)],
             &trailing,
-            |plan| unsafe { reduce::arg_fold(plan, better) },
+            |plan| unsafe { self.backend.arg_best(plan, A::DTYPE, max) },
         );
         (vals, idx)
     }
@@ -298,11 +277,12 @@ impl<'a> Dest<'a> {
 
 /// Writes `values` (row-major over `out`'s shape) into `out` through its strides, converted
 /// to its dtype.
-fn write_values<A: Element>(values: &[A], out: &Tensor) {
+fn write_values<A: Element>(values: &[A], out: &Tensor) -> Result<()> {
+    let backend = for_device(out.device())?;
     let ob = out.body();
     let l = &ob.layout;
     if l.numel() == 0 || values.len() != l.numel() {
-        return;
+        return Ok(());
     }
     let src_strides = contiguous_strides(l.sizes());
     let perm = iteration_order(
@@ -338,7 +318,8 @@ fn write_values<A: Element>(values: &[A], out: &Tensor) {
     // SAFETY: the output's storage is write-locked and its layout lies within it; `values`
     // holds one element per output element, read with contiguous strides. Parallel only when
     // every output element is written once; the values buffer is ours.
-    unsafe { kernels::copy(&plan) };
+    unsafe { backend.copy(&plan) };
+    Ok(())
 }
 
 /// The result from accumulated values: a new contiguous tensor of `shape` and `dtype`, or
@@ -361,7 +342,7 @@ pub(crate) fn finish<A: Element>(
     match dest {
         Dest::New => dispatch(dtype, Finish(ctx, values, shape)),
         Dest::Out(out) => {
-            write_values(values, out);
+            write_values(values, out)?;
             out.bump_version();
             Ok(out.clone())
         }
@@ -386,14 +367,6 @@ pub(crate) fn sum_dtype(d: DType) -> DType {
     } else {
         DType::I64
     }
-}
-
-fn nan_max(c: f64, b: f64) -> bool {
-    (c.is_nan() && !b.is_nan()) || c > b
-}
-
-fn nan_min(c: f64, b: f64) -> bool {
-    (c.is_nan() && !b.is_nan()) || c < b
 }
 
 /// A validated reduction to a best element along one dimension (`max`/`min` with a dim,
@@ -421,13 +394,13 @@ impl ArgReduction {
             Some(dim) => {
                 let d = wrap_dim(dim, n).ok_or(Error::Dim { op, dim, ndim: n })?;
                 if n == 0 {
-                    (true, Reduction::for_shape(op, flat, Some(&[0]), false)?)
+                    (true, Reduction::for_shape(op, x, flat, Some(&[0]), false)?)
                 } else {
                     (false, Reduction::new(op, x, Some(&[d as i64]), keepdim)?)
                 }
             }
             None => {
-                let mut r = Reduction::for_shape(op, flat, Some(&[0]), false)?;
+                let mut r = Reduction::for_shape(op, x, flat, Some(&[0]), false)?;
                 if keepdim {
                     r.out_shape = vec![1; n];
                 }
@@ -473,14 +446,13 @@ impl ArgReduction {
         let (r, d) = (&self.r, self.d);
         let shape = &r.out_shape;
         let (v, i) = if x.dtype().is_floating() {
-            let better = if max { nan_max } else { nan_min };
-            let (v, i) = r.arg_fold::<f64>(x, d, better);
+            let (v, i) = r.arg_fold::<f64>(x, d, max);
             let v = values
                 .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
                 .transpose()?;
             (v, i)
         } else {
-            let (v, i) = r.arg_fold::<i64>(x, d, move |c, b| if max { c > b } else { c < b });
+            let (v, i) = r.arg_fold::<i64>(x, d, max);
             let v = values
                 .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
                 .transpose()?;
@@ -492,22 +464,7 @@ impl ArgReduction {
 
 /// Running sums of `x` along `d` written into `out` (same shape), read as `dtype` and
 /// accumulated in f64 or i64.
-pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
-    struct Scan<'a>(&'a Plan);
-    impl DTypeFn for Scan<'_> {
-        type Output = ();
-        fn call<I: Element>(self) {
-            // SAFETY: `scan_sum` holds the locks; the carry buffer is ours, one slot per line
-            // (stride 0 along the scanned dimension); the plan is sequential.
-            unsafe {
-                if I::DTYPE.is_floating() {
-                    reduce::scan::<I, f64>(self.0, |a, v| a + v)
-                } else {
-                    reduce::scan::<I, i64>(self.0, |a, v| a.wrapping_add(v))
-                }
-            }
-        }
-    }
+pub(crate) fn scan_sum(backend: &dyn Backend, x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
     let (xb, ob) = (x.body(), out.body());
     let shape = xb.layout.sizes().to_vec();
     let mut line = shape.clone();
@@ -566,7 +523,10 @@ pub(crate) fn scan_sum(x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
         },
     ];
     let plan = Plan::new(&shape, &operands, &perm, false);
-    dispatch(dtype, Scan(&plan));
+    // SAFETY: the locks are held; the carry buffer is ours, one slot per line (stride 0
+    // along the scanned dimension), of the accumulation type the backend uses for `dtype`;
+    // the plan is sequential.
+    unsafe { backend.scan_sum(&plan, dtype) };
     drop(guards);
     drop((carry_f, carry_i));
 }

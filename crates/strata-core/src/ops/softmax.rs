@@ -8,8 +8,7 @@
 //! computed in f32 (converted slice-wise); f32 uses a vectorisable `exp` (`exp_f32`).
 //! Blocks of `outer` run in parallel on strata's pool.
 
-use crate::backend::cpu::kernels;
-use crate::backend::cpu::softmax;
+use crate::backend::for_device;
 use crate::layout::overlap::{overlap, Overlap};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
@@ -45,6 +44,7 @@ fn softmax_op(
     out: Option<&Tensor>,
 ) -> Result<Tensor> {
     let op = ctx.op();
+    let backend = for_device(x.device())?;
     // As PyTorch, an empty integer tensor is accepted (there is nothing to compute).
     if !x.dtype().is_floating() && x.numel() > 0 {
         return Err(Error::dtype(
@@ -100,7 +100,7 @@ fn softmax_op(
         // does `target` from its own offset; `target` is either fresh or an output that shares
         // no memory with `src` (checked above); both storages are locked (the output's for
         // writing) until `guards` drops.
-        unsafe { softmax::slabs(x.dtype(), input, output, outer, len * inner, inner, log) };
+        unsafe { backend.softmax(x.dtype(), input, output, outer, len * inner, inner, log) };
     }
     match out {
         None => Ok(target),
@@ -113,7 +113,7 @@ fn softmax_op(
             // the copy as the op's one write.
             ElementwiseSpec::new(Output::Existing(o), vec![&target])
                 .infer(op)?
-                .execute(ctx, |plan| unsafe { kernels::copy(plan) })
+                .execute(ctx, |plan| unsafe { backend.copy(plan) })
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Three-operand element-wise ops: `where`, `addcmul` (both also into a given tensor), and the fused multiply-add that
 //! backward formulas use to round as PyTorch's compiled kernels do.
 
-use crate::backend::cpu::{kernels, Plan};
-use crate::dtype::{compute_dtype, dispatch, DTypeFn, Element, Wide};
+use crate::backend::kernel::TernaryOp;
+use crate::backend::{for_device, Backend, Plan};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
 use crate::ops::iter::{ElementwiseSpec, Output};
@@ -10,55 +10,17 @@ use crate::ops::out::expect_dtype;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
-struct Where<'a>(&'a Plan);
-
-impl DTypeFn for Where<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        // Operands (out, cond, a, b); the condition is read converted to T (0 or 1).
-        // SAFETY: the plan comes from `Prepared::execute`, which holds the locks.
-        unsafe { kernels::map3::<T, T>(self.0, |c, a, b| if c != T::ZERO { a } else { b }) }
-    }
-}
-
-struct AddCMul<'a>(&'a Plan, Scalar);
-
-impl DTypeFn for AddCMul<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let v: T = self.1.to();
-        // SAFETY: the plan comes from `Prepared::execute`, which holds the locks.
-        unsafe { kernels::map3::<T, T>(self.0, move |x, a, b| x.add(v.mul(a.mul(b)))) }
-    }
-}
-
-struct FusedMulAdd<'a>(&'a Plan);
-
-impl DTypeFn for FusedMulAdd<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        // SAFETY: the plan comes from `Prepared::execute`, which holds the locks.
-        unsafe {
-            if T::DTYPE == DType::F64 {
-                kernels::map3::<T, T>(self.0, |a, b, c| {
-                    T::from_wide(Wide::Float(a.to_f64().mul_add(b.to_f64(), c.to_f64())))
-                })
-            } else {
-                // The product of two f32 values is exact in f64, so one rounding of the sum
-                // to f32 gives the fused result except when the f64 sum lies exactly halfway
-                // between two f32 values after its own rounding (about 1 in 2^29).
-                kernels::map3::<T, T>(self.0, |a, b, c| {
-                    T::from_wide(Wide::Float(a.to_f64() * b.to_f64() + c.to_f64()))
-                })
-            }
-        }
-    }
+/// Runs `op` over `plan` on the operands' backend.
+fn run(backend: &dyn Backend, plan: &Plan, op: TernaryOp, dtype: DType) {
+    // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
+    unsafe { backend.ternary(plan, op, dtype) }
 }
 
 /// `a * b + c` with a single rounding, all three broadcast; floating dtypes only. Not
 /// recorded by autograd: backward formulas use it where PyTorch's kernels are compiled to
 /// fused multiply-adds, so that gradients dominated by cancellation round the same way.
 pub(crate) fn fused_mul_add(ctx: &OpContext, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let dtype = result_type(&[Arg::Tensor(a), Arg::Tensor(b), Arg::Tensor(c)]);
     if !dtype.is_floating() {
         return Err(Error::dtype(
@@ -70,7 +32,7 @@ pub(crate) fn fused_mul_add(ctx: &OpContext, a: &Tensor, b: &Tensor, c: &Tensor)
     ElementwiseSpec::new(Output::New(dtype), vec![a, b, c])
         .infer(ctx.op())?
         .execute(ctx, |plan| {
-            dispatch(compute_dtype(dtype), FusedMulAdd(plan))
+            run(backend, plan, TernaryOp::FusedMulAdd, dtype)
         })
 }
 
@@ -82,11 +44,12 @@ pub(crate) fn where_cond(
     a: &Tensor,
     b: &Tensor,
 ) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let dtype = where_dtype(ctx.op(), condition, a, b)?;
     ElementwiseSpec::new(Output::New(dtype), vec![condition, a, b])
         .with_input_dtypes(&[DType::Bool, dtype, dtype])
         .infer(ctx.op())?
-        .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+        .execute(ctx, |plan| run(backend, plan, TernaryOp::Where, dtype))
 }
 
 /// `where(condition, a, b)` written into `out`, which must have the promoted dtype of `a`
@@ -98,12 +61,13 @@ pub(crate) fn where_out(
     b: &Tensor,
     out: &Tensor,
 ) -> Result<Tensor> {
+    let backend = for_device(a.device())?;
     let dtype = where_dtype(ctx.op(), condition, a, b)?;
     expect_dtype(ctx.op(), out, dtype)?;
     ElementwiseSpec::new(Output::Out(out), vec![condition, a, b])
         .with_input_dtypes(&[DType::Bool, dtype, dtype])
         .infer(ctx.op())?
-        .execute(ctx, |plan| dispatch(compute_dtype(dtype), Where(plan)))
+        .execute(ctx, |plan| run(backend, plan, TernaryOp::Where, dtype))
 }
 
 /// `x + value * t1 * t2` into a new tensor.
@@ -114,12 +78,13 @@ pub(crate) fn addcmul(
     t2: &Tensor,
     value: Scalar,
 ) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
     ElementwiseSpec::new(Output::New(dtype), vec![x, t1, t2])
         .with_input_dtypes(&[dtype; 3])
         .infer(ctx.op())?
         .execute(ctx, |plan| {
-            dispatch(compute_dtype(dtype), AddCMul(plan, value))
+            run(backend, plan, TernaryOp::AddCMul(value), dtype)
         })
 }
 
@@ -132,13 +97,14 @@ pub(crate) fn addcmul_out(
     value: Scalar,
     out: &Tensor,
 ) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
     let dtype = addcmul_dtype(ctx.op(), x, t1, t2, value)?;
     check_cast(ctx.op(), dtype, out.dtype())?;
     ElementwiseSpec::new(Output::Out(out), vec![x, t1, t2])
         .with_input_dtypes(&[dtype; 3])
         .infer(ctx.op())?
         .execute(ctx, |plan| {
-            dispatch(compute_dtype(dtype), AddCMul(plan, value))
+            run(backend, plan, TernaryOp::AddCMul(value), dtype)
         })
 }
 

@@ -10,55 +10,13 @@ use ::gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::pool::{num_threads, pool};
+use crate::backend::kernel::{Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 use crate::layout::{checked_numel, contiguous_strides};
 use crate::Scalar;
 
 /// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
 const PARALLEL_WORK: usize = 1 << 17;
-
-/// Where one operand's matrices are, in elements of its storage: element `(i, j)` of batch
-/// entry `idx` lives at `offset + Σ idx[d]·batch[d] + i·rs + j·cs`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Mat {
-    pub(crate) offset: usize,
-    pub(crate) batch: Vec<usize>,
-    pub(crate) rs: usize,
-    pub(crate) cs: usize,
-}
-
-impl Mat {
-    /// Offset of element `(0, 0)` of batch entry `index`.
-    pub(crate) fn at(&self, index: &[usize]) -> usize {
-        self.offset
-            + index
-                .iter()
-                .zip(&self.batch)
-                .map(|(i, s)| i * s)
-                .sum::<usize>()
-    }
-
-    /// A matrix operand that is the same for every entry of a batch of `nb` dimensions.
-    pub(crate) fn unbatched(offset: usize, nb: usize, rs: usize, cs: usize) -> Mat {
-        Mat {
-            offset,
-            batch: vec![0; nb],
-            rs,
-            cs,
-        }
-    }
-}
-
-/// A batch of products `a[idx] (m×k) · b[idx] (k×n)`.
-#[derive(Debug, Clone)]
-pub(crate) struct Product {
-    pub(crate) batch: Vec<usize>,
-    pub(crate) m: usize,
-    pub(crate) n: usize,
-    pub(crate) k: usize,
-    pub(crate) a: Mat,
-    pub(crate) b: Mat,
-}
 
 /// Computes `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`:
 /// `a`, `b` and `c` are the base pointers of the storages that [`Mat`] offsets count from

@@ -9,6 +9,7 @@
 //! *runs*: `n` elements along the innermost dimension, each operand advancing by its own byte
 //! stride. Kernels ([`kernels`]) work on runs, converting dtypes blockwise.
 
+pub(crate) mod binary;
 pub(crate) mod chunk;
 pub(crate) mod dense_sum;
 pub(crate) mod gather;
@@ -20,14 +21,16 @@ pub(crate) mod reduce;
 mod run;
 pub(crate) mod softmax;
 pub(crate) mod softmax_row;
+pub(crate) mod ternary;
 mod tile;
 pub(crate) mod unary;
 
 pub use run::Plan;
 
-use super::kernel::{FloatOp, SameOp};
+use super::kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
 use super::Backend;
 use crate::Device;
+use crate::Scalar;
 
 /// The CPU backend: kernels over host memory, on strata's thread pool.
 pub(crate) struct Cpu;
@@ -57,6 +60,128 @@ impl Backend for Cpu {
     ) -> Option<Vec<f64>> {
         // SAFETY: forwarded from the caller.
         unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner) }
+    }
+
+    unsafe fn binary(&self, plan: &Plan, op: BinaryOp, compute: DType, scalar: Option<Scalar>) {
+        // SAFETY: forwarded from the caller.
+        unsafe { binary::binary(plan, op, compute, scalar) }
+    }
+
+    unsafe fn ternary(&self, plan: &Plan, op: TernaryOp, dtype: DType) {
+        // SAFETY: forwarded from the caller.
+        unsafe { ternary::ternary(plan, op, dtype) }
+    }
+
+    unsafe fn copy(&self, plan: &Plan) {
+        // SAFETY: forwarded from the caller.
+        unsafe { kernels::copy(plan) }
+    }
+
+    unsafe fn fill(&self, plan: &Plan, value: Scalar) {
+        // SAFETY: forwarded from the caller.
+        unsafe { ternary::fill(plan, value) }
+    }
+
+    unsafe fn fold(&self, plan: &Plan, input: DType, acc: DType, fold: Fold) {
+        // SAFETY: forwarded from the caller.
+        unsafe { reduce::fold(plan, input, acc, fold) }
+    }
+
+    unsafe fn scan_sum(&self, plan: &Plan, input: DType) {
+        // SAFETY: forwarded from the caller.
+        unsafe { reduce::scan_sum(plan, input) }
+    }
+
+    unsafe fn arg_best(&self, plan: &Plan, acc: DType, max: bool) {
+        // SAFETY: forwarded from the caller.
+        unsafe { reduce::arg_best(plan, acc, max) }
+    }
+
+    unsafe fn softmax(
+        &self,
+        dtype: DType,
+        input: *const u8,
+        output: *mut u8,
+        outer: usize,
+        slab_len: usize,
+        inner: usize,
+        log: bool,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { softmax::slabs(dtype, input, output, outer, slab_len, inner, log) }
+    }
+
+    unsafe fn gemm(
+        &self,
+        dtype: DType,
+        p: &Product,
+        out: *mut u8,
+        out_mat: &Mat,
+        a: *const u8,
+        b: *const u8,
+        c: Option<(*const u8, &Mat)>,
+        alpha: Scalar,
+        beta: Scalar,
+        buffered: bool,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { gemm::gemm(dtype, p, out, out_mat, a, b, c, alpha, beta, buffered) }
+    }
+
+    unsafe fn pick(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        strides: [Vec<isize>; 2],
+        block: usize,
+        out: *mut u8,
+        src: *const u8,
+        parallel: bool,
+        pick: Pick<'_>,
+    ) {
+        // SAFETY: forwarded from the caller; each picker is given as its own loop.
+        unsafe {
+            match pick {
+                Pick::ByCoordinate {
+                    table,
+                    dim: Some(d),
+                } => gather::pick(dtype, shape, strides, block, out, src, parallel, |_, c| {
+                    table[c[d]]
+                }),
+                Pick::ByCoordinate { table, dim: None } => {
+                    let at = table.first().copied().unwrap_or(0);
+                    gather::pick(
+                        dtype,
+                        shape,
+                        strides,
+                        block,
+                        out,
+                        src,
+                        parallel,
+                        move |_, _| at,
+                    )
+                }
+                Pick::ByVisit { indices, stride } => {
+                    gather::pick(dtype, shape, strides, block, out, src, parallel, |k, _| {
+                        indices[k] as isize * stride
+                    })
+                }
+            }
+        }
+    }
+
+    unsafe fn scatter_add(
+        &self,
+        dtype: DType,
+        shape: &[usize],
+        strides: [Vec<isize>; 2],
+        src: *const u8,
+        dst: *mut u8,
+        idx: &[i64],
+        dim_stride: isize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { gather::scatter_add(dtype, shape, strides, src, dst, idx, dim_stride) }
     }
 }
 

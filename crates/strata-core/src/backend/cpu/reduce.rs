@@ -3,7 +3,182 @@
 
 use super::kernels::{buffer, input_block, store, BLOCK};
 use super::Plan;
-use crate::dtype::{cast, Element};
+use crate::backend::kernel::{Fold, FoldCombine, FoldTerm};
+use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
+
+/// Folds the input (operand 1, read as `input`) into the accumulator (operand 0, f64 or
+/// i64 as `acc` says, already holding the initial values) as `fold` describes; operand 2,
+/// when present, holds each result's parameter with the accumulator's layout. The terms and
+/// combinations the reductions use run as their own loops; any other pairing runs through
+/// one general loop.
+///
+/// # Safety
+/// As for [`fold_map`], with `acc` the accumulator's element type.
+pub(crate) unsafe fn fold(plan: &Plan, input: DType, acc: DType, fold: Fold) {
+    struct F<'a>(&'a Plan, DType, Fold);
+    impl DTypeFn for F<'_> {
+        type Output = ();
+        fn call<I: Element>(self) {
+            // SAFETY: the contract of `fold`.
+            unsafe {
+                match self.1 {
+                    DType::I64 => fold_i64::<I>(self.0, self.2),
+                    _ => fold_f64::<I>(self.0, self.2),
+                }
+            }
+        }
+    }
+    dispatch(input, F(plan, acc, fold));
+}
+
+/// `term` of `x` with parameter `p`, in f64.
+fn term_f64(term: FoldTerm, x: f64, p: f64) -> f64 {
+    match term {
+        FoldTerm::Value => x,
+        FoldTerm::Abs => x.abs(),
+        FoldTerm::NonZero => f64::from(u8::from(x != 0.0)),
+        FoldTerm::Square => x * x,
+        FoldTerm::AbsPow(e) => x.abs().powf(e),
+        FoldTerm::SquaredDeviation => (x - p) * (x - p),
+        FoldTerm::ExpShifted => (x - p).exp(),
+    }
+}
+
+/// `v` rounded to `dtype` when it is a half-precision dtype.
+fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// `combine(a, v)` in f64.
+fn combine_f64(combine: FoldCombine, a: f64, v: f64) -> f64 {
+    match combine {
+        FoldCombine::Sum => a + v,
+        FoldCombine::Prod => a * v,
+        FoldCombine::ProdRoundedTo(d) => round_to(d, a * v),
+        FoldCombine::Max => a.maximum_nan(v),
+        FoldCombine::Min => a.minimum_nan(v),
+    }
+}
+
+/// [`fold`] into f64 accumulators.
+///
+/// # Safety
+/// As for [`fold`].
+unsafe fn fold_f64<I: Element>(plan: &Plan, fold: Fold) {
+    use FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
+    use FoldTerm::{Abs, AbsPow, ExpShifted, NonZero, Square, SquaredDeviation, Value};
+    macro_rules! go {
+        ($g:expr, $f:expr) => {
+            // SAFETY: forwarded from the caller.
+            unsafe { fold_map::<I, f64>(plan, $g, $f) }
+        };
+    }
+    let sum = |a: f64, v: f64| a + v;
+    match (fold.term, fold.combine) {
+        (Value, Sum) => go!(|x, _| x, sum),
+        (Value, Prod) => go!(|x, _| x, |a, x| a * x),
+        (Value, ProdRoundedTo(d)) => go!(|x, _| x, move |a, x| round_to(d, a * x)),
+        (Value, Max) => go!(|x, _| x, f64::maximum_nan),
+        (Value, Min) => go!(|x, _| x, f64::minimum_nan),
+        (Abs, Max) => go!(|x: f64, _| x.abs(), f64::maximum_nan),
+        (Abs, Min) => go!(|x: f64, _| x.abs(), f64::minimum_nan),
+        (Abs, Sum) => go!(|x: f64, _| x.abs(), sum),
+        (NonZero, Sum) => go!(|x, _| if x != 0.0 { 1.0 } else { 0.0 }, sum),
+        (Square, Sum) => go!(|x, _| x * x, sum),
+        (AbsPow(e), Sum) => go!(move |x: f64, _| x.abs().powf(e), sum),
+        (SquaredDeviation, Sum) => go!(|x, m| (x - m) * (x - m), sum),
+        (ExpShifted, Sum) => go!(|x: f64, m| (x - m).exp(), sum),
+        (term, combine) => go!(move |x, p| term_f64(term, x, p), move |a, v| combine_f64(
+            combine, a, v
+        )),
+    }
+}
+
+/// [`fold`] into i64 accumulators (wrapping arithmetic, as PyTorch's integer reductions).
+///
+/// # Safety
+/// As for [`fold`].
+unsafe fn fold_i64<I: Element>(plan: &Plan, fold: Fold) {
+    macro_rules! go {
+        ($f:expr) => {
+            // SAFETY: forwarded from the caller.
+            unsafe { fold_map::<I, i64>(plan, |x, _| x, $f) }
+        };
+    }
+    match (fold.term, fold.combine) {
+        (FoldTerm::Value, FoldCombine::Sum) => go!(|a: i64, x| a.wrapping_add(x)),
+        (FoldTerm::Value, FoldCombine::Prod | FoldCombine::ProdRoundedTo(_)) => {
+            go!(|a: i64, x| a.wrapping_mul(x))
+        }
+        (FoldTerm::Value, FoldCombine::Max) => go!(|a: i64, x| a.max(x)),
+        (FoldTerm::Value, FoldCombine::Min) => go!(|a: i64, x| a.min(x)),
+        (term, combine) => {
+            let term = move |x: i64, p: i64| match term {
+                FoldTerm::Value => x,
+                FoldTerm::Abs => x.wrapping_abs(),
+                FoldTerm::NonZero => i64::from(x != 0),
+                FoldTerm::Square => x.wrapping_mul(x),
+                FoldTerm::SquaredDeviation => x.wrapping_sub(p).wrapping_mul(x.wrapping_sub(p)),
+                // Powers and exponentials are taken in f64 and truncated.
+                FoldTerm::AbsPow(_) | FoldTerm::ExpShifted => {
+                    term_f64(term, x as f64, p as f64) as i64
+                }
+            };
+            let combine = move |a: i64, v: i64| match combine {
+                FoldCombine::Sum => a.wrapping_add(v),
+                FoldCombine::Prod | FoldCombine::ProdRoundedTo(_) => a.wrapping_mul(v),
+                FoldCombine::Max => a.max(v),
+                FoldCombine::Min => a.min(v),
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { fold_map::<I, i64>(plan, term, combine) }
+        }
+    }
+}
+
+/// Running sums (`cumsum`) of the input read as `input`, accumulated in f64 for floating
+/// inputs and i64 (wrapping) for others: operands as [`scan`].
+///
+/// # Safety
+/// As for [`scan`], with the carry of the accumulation type.
+pub(crate) unsafe fn scan_sum(plan: &Plan, input: DType) {
+    struct Scan<'a>(&'a Plan);
+    impl DTypeFn for Scan<'_> {
+        type Output = ();
+        fn call<I: Element>(self) {
+            // SAFETY: the contract of `scan_sum`.
+            unsafe {
+                if I::DTYPE.is_floating() {
+                    scan::<I, f64>(self.0, |a, v| a + v)
+                } else {
+                    scan::<I, i64>(self.0, |a, v| a.wrapping_add(v))
+                }
+            }
+        }
+    }
+    dispatch(input, Scan(plan));
+}
+
+/// The best element and its position (`max`/`min` with a dimension, `argmax`/`argmin`) with
+/// values of `acc` (f64, where NaN beats everything, or i64): operands as [`arg_fold`].
+///
+/// # Safety
+/// As for [`arg_fold`], with `acc` the value buffer's and input's element type.
+pub(crate) unsafe fn arg_best(plan: &Plan, acc: DType, max: bool) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match (acc, max) {
+            (DType::I64, true) => arg_fold::<i64>(plan, |c, b| c > b),
+            (DType::I64, false) => arg_fold::<i64>(plan, |c, b| c < b),
+            (_, true) => arg_fold::<f64>(plan, |c, b| (c.is_nan() && !b.is_nan()) || c > b),
+            (_, false) => arg_fold::<f64>(plan, |c, b| (c.is_nan() && !b.is_nan()) || c < b),
+        }
+    }
+}
 
 /// Folds the input (operand 1) into the accumulator (operand 0, of type `A`, already
 /// holding the initial values) with each element transformed first: `acc = f(acc, g(x, p))`
@@ -19,7 +194,7 @@ use crate::dtype::{cast, Element};
 /// `f` must combine two partial results of its own kind (a sum, a product, a maximum): the
 /// loop folds independent lanes and then folds the lanes together with `f`. Operand 2, when
 /// present, must be readable with the accumulator's layout.
-pub unsafe fn fold_map<I: Element, A: Element>(
+unsafe fn fold_map<I: Element, A: Element>(
     plan: &Plan,
     g: impl Fn(A, A) -> A + Sync,
     f: impl Fn(A, A) -> A + Sync,
@@ -85,7 +260,7 @@ pub unsafe fn fold_map<I: Element, A: Element>(
 /// # Safety
 /// As for [`fold_map`]: the output writable (it may be the input itself, element for element),
 /// the carry a private buffer, the plan not parallel.
-pub unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
+unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + Sync) {
     plan.for_each_run(|p, s, n| {
         let mut xbuf = buffer::<I>();
         let mut obuf = buffer::<A>();
@@ -118,7 +293,7 @@ pub unsafe fn scan<I: Element, A: Element>(plan: &Plan, f: impl Fn(A, A) -> A + 
 ///
 /// # Safety
 /// As for [`fold_map`]; operands 0 and 1 are private buffers, operands 2 and 3 readable.
-pub unsafe fn arg_fold<A: Element>(plan: &Plan, better: impl Fn(A, A) -> bool + Sync) {
+unsafe fn arg_fold<A: Element>(plan: &Plan, better: impl Fn(A, A) -> bool + Sync) {
     plan.for_each_run(|p, s, n| {
         let mut xbuf = buffer::<A>();
         let mut ibuf = buffer::<i64>();

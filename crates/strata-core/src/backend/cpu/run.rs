@@ -151,10 +151,11 @@ impl Plan {
         }
     }
 
-    /// Lets kernels write operand 0 with streaming (non-temporal) stores: for a fresh output
-    /// of at least [`super::stream_bytes`] that nothing reads until the op returns.
-    pub fn with_streamed_output(mut self, stream: bool) -> Plan {
-        self.stream_output = stream;
+    /// Marks operand 0 as a fresh output that nothing reads until the op returns: kernels
+    /// then write it with streaming (non-temporal) stores when it is large (at least
+    /// [`super::stream_bytes`]), so it does not evict the inputs from the cache.
+    pub fn with_fresh_output(mut self) -> Plan {
+        self.stream_output = self.numel() * self.dtype(0).size() >= super::stream_bytes();
         self
     }
 

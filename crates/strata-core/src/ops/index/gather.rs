@@ -1,10 +1,11 @@
 //! `index_select`, `gather` and `scatter_add`: their validation (dims, shapes, dtypes and
 //! every index value, checked before anything is allocated or written) and their runs over the
-//! backend's strided index walk ([`crate::backend::cpu::gather`]). Indices are never wrapped:
+//! backend's strided index walk (`Backend::pick`, `Backend::scatter_add`). Indices are never wrapped:
 //! as in PyTorch, a negative index is out of range.
 
-use crate::backend::cpu::gather as walk;
-use crate::backend::cpu::{kernels, Operand, Plan};
+use crate::backend::kernel::Pick;
+use crate::backend::{for_device, Backend};
+use crate::backend::{Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::Layout;
@@ -130,7 +131,7 @@ impl IndexSelect {
     }
 
     /// Writes the selection into `out` (which has the result's shape and `x`'s dtype).
-    pub(crate) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
+    pub(crate) fn execute(&self, backend: &dyn Backend, x: &Tensor, out: &Tensor, parallel: bool) {
         let (xb, ob) = (x.body(), out.body());
         let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
         let esize = x.element_size();
@@ -172,7 +173,7 @@ impl IndexSelect {
         // spans the dimensions after `d`, contiguous in both. The caller asks for `parallel`
         // only when the output does not overlap itself or the source.
         unsafe {
-            walk::pick(
+            backend.pick(
                 x.dtype(),
                 shape,
                 [to_isize(o_strides), src_strides],
@@ -180,12 +181,9 @@ impl IndexSelect {
                 out_ptr,
                 src_ptr,
                 parallel,
-                |_: usize, coords: &[usize]| {
-                    if has_dim {
-                        table[coords[d]]
-                    } else {
-                        table[0]
-                    }
+                Pick::ByCoordinate {
+                    table: &table,
+                    dim: has_dim.then_some(d),
                 },
             )
         };
@@ -250,7 +248,7 @@ impl Gather {
 
     /// Writes the picked elements into `out` (the index's shape, `x`'s dtype) through its
     /// strides.
-    pub(crate) fn execute(&self, x: &Tensor, out: &Tensor, parallel: bool) {
+    pub(crate) fn execute(&self, backend: &dyn Backend, x: &Tensor, out: &Tensor, parallel: bool) {
         if self.indices.is_empty() {
             return;
         }
@@ -276,7 +274,7 @@ impl Gather {
         // caller asks for `parallel` only when the output does not overlap itself or the
         // source.
         unsafe {
-            walk::pick(
+            backend.pick(
                 x.dtype(),
                 &self.shape,
                 [out_strides, src_strides],
@@ -288,7 +286,10 @@ impl Gather {
                     .read_ptr(&xb.storage)
                     .wrapping_add(xb.layout.offset() * esize),
                 parallel,
-                |k: usize, _: &[usize]| idx[k] as isize * dim_stride,
+                Pick::ByVisit {
+                    indices: idx,
+                    stride: dim_stride,
+                },
             )
         };
     }
@@ -363,7 +364,14 @@ impl ScatterAddPlan {
     /// Writes `x` with `src` added at the indexed positions into `result` (`x`'s shape and
     /// dtype), through its strides: a copy of `x` first unless `copy` is false (`result` is
     /// `x` itself), then the additions in row-major order of the index.
-    pub(crate) fn execute(&self, x: &Tensor, src: &Tensor, result: &Tensor, copy: bool) {
+    pub(crate) fn execute(
+        &self,
+        backend: &dyn Backend,
+        x: &Tensor,
+        src: &Tensor,
+        result: &Tensor,
+        copy: bool,
+    ) {
         let (xb, sb, rb) = (x.body(), src.body(), result.body());
         let guards = lock_storages(&[
             (&rb.storage, Access::Write),
@@ -411,7 +419,7 @@ impl ScatterAddPlan {
             // SAFETY: the result is write-locked and self read-locked (one write lock when they
             // share a storage), each layout within its storage; the copy runs in parallel only
             // when the result does not overlap itself and shares no storage with self.
-            unsafe { kernels::copy(&plan) };
+            unsafe { backend.copy(&plan) };
         }
         if self.indices.is_empty() {
             return;
@@ -434,7 +442,7 @@ impl ScatterAddPlan {
         // elements; the index's shape fits inside src and, outside `d`, the result, and every
         // index lies in the result's dimension `d` (all checked by `infer`).
         unsafe {
-            walk::scatter_add(
+            backend.scatter_add(
                 x.dtype(),
                 &self.i_shape,
                 [walk_src, walk_dst],
@@ -461,7 +469,7 @@ pub(crate) fn index_select(
 ) -> Result<Tensor> {
     let sel = IndexSelect::infer(ctx.op(), x, dim, index)?;
     let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&sel.shape, 0), x.dtype())?;
-    sel.execute(x, &out, true);
+    sel.execute(for_device(x.device())?, x, &out, true);
     Ok(out)
 }
 
@@ -469,7 +477,7 @@ pub(crate) fn index_select(
 pub(crate) fn gather(ctx: &OpContext, x: &Tensor, dim: i64, index: &Tensor) -> Result<Tensor> {
     let g = Gather::infer(ctx.op(), x, dim, index)?;
     let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&g.shape, 0), x.dtype())?;
-    g.execute(x, &out, true);
+    g.execute(for_device(x.device())?, x, &out, true);
     Ok(out)
 }
 
@@ -483,6 +491,6 @@ pub(crate) fn scatter_add(
 ) -> Result<Tensor> {
     let sc = ScatterAddPlan::infer(ctx.op(), x, dim, index, src)?;
     let result = Tensor::uninit_with_layout(ctx, Layout::contiguous(&x.shape(), 0), x.dtype())?;
-    sc.execute(x, src, &result, true);
+    sc.execute(for_device(x.device())?, x, src, &result, true);
     Ok(result)
 }

@@ -7,8 +7,9 @@ pub(crate) mod out;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::cpu::{kernels, Plan};
-use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::backend::kernel::TernaryOp;
+use crate::backend::{for_device, Backend, Plan};
+use crate::dtype::cast;
 use crate::layout::broadcast::broadcast_shapes;
 use crate::layout::Layout;
 use crate::op::OpContext;
@@ -19,16 +20,10 @@ use crate::ops::views::dim_arg;
 use crate::tensor::{read_elements, ViewCreation};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
-struct MaskedFill<'a>(&'a Plan, Scalar);
-
-impl DTypeFn for MaskedFill<'_> {
-    type Output = ();
-    fn call<T: Element>(self) {
-        let v: T = self.1.to();
-        // Operands: (out, self, mask); the mask is read converted to T (0 or 1).
-        // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
-        unsafe { kernels::map2::<T, T>(self.0, move |x, m| if m != T::ZERO { v } else { x }) }
-    }
+/// `value` where the mask is set, else the input: operands (out, input, mask), in `dtype`.
+fn masked_fill_kernel(backend: &dyn Backend, plan: &Plan, value: Scalar, dtype: DType) {
+    // SAFETY: `plan` comes from `Prepared::execute`, which holds the locks.
+    unsafe { backend.ternary(plan, TernaryOp::MaskedFill(value), dtype) }
 }
 
 fn check_mask(op: &'static str, mask: &Tensor) -> Result<()> {
@@ -88,6 +83,7 @@ pub(crate) fn masked_fill(
     value: Scalar,
 ) -> Result<Tensor> {
     check_mask(ctx.op(), mask)?;
+    let backend = for_device(x.device())?;
     value.check_fits(ctx.op(), x.dtype())?;
     // As PyTorch: broadcast both, copy x contiguously, then fill in place (an internal write:
     // the result's version stays 0, as in PyTorch).
@@ -98,7 +94,9 @@ pub(crate) fn masked_fill(
     ElementwiseSpec::new(Output::Existing(&result), vec![&result, mask])
         .infer(ctx.op())?
         .without_version_bump()
-        .execute(ctx, |plan| dispatch(x.dtype(), MaskedFill(plan, value)))
+        .execute(ctx, |plan| {
+            masked_fill_kernel(backend, plan, value, x.dtype())
+        })
 }
 
 /// `x.masked_fill(mask, value)` written into `out`, which must have `x`'s dtype.
@@ -110,10 +108,13 @@ pub(crate) fn masked_fill_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     check_mask(ctx.op(), mask)?;
+    let backend = for_device(x.device())?;
     expect_dtype(ctx.op(), out, x.dtype())?;
     ElementwiseSpec::new(Output::Out(out), vec![x, mask])
         .infer(ctx.op())?
-        .execute(ctx, |plan| dispatch(x.dtype(), MaskedFill(plan, value)))
+        .execute(ctx, |plan| {
+            masked_fill_kernel(backend, plan, value, x.dtype())
+        })
 }
 
 /// `value` written into `x` where `mask` is true, in place.
@@ -124,12 +125,15 @@ pub(crate) fn masked_fill_(
     value: Scalar,
 ) -> Result<Tensor> {
     check_mask(ctx.op(), mask)?;
+    let backend = for_device(x.device())?;
     value.check_fits(ctx.op(), x.dtype())?;
     // As PyTorch, an expanded (self-overlapping) tensor may be filled: the elements sharing
     // memory are written in order.
     ElementwiseSpec::new(Output::Existing(x), vec![x, mask])
         .infer_fill(ctx.op())?
-        .execute(ctx, |plan| dispatch(x.dtype(), MaskedFill(plan, value)))
+        .execute(ctx, |plan| {
+            masked_fill_kernel(backend, plan, value, x.dtype())
+        })
 }
 
 /// `x[index[i]] += alpha * source[i]` along `dim`, in place.

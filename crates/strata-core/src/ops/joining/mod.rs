@@ -8,7 +8,8 @@ pub(crate) mod out;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::cpu::{kernels, Operand, Plan};
+use crate::backend::{for_device, Backend};
+use crate::backend::{Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::view::compute_stride;
@@ -218,6 +219,7 @@ impl Cat {
 /// shape. The inputs share no memory with `out`; `parallel` when `out` does not overlap
 /// itself.
 pub(crate) fn copy_regions(
+    backend: &dyn Backend,
     tensors: &[&Tensor],
     out: &Tensor,
     regions: &[(usize, usize, Vec<usize>)],
@@ -274,7 +276,7 @@ pub(crate) fn copy_regions(
         // SAFETY: every storage is locked (the output's for writing); the region lies inside
         // the output (its elements along `dim`, or one slice of it for `stack`), and the
         // input's layout lies within its storage.
-        unsafe { kernels::copy(&plan) };
+        unsafe { backend.copy(&plan) };
     }
 }
 
@@ -318,7 +320,13 @@ pub(crate) fn cat(ctx: &OpContext, tensors: &[&Tensor], dim: i64) -> Result<Tens
     let c = Cat::infer(ctx.op(), tensors, dim)?;
     let layout = Layout::new(c.sizes.clone(), c.strides.clone(), 0);
     let out = Tensor::uninit_with_layout(ctx, layout, c.dtype)?;
-    copy_regions(tensors, &out, &c.regions(&c.strides), true);
+    copy_regions(
+        for_device(out.device())?,
+        tensors,
+        &out,
+        &c.regions(&c.strides),
+        true,
+    );
     Ok(out)
 }
 

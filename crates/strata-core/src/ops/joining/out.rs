@@ -8,6 +8,7 @@
 //! it. The output's version goes up by one and the output is returned.
 
 use super::{check_addressable, check_stack, copy_regions, parallel_writes, Cat};
+use crate::backend::for_device;
 use crate::layout::{contiguous_strides, Layout};
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;
@@ -33,6 +34,7 @@ pub(crate) fn cat_out(
         out.set_layout(Layout::new(c.sizes.clone(), c.strides.clone(), offset));
     }
     copy_regions(
+        for_device(out.device())?,
         tensors,
         out,
         &c.regions(&out.stride()),
@@ -62,7 +64,13 @@ pub(crate) fn stack_out(
     let regions: Vec<(usize, usize, Vec<usize>)> = (0..tensors.len())
         .map(|i| (i, i * step, strides.clone()))
         .collect();
-    copy_regions(tensors, out, &regions, parallel_writes(out));
+    copy_regions(
+        for_device(out.device())?,
+        tensors,
+        out,
+        &regions,
+        parallel_writes(out),
+    );
     out.bump_version();
     Ok(out.clone())
 }

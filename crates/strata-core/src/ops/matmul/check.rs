@@ -2,7 +2,7 @@
 //! dtype rules that depend on the kernel PyTorch would pick, and each product's own checks.
 //! They produce the strided [`Product`] the backend runs.
 
-use crate::backend::cpu::gemm::{Mat, Product};
+use crate::backend::kernel::{Mat, Product};
 use crate::layout::broadcast::{broadcast_shapes, broadcast_strides};
 use crate::layout::view::compute_stride;
 use crate::layout::{checked_numel, Layout};

@@ -4,17 +4,18 @@
 //! Every product is described as a batch of `m×k · k×n` products over strided operands
 //! (`Product`), so transposed, sliced and broadcast operands are read where they are, never
 //! copied. The argument checks (`check`) build that description; the products run on the
-//! backend's `backend::cpu::gemm` (the `gemm` crate for floating dtypes, f16 and bf16
-//! widened to f32; a plain loop with wrapping arithmetic for integers); bool is refused, as
-//! PyTorch refuses it on the CPU. Matrix products do not promote: both operands (and
-//! `addmm`'s input) must share a dtype. Large products run on strata's pool.
+//! backend's `gemm` (on the CPU, `backend/cpu/gemm.rs`: the `gemm` crate for floating
+//! dtypes, f16 and bf16 widened to f32; a plain loop with wrapping arithmetic for integers);
+//! bool is refused, as PyTorch refuses it on the CPU. Matrix products do not promote: both
+//! operands (and `addmm`'s input) must share a dtype. Large products run on strata's pool.
 
 mod check;
 pub(crate) mod out;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::cpu::gemm::{self, Mat, Product};
+use crate::backend::kernel::{Mat, Product};
+use crate::backend::{for_device, Backend};
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::binary::{binary, BinaryOp, Other};
@@ -33,6 +34,7 @@ const ZERO: Scalar = Scalar::Int(0);
 /// `out = beta·c + alpha·(a @ b)` through `out_mat` into `out`'s storage, everything checked.
 #[allow(clippy::too_many_arguments)]
 fn execute(
+    backend: &dyn Backend,
     dtype: DType,
     product: &Product,
     a: &Body,
@@ -61,7 +63,7 @@ fn execute(
     // bases; the plans were built from layouts validated against those storages. An output
     // that shares a storage with an input, or is not dense, is written through a buffer.
     unsafe {
-        gemm::gemm(
+        backend.gemm(
             dtype,
             product,
             guards.write_ptr(&out.storage),
@@ -88,10 +90,12 @@ fn new_product(
     alpha: Scalar,
     beta: Scalar,
 ) -> Result<Tensor> {
+    let backend = for_device(a.storage.device())?;
     let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&plan.shape, 0), dtype)?;
     let body = out.body();
     let out_mat = plan.out_mat(&body.layout);
     execute(
+        backend,
         dtype,
         &plan.product,
         a,

@@ -14,7 +14,8 @@ use super::check::{
     product_dtype, shape_error, torch_fold_shape, MatmulPlan,
 };
 use super::{execute, ONE, ZERO};
-use crate::backend::cpu::gemm::Mat;
+use crate::backend::for_device;
+use crate::backend::kernel::Mat;
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::view::compute_stride;
 use crate::layout::Layout;
@@ -77,6 +78,7 @@ fn product_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     check_out_dtype(ctx.op(), dtype, out)?;
+    let backend = for_device(out.device())?;
     let current = out.layout();
     if current.sizes() == plan.shape.as_slice() {
         check_not_expanded(ctx.op(), &current)?;
@@ -88,6 +90,7 @@ fn product_out(
     let out_mat = plan.out_mat(&body.layout);
     let dense = body.layout.is_non_overlapping_and_dense();
     execute(
+        backend,
         dtype,
         &plan.product,
         &ab,
@@ -111,6 +114,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
     let operands = [("self", a), ("other", b)];
     let dtype = product_dtype(ctx.op(), &operands, kernel, plan.trivial())?;
     check_out_dtype(ctx.op(), dtype, out)?;
+    let backend = for_device(out.device())?;
     let current = out.layout();
     let vector_matrix = ab.layout.ndim() == 1 && bb.layout.ndim() == 2;
     // The layout the product is written through, and whether it is `out`'s own (to be
@@ -173,6 +177,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
     };
     let dense = body.layout.is_non_overlapping_and_dense();
     execute(
+        backend,
         dtype,
         &plan.product,
         &ab,
