@@ -125,7 +125,7 @@ fn set_data_keeps_the_tensor_and_its_autograd_state() -> Result<()> {
     assert!(handle.is_same(&p));
     assert!(p.requires_grad() && p.is_leaf());
     assert!(p.grad().expect("still there").is_same(&grad));
-    assert_eq!((p.dtype(), p.shape()), (DType::F64, vec![3, 2]));
+    assert_eq!((p.dtype(), p.shape().to_vec()), (DType::F64, vec![3, 2]));
     assert!(p.shares_storage(&new));
     assert_eq!(handle.to_vec::<f64>()?, vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     Ok(())

@@ -545,7 +545,7 @@ fn make_base(shape: &[usize], front: usize, back: usize) -> (Tensor, Model, usiz
 fn check_view(t: &Tensor, m: &Model, base: &Tensor, trace: &[String]) {
     let got = t.to_vec::<i64>().unwrap();
     let l = t.layout();
-    assert_eq!(t.shape(), m.shape, "shape after {trace:?}");
+    assert_eq!(t.shape().as_slice(), m.shape, "shape after {trace:?}");
     assert_eq!(got, m.data, "values after {trace:?} (layout {l:?})");
     assert_eq!(
         got,
@@ -692,8 +692,8 @@ proptest! {
         }
         let expected = t.contiguous().unwrap().view(&req).unwrap();
         let r = t.reshape(&req).unwrap();
-        prop_assert_eq!(r.shape(), new_shape.clone());
-        prop_assert_eq!(expected.shape(), new_shape);
+        prop_assert_eq!(r.shape().to_vec(), new_shape.clone());
+        prop_assert_eq!(expected.shape().to_vec(), new_shape);
         let want = expected.to_vec::<i64>().unwrap();
         prop_assert_eq!(r.to_vec::<i64>().unwrap(), want.clone());
         prop_assert_eq!(&want, &t.to_vec::<i64>().unwrap(), "row-major order is kept");
@@ -873,7 +873,7 @@ proptest! {
             prop_assert_eq!(&after, &before, "compute_stride({:?}, {:?}, {:?}) = {:?} after {:?}", l.sizes(), l.strides(), new_shape, st, trace);
             let v = v.unwrap();
             prop_assert_eq!(v.stride(), st);
-            prop_assert_eq!(v.shape(), new_shape);
+            prop_assert_eq!(v.shape().to_vec(), new_shape);
             prop_assert_eq!(v.storage_offset(), l.offset());
             prop_assert_eq!(v.to_vec::<i64>().unwrap(), old_values);
         }
@@ -967,7 +967,7 @@ fn unfold_and_diagonal_fixed() {
     );
     assert_eq!(t.diagonal(-3, 0, 1).unwrap().numel(), 0);
     let u = t.unfold(1, 2, 2).unwrap();
-    assert_eq!(u.shape(), vec![3, 2, 2]);
+    assert_eq!(u.shape().as_slice(), vec![3, 2, 2]);
     assert_eq!(
         u.to_vec::<i64>().unwrap(),
         vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]

@@ -224,7 +224,11 @@ fn out_forms_write_in_place_and_resize_like_pytorch() {
     assert_eq!(out.to_vec::<f32>().unwrap(), vec![-2., -1., 0., 1., 2., 3.]);
     let empty = Tensor::zeros(&[0], DType::F32).unwrap();
     a.div_out(&b, &empty).unwrap();
-    assert_eq!(empty.shape(), vec![2, 3], "an empty out is resized");
+    assert_eq!(
+        empty.shape().as_slice(),
+        vec![2, 3],
+        "an empty out is resized"
+    );
     assert_eq!(
         empty.to_vec::<f32>().unwrap(),
         vec![0., 0.5, 1., 1.5, 2., 2.5]

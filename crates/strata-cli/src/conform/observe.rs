@@ -67,7 +67,7 @@ pub fn observe(name: &str, t: &Tensor, storages: &mut StorageNumbers) -> Result<
     Ok(json!({
         "var": name,
         "dtype": t.dtype().name(),
-        "shape": t.shape(),
+        "shape": t.shape().as_slice(),
         "strides": t.stride(),
         "offset": t.storage_offset(),
         "contiguous": t.is_contiguous(),

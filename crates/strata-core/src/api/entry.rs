@@ -48,7 +48,7 @@ impl<'a> Entry<'a> {
             inputs
                 .iter()
                 .map(|t| OpInput {
-                    shape: t.shape(),
+                    shape: t.shape().to_vec(),
                     dtype: t.dtype(),
                 })
                 .collect()

@@ -17,7 +17,7 @@ impl Tensor {
     /// let a = Tensor::ones(&[1, 2], DType::I32)?;
     /// let b = Tensor::zeros(&[2, 2], DType::F32)?;
     /// let c = Tensor::cat(&[&a, &b], 0)?;
-    /// assert_eq!((c.shape(), c.dtype()), (vec![3, 2], DType::F32));
+    /// assert_eq!((c.shape().to_vec(), c.dtype()), (vec![3, 2], DType::F32));
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     #[track_caller]
@@ -34,7 +34,7 @@ impl Tensor {
     /// ```
     /// use strata_core::{Tensor, DType};
     /// let a = Tensor::zeros(&[2, 3], DType::F32)?;
-    /// assert_eq!(Tensor::stack(&[&a, &a], -1)?.shape(), vec![2, 3, 2]);
+    /// assert_eq!(Tensor::stack(&[&a, &a], -1)?.shape().as_slice(), [2, 3, 2]);
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     #[track_caller]
@@ -56,7 +56,7 @@ impl Tensor {
     /// let a = Tensor::ones(&[1, 2], DType::I32)?;
     /// let out = Tensor::zeros(&[0], DType::F32)?;
     /// Tensor::cat_out(&[&a, &a], 0, &out)?;
-    /// assert_eq!(out.shape(), vec![2, 2]);
+    /// assert_eq!(out.shape().as_slice(), [2, 2]);
     /// assert_eq!(out.to_vec::<f32>()?, vec![1.0; 4]);
     /// # Ok::<(), strata_core::Error>(())
     /// ```

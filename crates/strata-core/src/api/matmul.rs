@@ -19,7 +19,7 @@ impl Tensor {
     /// let a = Tensor::arange(6, DType::F32)?.view(&[2, 3])?;
     /// let b = Tensor::arange(6, DType::F32)?.view(&[2, 3])?;
     /// let c = a.matmul(&b.t()?)?;           // the transpose is read in place
-    /// assert_eq!(c.shape(), vec![2, 2]);
+    /// assert_eq!(c.shape().as_slice(), [2, 2]);
     /// assert_eq!(c.to_vec::<f32>()?, vec![5., 14., 14., 50.]);
     /// # Ok::<(), strata_core::Error>(())
     /// ```

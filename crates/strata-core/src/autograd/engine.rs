@@ -47,7 +47,7 @@ pub(crate) enum Sink {
 
 fn fit(grad: Tensor, meta: &InputMeta, node: &Node) -> Result<Tensor> {
     let mut g = grad;
-    if g.shape() != meta.shape {
+    if g.shape().as_slice() != meta.shape {
         g = sum_to(&g, &meta.shape).map_err(|_| Error::Autograd {
             message: format!(
                 "{}: the gradient has shape {:?} but its input has shape {:?}",

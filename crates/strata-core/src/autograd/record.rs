@@ -72,7 +72,7 @@ pub(crate) fn current_grad_fn(t: &Tensor) -> Option<Arc<Node>> {
 
 fn view_node(name: &'static str, edge: Edge, input: &Tensor, grad: ViewGrad) -> Arc<Node> {
     let meta = InputMeta {
-        shape: input.shape(),
+        shape: input.shape().to_vec(),
         dtype: input.dtype(),
     };
     let backward: BackwardFn = Box::new(move |g: Tensor| Ok(vec![Some(grad.apply(&g)?)]));
@@ -117,7 +117,7 @@ impl Recorder {
             .zip(&edges)
             .map(|(t, e)| {
                 e.as_ref().map(|_| InputMeta {
-                    shape: t.shape(),
+                    shape: t.shape().to_vec(),
                     dtype: t.dtype(),
                 })
             })
@@ -323,7 +323,7 @@ impl InplaceRecorder {
                 .iter()
                 .map(|t| {
                     Some(InputMeta {
-                        shape: t.shape(),
+                        shape: t.shape().to_vec(),
                         dtype: t.dtype(),
                     })
                 })
@@ -382,7 +382,7 @@ impl InplaceRecorder {
         let base = info.base;
         let base_edge = gradient_edge(&base);
         let base_meta = InputMeta {
-            shape: base.shape(),
+            shape: base.shape().to_vec(),
             dtype: base.dtype(),
         };
         let (base_layout, view_layout) = (base.layout(), target.layout());

@@ -151,7 +151,7 @@ impl SavedTensor {
             content,
             version: t.version(),
             op,
-            shape: t.shape(),
+            shape: t.shape().to_vec(),
             dtype: t.dtype(),
         })
     }
@@ -176,7 +176,7 @@ impl SavedTensor {
             }
             Content::Packed(p, pair) => {
                 let t = (pair.unpack)(p)?;
-                if t.shape() != self.shape {
+                if t.shape().as_slice() != self.shape {
                     return Err(Error::Autograd {
                         message: format!(
                             "a saved-tensor unpack hook returned shape {:?} for a tensor of \

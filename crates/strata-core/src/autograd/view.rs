@@ -61,7 +61,7 @@ pub(crate) fn to_i64(v: &[usize]) -> Vec<i64> {
 /// Sums `g` down to `shape` (the reverse of broadcasting `shape` to `g`'s shape).
 pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let gs = g.shape();
-    if gs == shape {
+    if gs.as_slice() == shape {
         return Ok(g.clone());
     }
     let lead = gs.len().saturating_sub(shape.len());
@@ -203,7 +203,7 @@ impl Tensor {
         if is_grad_enabled() && self.autograd_meta().requires_grad() {
             if let Some(edge) = gradient_edge(self) {
                 let meta = InputMeta {
-                    shape: self.shape(),
+                    shape: self.shape().to_vec(),
                     dtype: self.dtype(),
                 };
                 let backward: BackwardFn = Box::new(move |g| Ok(vec![Some(grad.apply(&g)?)]));
@@ -235,9 +235,9 @@ impl Tensor {
     ) -> Tensor {
         let grad = match op {
             "view" | "reshape" | "alias" | "squeeze" | "unsqueeze" | "flatten" | "unflatten" => {
-                ViewGrad::Reshape(self.shape())
+                ViewGrad::Reshape(self.shape().to_vec())
             }
-            "expand" | "broadcast_to" => ViewGrad::Expand(self.shape()),
+            "expand" | "broadcast_to" => ViewGrad::Expand(self.shape().to_vec()),
             _ => ViewGrad::Geometry(Box::new((self.layout(), layout.clone(), None))),
         };
         self.tracked_view(op, layout, creation, grad)

@@ -9,7 +9,7 @@
 //! let target = Tensor::from_vec(vec![1i64, 2], &[2])?;
 //! let loss = cross_entropy(&linear(&x, &w, None)?, &target, Reduction::Mean)?;
 //! loss.backward()?;
-//! assert_eq!(w.grad().unwrap().shape(), vec![3, 2]);
+//! assert_eq!(w.grad().unwrap().shape().as_slice(), [3, 2]);
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 

@@ -44,7 +44,7 @@ impl Reduction {
         dims: Option<&[i64]>,
         keepdim: bool,
     ) -> Result<Self> {
-        Reduction::for_shape(op, x, x.shape(), dims, keepdim)
+        Reduction::for_shape(op, x, x.shape().to_vec(), dims, keepdim)
     }
 
     /// [`Reduction::new`] for `x` seen with `shape`.

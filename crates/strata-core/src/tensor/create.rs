@@ -234,7 +234,7 @@ impl Tensor {
     /// ```
     /// use strata_core::Tensor;
     /// let t = Tensor::from_vec(vec![1i64, 2, 3, 4], &[2, 2])?;
-    /// assert_eq!(t.shape(), vec![2, 2]);
+    /// assert_eq!(t.shape().as_slice(), [2, 2]);
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     #[track_caller]

@@ -102,7 +102,7 @@ impl fmt::Display for Tensor {
     /// `tensor([[0., 1.],\n        [2., 3.]])`, with `dtype=` when it is not a default
     /// (f32, i64, bool), as PyTorch prints.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shape = self.shape();
+        let shape = self.shape().to_vec();
         let dtype = self.dtype();
         let values: Vec<f64> = crate::tensor::read_elements::<f64>(self);
         let cells: Vec<String> = if dtype.is_floating() {

@@ -16,7 +16,7 @@ mod to_device;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use crate::layout::Layout;
+use crate::layout::{Dims, Layout};
 use crate::storage::Storage;
 use crate::{DType, Device};
 use grad_meta::AutogradMeta;
@@ -140,9 +140,11 @@ impl Tensor {
         self.read_body().clone()
     }
 
-    /// The sizes of each dimension.
-    pub fn shape(&self) -> Vec<usize> {
-        self.read_body().layout.sizes().to_vec()
+    /// The sizes of each dimension, in the small vector the layout holds them in (inline up
+    /// to six dimensions, so asking for a shape does not allocate). It derefs to
+    /// `&[usize]`; `.to_vec()` gives a `Vec`.
+    pub fn shape(&self) -> Dims {
+        Dims::from_slice(self.read_body().layout.sizes())
     }
 
     /// The strides of each dimension, in elements.

@@ -64,7 +64,7 @@ impl Tensor {
                     "a tensor with {n} elements cannot be converted to a single number (shape {:?})",
                     self.shape()
                 ),
-                vec![self.shape()],
+                vec![self.shape().to_vec()],
             )
             .with_hint("select one element first, or reduce the tensor (sum, mean)"));
         }

@@ -172,7 +172,7 @@ mod tests {
         assert!(holder.is_same(&p));
         assert!(p.shares_storage(&new));
         assert_eq!(p.data_ptr(), new.data_ptr());
-        assert_eq!((p.shape(), p.stride()), (vec![2, 3], vec![1, 2]));
+        assert_eq!((p.shape().to_vec(), p.stride()), (vec![2, 3], vec![1, 2]));
         assert_eq!(p.dtype(), DType::F64);
         assert_eq!(p.element_size(), 8);
         assert!(p.requires_grad() && p.is_leaf());
@@ -190,7 +190,7 @@ mod tests {
         set(&p, &Tensor::zeros(&[4], DType::F64)?)?;
         let kept = p.grad().expect("the gradient is kept");
         assert!(kept.is_same(&grad));
-        assert_eq!((kept.shape(), kept.dtype()), (vec![2], DType::F32));
+        assert_eq!((kept.shape().to_vec(), kept.dtype()), (vec![2], DType::F32));
         p.zero_grad(true)?;
         p.mul(2.0)?.sum(None, false)?.backward()?;
         let fresh = p.grad().expect("a new gradient");
@@ -275,7 +275,7 @@ mod tests {
             other => panic!("expected Unsupported, got {other:?}"),
         }
         assert_eq!(
-            (view.shape(), view.storage_id()),
+            (view.shape().to_vec(), view.storage_id()),
             (vec![2], base.storage_id())
         );
 
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(p.numel(), 4);
         let middle = p.narrow(0, 1, 2)?;
         set(&p, &middle)?;
-        assert_eq!((p.shape(), p.storage_offset()), (vec![2], 1));
+        assert_eq!((p.shape().to_vec(), p.storage_offset()), (vec![2], 1));
         assert_eq!(p.to_vec::<f32>()?, vec![1.0, 2.0]);
         Ok(())
     }

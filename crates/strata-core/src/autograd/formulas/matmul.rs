@@ -74,7 +74,7 @@ fn fold_to(full: &Tensor, shape: &[usize]) -> Result<Tensor> {
         };
     }
     let summed = super::super::view::sum_to(full, &promoted)?;
-    if summed.shape() == shape {
+    if summed.shape().as_slice() == shape {
         return Ok(summed);
     }
     summed.reshape(&super::super::view::to_i64(shape))

@@ -40,7 +40,7 @@ pub(super) fn ndim_in(op: &'static str, what: &str, t: &Tensor, ndims: &[usize])
             want.join(" or "),
             t.shape()
         ),
-        vec![t.shape()],
+        vec![t.shape().to_vec()],
     ))
 }
 

@@ -78,7 +78,7 @@ pub(super) fn check(
             Some("convert it with .to(DType::I64); class probabilities are not supported"),
         ));
     }
-    let (is, ts) = (input.shape(), target.shape());
+    let (is, ts) = (input.shape().to_vec(), target.shape().to_vec());
     if is.is_empty() {
         return Err(shape(
             op,

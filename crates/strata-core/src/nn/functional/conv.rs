@@ -45,7 +45,7 @@ impl Geometry {
 /// let x = Tensor::arange(9, DType::F32)?.view(&[1, 1, 3, 3])?;
 /// let w = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
 /// let y = conv2d(&x, &w, None, 1, 0)?;
-/// assert_eq!(y.shape(), vec![1, 1, 2, 2]);
+/// assert_eq!(y.shape().as_slice(), [1, 1, 2, 2]);
 /// assert_eq!(y.to_vec::<f32>()?, vec![8.0, 12.0, 20.0, 24.0]);
 /// # Ok::<(), strata_core::Error>(())
 /// ```
@@ -154,13 +154,13 @@ fn check(
     dtype_is(op, "the weight", weight, x.dtype())?;
     ndim_in(op, "the input", x, &[3, 4])?;
     ndim_in(op, "the weight", weight, &[4])?;
-    let xs = x.shape();
+    let xs = x.shape().to_vec();
     let xs4: Vec<usize> = if xs.len() == 3 {
         [&[1], &xs[..]].concat()
     } else {
         xs.clone()
     };
-    let ws = weight.shape();
+    let ws = weight.shape().to_vec();
     let (n, c, h, w) = (xs4[0], xs4[1], xs4[2], xs4[3]);
     let (o, kernel) = (ws[0], Pair(ws[2], ws[3]));
     if ws[1] != c {
@@ -196,14 +196,14 @@ fn check(
     }
     if let Some(b) = bias {
         dtype_is(op, "the bias", b, x.dtype())?;
-        if b.shape() != [o] {
+        if b.shape().as_slice() != [o] {
             return Err(shape(
                 op,
                 format!(
                     "the bias must have shape [{o}] (out_channels), got {:?}",
                     b.shape()
                 ),
-                vec![b.shape(), ws],
+                vec![b.shape().to_vec(), ws],
                 "give the bias one value per output channel",
             ));
         }

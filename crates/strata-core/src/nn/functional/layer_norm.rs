@@ -60,7 +60,7 @@ fn forward(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let op = ctx.op();
     floating(op, "the input", x)?;
-    let xs = x.shape();
+    let xs = x.shape().to_vec();
     let k = normalized_shape.len();
     if k == 0 || k > xs.len() || xs[xs.len() - k..] != *normalized_shape {
         return Err(shape(
@@ -73,14 +73,14 @@ fn forward(
     for (what, t) in [("the weight", weight), ("the bias", bias)] {
         if let Some(t) = t {
             dtype_is(op, what, t, x.dtype())?;
-            if t.shape() != normalized_shape {
+            if t.shape().as_slice() != normalized_shape {
                 return Err(shape(
                     op,
                     format!(
                         "{what} must have shape normalized_shape {normalized_shape:?}, got {:?}",
                         t.shape()
                     ),
-                    vec![t.shape(), normalized_shape.to_vec()],
+                    vec![t.shape().to_vec(), normalized_shape.to_vec()],
                     "give one value per normalised element",
                 ));
             }

@@ -40,11 +40,11 @@ fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
         return Err(shape(
             op,
             "the input must have at least one dimension, got a 0-d tensor".into(),
-            vec![x.shape()],
+            vec![x.shape().to_vec()],
             "give the input the shape [.., in_features]",
         ));
     }
-    let (xs, ws) = (x.shape(), w.shape());
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
     if xs[xs.len() - 1] != ws[1] {
         return Err(shape(
             op,
@@ -60,7 +60,7 @@ fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
     }
     if let Some(b) = b {
         dtype_is(op, "the bias", b, x.dtype())?;
-        if b.shape() != [ws[0]] && b.numel() != 1 {
+        if b.shape().as_slice() != [ws[0]] && b.numel() != 1 {
             return Err(shape(
                 op,
                 format!(
@@ -68,7 +68,7 @@ fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
                     ws[0],
                     b.shape()
                 ),
-                vec![b.shape(), ws],
+                vec![b.shape().to_vec(), ws],
                 "give the bias one value per output feature",
             ));
         }

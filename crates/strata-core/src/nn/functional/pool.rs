@@ -53,7 +53,7 @@ fn forward(ctx: &OpContext, x: &Tensor, kernel: Pair, stride: Pair) -> Result<(T
         ));
     }
     let unbatched = x.dim() == 3;
-    let xs = x.shape();
+    let xs = x.shape().to_vec();
     let nd = xs.len();
     let (h, w) = (xs[nd - 2], xs[nd - 1]);
     if h < kernel.0 || w < kernel.1 {

@@ -14,11 +14,11 @@ fn conv2d_values() {
     let b = f64s(&[10.0], &[1]);
     // x[i][j] - x[i+1][j+1] = -5 everywhere.
     let y = conv2d(&x, &w, Some(&b), 1, 0).unwrap();
-    assert_eq!(y.shape(), vec![1, 1, 3, 3]);
+    assert_eq!(y.shape().as_slice(), vec![1, 1, 3, 3]);
     close(&y.to_vec::<f64>().unwrap(), &[5.0; 9], 1e-12);
     // Padding 1, stride 2: the top-left output sees only x[0][0] under the -1 tap.
     let y = conv2d(&x, &w, None, 2, 1).unwrap();
-    assert_eq!(y.shape(), vec![1, 1, 3, 3]);
+    assert_eq!(y.shape().as_slice(), vec![1, 1, 3, 3]);
     close(&y.to_vec::<f64>().unwrap()[..2], &[0.0, -2.0], 1e-12);
 }
 
@@ -55,7 +55,7 @@ fn max_pool2d_values_indices_and_gradients() {
         &[1, 1, 3, 4],
     );
     let y = max_pool2d(&x, 2, None).unwrap();
-    assert_eq!(y.shape(), vec![1, 1, 1, 2]);
+    assert_eq!(y.shape().as_slice(), vec![1, 1, 1, 2]);
     close(&y.to_vec::<f64>().unwrap(), &[5.0, 9.0], 0.0);
     let y = max_pool2d(&x, (2, 2), Some(Pair(1, 2))).unwrap();
     close(&y.to_vec::<f64>().unwrap(), &[5.0, 9.0, 7.0, 9.0], 0.0);

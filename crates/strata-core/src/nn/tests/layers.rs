@@ -10,7 +10,7 @@ fn linear_values_and_gradients() {
     let w = f64s(&[1.0, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]);
     let b = f64s(&[0.5, -0.5, 0.0], &[3]);
     let y = linear(&x, &w, Some(&b)).unwrap();
-    assert_eq!(y.shape(), vec![2, 3]);
+    assert_eq!(y.shape().as_slice(), vec![2, 3]);
     close(
         &y.to_vec::<f64>().unwrap(),
         &[1.5, 1.5, 3.0, 3.5, 3.5, 7.0],
@@ -53,7 +53,7 @@ fn embedding_values_gradients_and_errors() {
     let w = f64s(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]);
     let idx = Tensor::from_vec(vec![2i64, 0, 2, 1], &[2, 2]).unwrap();
     let e = embedding(&idx, &w).unwrap();
-    assert_eq!(e.shape(), vec![2, 2, 2]);
+    assert_eq!(e.shape().as_slice(), vec![2, 2, 2]);
     close(
         &e.to_vec::<f64>().unwrap(),
         &[4.0, 5.0, 0.0, 1.0, 4.0, 5.0, 2.0, 3.0],

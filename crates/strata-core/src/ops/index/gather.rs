@@ -95,7 +95,7 @@ impl IndexSelect {
         dim: i64,
         index: &Tensor,
     ) -> Result<IndexSelect> {
-        let x_shape = x.shape();
+        let x_shape = x.shape().to_vec();
         let d = dim_arg(op, dim, x_shape.len())?;
         if index.dim() > 1 {
             return Err(Error::shape(
@@ -104,7 +104,7 @@ impl IndexSelect {
                     "the index must be 0-d or 1-d, got shape {:?}",
                     index.shape()
                 ),
-                vec![index.shape()],
+                vec![index.shape().to_vec()],
             )
             .with_hint("flatten the index, or use gather for an index per element"));
         }
@@ -113,7 +113,7 @@ impl IndexSelect {
             return Err(Error::shape(
                 op,
                 format!("indexing a 0-d tensor takes exactly one index, got {n}"),
-                vec![vec![], index.shape()],
+                vec![vec![], index.shape().to_vec()],
             ));
         }
         check_index_dtype(op, index)?;
@@ -203,9 +203,9 @@ pub(crate) struct Gather {
 
 impl Gather {
     pub(crate) fn infer(op: &'static str, x: &Tensor, dim: i64, index: &Tensor) -> Result<Gather> {
-        let x_shape = x.shape();
+        let x_shape = x.shape().to_vec();
         let d = dim_arg(op, dim, x_shape.len())?;
-        let i_shape = index.shape();
+        let i_shape = index.shape().to_vec();
         let empty = index.numel() == 0;
         // As PyTorch, an empty index is not checked further: the result is empty.
         if !empty {
@@ -311,9 +311,9 @@ impl ScatterAddPlan {
         index: &Tensor,
         src: &Tensor,
     ) -> Result<ScatterAddPlan> {
-        let x_shape = x.shape();
+        let x_shape = x.shape().to_vec();
         let d = dim_arg(op, dim, x_shape.len())?;
-        let (i_shape, s_shape) = (index.shape(), src.shape());
+        let (i_shape, s_shape) = (index.shape().to_vec(), src.shape().to_vec());
         let empty = index.numel() == 0;
         if !empty {
             check_index_dtype(op, index)?;

@@ -53,7 +53,7 @@ fn indices(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<
                 "the index must be 0-d or 1-d, got shape {:?}",
                 index.shape()
             ),
-            vec![index.shape()],
+            vec![index.shape().to_vec()],
         ));
     }
     read_elements::<i64>(index)
@@ -87,8 +87,13 @@ pub(crate) fn masked_fill(
     value.check_fits(ctx.op(), x.dtype())?;
     // As PyTorch: broadcast both, copy x contiguously, then fill in place (an internal write:
     // the result's version stays 0, as in PyTorch).
-    let shape = broadcast_shapes(&x.shape(), &mask.shape())
-        .map_err(|m| Error::shape(ctx.op(), m.describe(), vec![x.shape(), mask.shape()]))?;
+    let shape = broadcast_shapes(&x.shape(), &mask.shape()).map_err(|m| {
+        Error::shape(
+            ctx.op(),
+            m.describe(),
+            vec![x.shape().to_vec(), mask.shape().to_vec()],
+        )
+    })?;
     let shape: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
     let result = x.expand(&shape)?.contiguous_copy(ctx)?;
     ElementwiseSpec::new(Output::Existing(&result), vec![&result, mask])
@@ -155,7 +160,7 @@ pub(crate) fn index_add_(
             Some("convert source with .to(self.dtype())"),
         ));
     }
-    let (shape, src_shape) = (x.shape(), source.shape());
+    let (shape, src_shape) = (x.shape().to_vec(), source.shape().to_vec());
     let self_size = if ndim == 0 { 1 } else { shape[d] };
     let idx = indices(op, index, d, self_size)?;
     let src_len = if src_shape.is_empty() {

@@ -294,14 +294,18 @@ pub(crate) fn check_stack(
             Some("pass at least one tensor"),
         ));
     };
-    let shape = first.shape();
+    let shape = first.shape().to_vec();
     let n = shape.len();
     let d = wrap_dim(dim, n + 1).ok_or(Error::Dim {
         op,
         dim,
         ndim: n + 1,
     })?;
-    if let Some((i, t)) = tensors.iter().enumerate().find(|(_, t)| t.shape() != shape) {
+    if let Some((i, t)) = tensors
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.shape().as_slice() != shape)
+    {
         return Err(Error::shape(
             op,
             format!(
@@ -309,7 +313,7 @@ pub(crate) fn check_stack(
                  tensor {i} has shape {:?}",
                 t.shape()
             ),
-            vec![shape.clone(), t.shape()],
+            vec![shape.clone(), t.shape().to_vec()],
         ));
     }
     Ok((shape, d))

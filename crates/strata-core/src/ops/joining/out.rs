@@ -26,7 +26,7 @@ pub(crate) fn cat_out(
     let c = Cat::infer(ctx.op(), tensors, dim)?;
     check_cast(ctx.op(), c.dtype, out.dtype())?;
     check_memory(ctx.op(), out, &c.sizes, tensors, Aliasing::Disjoint)?;
-    let resized = out.shape() != c.sizes;
+    let resized = out.shape().as_slice() != c.sizes;
     out.resize_for_out(ctx, &c.sizes)?;
     if resized && c.strides != contiguous_strides(&c.sizes) {
         // The resize left a dense tensor at the same offset: restride it as PyTorch does.

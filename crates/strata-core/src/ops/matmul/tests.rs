@@ -37,7 +37,7 @@ fn as_f64(t: &Tensor) -> Vec<f64> {
 
 /// The reference: `matmul` by broadcasting and a triple loop on logical values.
 fn naive(a: &Tensor, b: &Tensor) -> (Vec<usize>, Vec<f64>) {
-    let (sa, sb) = (a.shape(), b.shape());
+    let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
     let (va, vb) = (as_f64(a), as_f64(b));
     let (a2, m, k) = match sa.len() {
         1 => (vec![1, sa[0]], 1, sa[0]),
@@ -97,7 +97,13 @@ fn assert_close(got: &[f64], want: &[f64], tol: f64) {
 fn check(a: &Tensor, b: &Tensor, tol: f64) {
     let r = a.matmul(b).unwrap();
     let (shape, want) = naive(a, b);
-    assert_eq!(r.shape(), shape, "{:?} @ {:?}", a.shape(), b.shape());
+    assert_eq!(
+        r.shape().as_slice(),
+        shape,
+        "{:?} @ {:?}",
+        a.shape(),
+        b.shape()
+    );
     assert!(r.is_contiguous());
     assert_eq!(r.dtype(), a.dtype());
     assert_close(&as_f64(&r), &want, tol);
@@ -134,7 +140,7 @@ fn matmul_matches_naive_for_transposed_and_strided_operands() {
             .unwrap()
             .slice(1, Some(1), None, 2)
             .unwrap();
-        assert_eq!(sa.shape(), vec![5, 7]);
+        assert_eq!(sa.shape().as_slice(), vec![5, 7]);
         check(&sa, &bt, tol);
         let sb = tensor(&[14, 9], 6, dtype)
             .slice(0, None, None, 2)
@@ -183,7 +189,7 @@ fn matmul_batched_broadcast_matches_naive() {
         );
         let b3 = tensor(&[2, 3, 4], 7, dtype);
         let r = b3.bmm(&tensor(&[2, 4, 5], 8, dtype)).unwrap();
-        assert_eq!(r.shape(), vec![2, 3, 5]);
+        assert_eq!(r.shape().as_slice(), vec![2, 3, 5]);
         assert_eq!(r.stride(), vec![15, 5, 1]);
     }
 }
@@ -204,13 +210,13 @@ fn matmul_vector_cases() {
             1e-5,
         );
         let d = v4.dot(&tensor(&[4], 2, dtype)).unwrap();
-        assert_eq!(d.shape(), Vec::<usize>::new());
+        assert_eq!(d.shape().as_slice(), Vec::<usize>::new());
         assert_close(&as_f64(&d), &naive(&v4, &tensor(&[4], 2, dtype)).1, 1e-5);
     }
     let a = Tensor::from_vec(vec![1f32, 2., 3.], &[3]).unwrap();
     let b = Tensor::from_vec(vec![10f32, 20.], &[2]).unwrap();
     let o = a.outer(&b).unwrap();
-    assert_eq!(o.shape(), vec![3, 2]);
+    assert_eq!(o.shape().as_slice(), vec![3, 2]);
     assert_eq!(o.stride(), vec![2, 1]);
     assert_eq!(
         o.to_vec::<f32>().unwrap(),
@@ -225,7 +231,7 @@ fn empty_products() {
     let z = tensor(&[3, 0], 1, DType::F32)
         .matmul(&tensor(&[0, 4], 2, DType::F32))
         .unwrap();
-    assert_eq!(z.shape(), vec![3, 4]);
+    assert_eq!(z.shape().as_slice(), vec![3, 4]);
     assert_eq!(z.to_vec::<f32>().unwrap(), vec![0.0; 12]);
     let zi = tensor(&[2, 3, 0], 1, DType::I64)
         .matmul(&tensor(&[0, 4], 2, DType::I64))
@@ -234,7 +240,10 @@ fn empty_products() {
     let e = tensor(&[0, 3, 4], 1, DType::F32)
         .matmul(&tensor(&[4, 5], 2, DType::F32))
         .unwrap();
-    assert_eq!((e.shape(), e.stride()), (vec![0, 3, 5], vec![15, 5, 1]));
+    assert_eq!(
+        (e.shape().to_vec(), e.stride()),
+        (vec![0, 3, 5], vec![15, 5, 1])
+    );
     let d = tensor(&[0], 1, DType::F64)
         .dot(&tensor(&[0], 2, DType::F64))
         .unwrap();
@@ -259,7 +268,7 @@ fn addmm_scales_broadcasts_and_ignores_c_when_beta_is_zero() {
     let c = tensor(&[5], 3, DType::F64);
     let cv = as_f64(&c);
     let r = c.addmm(&a, &b, 0.5, 2.0).unwrap();
-    assert_eq!((r.shape(), r.stride()), (vec![3, 5], vec![5, 1]));
+    assert_eq!((r.shape().to_vec(), r.stride()), (vec![3, 5], vec![5, 1]));
     let want: Vec<f64> = (0..15).map(|i| 0.5 * cv[i % 5] + 2.0 * prod[i]).collect();
     assert_close(&as_f64(&r), &want, 1e-12);
     let nan = Tensor::full(&[3, 5], f64::NAN, DType::F64).unwrap();
@@ -511,7 +520,7 @@ fn matmul_out_resizes_and_follows_pytorch_versions() {
     let out = Tensor::zeros(&[0], DType::F32).unwrap();
     a.matmul_out(&b, &out).unwrap();
     assert_eq!(
-        (out.shape(), out.stride(), out.version()),
+        (out.shape().to_vec(), out.stride(), out.version()),
         (vec![3, 2], vec![2, 1], 1)
     );
     assert_close(&as_f64(&out), &naive(&a, &b).1, 1e-5);
@@ -521,10 +530,15 @@ fn matmul_out_resizes_and_follows_pytorch_versions() {
         .unwrap()
         .slice(0, Some(1), None, 2)
         .unwrap();
-    assert_eq!(o.shape(), vec![4]);
+    assert_eq!(o.shape().to_vec(), vec![4]);
     v.matmul_out(&tensor(&[3, 4], 4, DType::F32), &o).unwrap();
     assert_eq!(
-        (o.shape(), o.stride(), o.storage_offset(), o.version()),
+        (
+            o.shape().to_vec(),
+            o.stride(),
+            o.storage_offset(),
+            o.version()
+        ),
         (vec![4], vec![1], 1, 2)
     );
     assert_close(

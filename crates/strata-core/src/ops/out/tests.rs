@@ -217,7 +217,10 @@ fn a_resized_output_with_elements_keeps_its_storage_when_it_fits() {
     let id = out.storage_id();
     let (r, peak) = peak_during(|| a.neg_out(&out));
     r.unwrap();
-    assert_eq!((out.shape(), out.stride()), (vec![2, 3], vec![3, 1]));
+    assert_eq!(
+        (out.shape().to_vec(), out.stride()),
+        (vec![2, 3], vec![3, 1])
+    );
     assert_eq!(out.storage_id(), id);
     assert_eq!(peak, 0, "the storage was large enough");
     assert_eq!(
