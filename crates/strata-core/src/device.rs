@@ -1,4 +1,5 @@
-//! Devices. Every variant always exists; a build without a backend answers with an error.
+//! Devices. Every variant always exists; a build without a backend for one answers with an
+//! error (`backend::check_device`).
 
 use std::fmt;
 
@@ -21,25 +22,5 @@ impl fmt::Display for Device {
             Device::Cuda(i) => write!(f, "cuda:{i}"),
             Device::Meta => f.write_str("meta"),
         }
-    }
-}
-
-impl Device {
-    /// `Ok` when this build can hold tensor data on `self` (today the CPU only), else the
-    /// error `op` reports: CUDA names the missing CUDA support, the meta device says it is
-    /// not supported yet. Checked before anything is allocated, whatever allocator a device
-    /// is routed to.
-    pub(crate) fn check_backend(self, op: &'static str) -> crate::Result<()> {
-        let message = match self {
-            Device::Cpu => return Ok(()),
-            Device::Cuda(i) => format!(
-                "cannot place a tensor on cuda:{i}: strata was not compiled with CUDA support; \
-                 use Device::Cpu"
-            ),
-            Device::Meta => {
-                "tensors on the meta device are not supported yet; use Device::Cpu".to_string()
-            }
-        };
-        Err(crate::Error::Unsupported { op, message })
     }
 }

@@ -201,15 +201,30 @@ pub(crate) trait Backend: Sync {
 pub(crate) fn for_device(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::Cpu => Ok(&cpu::Cpu),
-        Device::Cuda(_) => Err(Error::Unsupported {
-            op: "backend",
-            message: "strata was not compiled with CUDA support; use Device::Cpu".into(),
-        }),
-        Device::Meta => Err(Error::Unsupported {
-            op: "backend",
-            message: "the meta device runs no kernels yet; use Device::Cpu".into(),
-        }),
+        other => Err(no_backend(other, "backend")),
     }
+}
+
+/// `Ok` when this build can hold tensor data on `device` (today the CPU only), else the
+/// error `op` reports. Factories and moves check it before anything is allocated, whatever
+/// allocator the device is routed to.
+pub(crate) fn check_device(device: Device, op: &'static str) -> Result<()> {
+    for_device(device)
+        .map(drop)
+        .map_err(|_| no_backend(device, op))
+}
+
+/// The error for a device this build has no backend for: CUDA names the missing CUDA
+/// support, the meta device says it is not supported yet.
+fn no_backend(device: Device, op: &'static str) -> Error {
+    let message = match device {
+        Device::Cuda(i) => format!(
+            "cannot place a tensor on cuda:{i}: strata was not compiled with CUDA support; \
+             use Device::Cpu"
+        ),
+        _ => format!("tensors on the {device} device are not supported yet; use Device::Cpu"),
+    };
+    Error::Unsupported { op, message }
 }
 
 #[cfg(test)]

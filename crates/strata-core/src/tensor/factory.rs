@@ -14,6 +14,7 @@
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 
+use crate::backend::check_device;
 use crate::dtype::Element;
 use crate::random::Generator;
 use crate::{DType, Device, Result, Scalar, Tensor};
@@ -55,77 +56,77 @@ impl Factory {
     /// [`Tensor::zeros`] on this device.
     #[track_caller]
     pub fn zeros(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("zeros")?;
+        check_device(self.device, "zeros")?;
         Tensor::zeros(shape, dtype)
     }
 
     /// [`Tensor::empty`] on this device.
     #[track_caller]
     pub fn empty(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("empty")?;
+        check_device(self.device, "empty")?;
         Tensor::empty(shape, dtype)
     }
 
     /// [`Tensor::ones`] on this device.
     #[track_caller]
     pub fn ones(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("ones")?;
+        check_device(self.device, "ones")?;
         Tensor::ones(shape, dtype)
     }
 
     /// [`Tensor::full`] on this device.
     #[track_caller]
     pub fn full(self, shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("full")?;
+        check_device(self.device, "full")?;
         Tensor::full(shape, value, dtype)
     }
 
     /// [`Tensor::arange`] on this device.
     #[track_caller]
     pub fn arange(self, n: usize, dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("arange")?;
+        check_device(self.device, "arange")?;
         Tensor::arange(n, dtype)
     }
 
     /// [`Tensor::eye`] on this device.
     #[track_caller]
     pub fn eye(self, n: usize, dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("eye")?;
+        check_device(self.device, "eye")?;
         Tensor::eye(n, dtype)
     }
 
     /// [`Tensor::from_vec`] on this device.
     #[track_caller]
     pub fn from_vec<T: Element>(self, data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        self.device.check_backend("from_vec")?;
+        check_device(self.device, "from_vec")?;
         Tensor::from_vec(data, shape)
     }
 
     /// [`Tensor::from_slice`] on this device.
     #[track_caller]
     pub fn from_slice<T: Element>(self, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        self.device.check_backend("from_slice")?;
+        check_device(self.device, "from_slice")?;
         Tensor::from_slice(data, shape)
     }
 
     /// [`Tensor::scalar`] on this device.
     #[track_caller]
     pub fn scalar(self, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("scalar_tensor")?;
+        check_device(self.device, "scalar_tensor")?;
         Tensor::scalar(value, dtype)
     }
 
     /// [`Tensor::rand`] on this device.
     #[track_caller]
     pub fn rand(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("rand")?;
+        check_device(self.device, "rand")?;
         Tensor::rand(shape, dtype)
     }
 
     /// [`Tensor::randn`] on this device.
     #[track_caller]
     pub fn randn(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.device.check_backend("randn")?;
+        check_device(self.device, "randn")?;
         Tensor::randn(shape, dtype)
     }
 
@@ -137,7 +138,7 @@ impl Factory {
         dtype: DType,
         generator: &mut Generator,
     ) -> Result<Tensor> {
-        self.device.check_backend("rand")?;
+        check_device(self.device, "rand")?;
         Tensor::rand_with(shape, dtype, generator)
     }
 
@@ -149,7 +150,7 @@ impl Factory {
         dtype: DType,
         generator: &mut Generator,
     ) -> Result<Tensor> {
-        self.device.check_backend("randn")?;
+        check_device(self.device, "randn")?;
         Tensor::randn_with(shape, dtype, generator)
     }
 }

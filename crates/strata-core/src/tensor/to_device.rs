@@ -1,5 +1,6 @@
 //! Moving a tensor to another device: PyTorch's `.to(device)` and `.to(device, dtype)`.
 
+use crate::backend::check_device;
 use crate::op::OpContext;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -43,8 +44,8 @@ impl Tensor {
             return self.to(dtype);
         }
         let ctx = OpContext::enter("to");
-        device.check_backend(ctx.op())?;
-        from.check_backend(ctx.op())?;
+        check_device(device, ctx.op())?;
+        check_device(from, ctx.op())?;
         // Two different devices that both hold data exist only once a second backend does;
         // its copy belongs here, recorded as `ToCopyBackward0` with the gradient moved back
         // to `from` and converted back to this tensor's dtype.
