@@ -1,7 +1,7 @@
 //! The one place where a mixed-precision policy decides input casts.
 //!
 //! Every op passes its tensor operands through [`cast_inputs`] at its entry. With no policy
-//! installed on the thread (the default) that is one thread-local read and nothing is cast.
+//! installed on any thread (the default) that is one atomic load and nothing is cast.
 //! A policy installed with [`with_cast_policy`] names, per op, the dtype its floating
 //! operands are computed in; the entry casts them (the casts are ordinary recorded ops, so
 //! gradients flow back through them in the operands' own dtypes) and the op runs on the
@@ -9,6 +9,7 @@
 //! policy.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::{DType, Result, Tensor};
@@ -18,6 +19,10 @@ pub trait CastPolicy: Send + Sync {
     /// The dtype `op`'s floating operands are cast to, or `None` to leave them as they are.
     fn cast_dtype(&self, op: &'static str, inputs: &[&Tensor]) -> Option<DType>;
 }
+
+/// How many [`with_cast_policy`] scopes are open, on all threads: while none is, an op's
+/// entry skips the thread-local lookup.
+static OPEN_SCOPES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static POLICY: RefCell<Option<Arc<dyn CastPolicy>>> = const { RefCell::new(None) };
@@ -54,8 +59,10 @@ pub fn with_cast_policy<R>(policy: Arc<dyn CastPolicy>, f: impl FnOnce() -> R) -
         fn drop(&mut self) {
             let previous = self.0.take();
             POLICY.with(|p| *p.borrow_mut() = previous);
+            OPEN_SCOPES.fetch_sub(1, Ordering::Release);
         }
     }
+    OPEN_SCOPES.fetch_add(1, Ordering::Acquire);
     let previous = POLICY.with(|p| p.borrow_mut().replace(policy));
     let _restore = Restore(previous);
     f()
@@ -64,7 +71,9 @@ pub fn with_cast_policy<R>(policy: Arc<dyn CastPolicy>, f: impl FnOnce() -> R) -
 /// The operands `op` computes with: `None` to use `inputs` as they are, or the floating
 /// inputs cast to the dtype the installed policy names (other inputs unchanged).
 pub(crate) fn cast_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
-    if CASTING.with(Cell::get) {
+    // A scope opened on this thread is counted before its policy is installed, so this
+    // thread never misses its own policy; other threads' scopes only cost the lookup.
+    if OPEN_SCOPES.load(Ordering::Relaxed) == 0 || CASTING.with(Cell::get) {
         return Ok(None);
     }
     let Some(policy) = POLICY.with(|p| p.borrow().clone()) else {

@@ -24,7 +24,7 @@ use grad_meta::AutogradMeta;
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub use factory::Factory;
 pub(crate) use read::read_elements;
-use set_data::AtomicDType;
+use set_data::{AtomicDType, AtomicDevice};
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,8 @@ pub(crate) struct TensorImpl {
     // when `set_data` gives the tensor other data (under the body's write lock).
     body: RwLock<Body>,
     dtype: AtomicDType,
+    /// The storage's device, readable without the body lock.
+    device: AtomicDevice,
     view: Option<ViewInfo>,
     autograd: AutogradMeta,
 }
@@ -95,9 +97,11 @@ impl Tensor {
         dtype: DType,
         view: Option<ViewInfo>,
     ) -> Tensor {
+        let device = AtomicDevice::new(storage.device());
         Tensor(Arc::new(TensorImpl {
             body: RwLock::new(Body { storage, layout }),
             dtype: AtomicDType::new(dtype),
+            device,
             view,
             autograd: AutogradMeta::default(),
         }))
@@ -179,7 +183,7 @@ impl Tensor {
 
     /// Device of the storage.
     pub fn device(&self) -> Device {
-        self.read_body().storage.device()
+        self.0.device.load()
     }
 
     /// Bytes per element.

@@ -2,7 +2,7 @@
 //! dtype and stays the same tensor, so every holder of a handle to it (a module, an
 //! optimizer) sees the new data.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::dtype::ALL_DTYPES;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -33,6 +33,45 @@ impl AtomicDType {
 
     fn store(&self, dtype: DType) {
         self.0.store(dtype as u8, Ordering::Release);
+    }
+}
+
+/// A tensor's device, kept beside its storage so that asking for it takes no lock (every op
+/// asks, to check its operands and find their backend). Changed with the storage, by
+/// [`Tensor::set_data`] under the body's write lock. Encoded as one word: the CPU 0, the meta
+/// device 1, CUDA device `i` as `2 + i`.
+pub(crate) struct AtomicDevice(AtomicU64);
+
+impl AtomicDevice {
+    pub(crate) fn new(device: Device) -> Self {
+        AtomicDevice(AtomicU64::new(Self::encode(device)))
+    }
+
+    fn encode(device: Device) -> u64 {
+        match device {
+            Device::Cpu => 0,
+            Device::Meta => 1,
+            Device::Cuda(i) => 2 + i as u64,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn load(&self) -> Device {
+        match self.0.load(Ordering::Acquire) {
+            0 => Device::Cpu,
+            1 => Device::Meta,
+            n => Device::Cuda((n - 2) as usize),
+        }
+    }
+
+    fn store(&self, device: Device) {
+        self.0.store(Self::encode(device), Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for AtomicDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.load().fmt(f)
     }
 }
 
@@ -130,6 +169,7 @@ impl Tensor {
         let old = {
             let mut guard = self.0.body.write().unwrap_or_else(|p| p.into_inner());
             self.0.dtype.store(dtype);
+            self.0.device.store(to);
             std::mem::replace(&mut *guard, body)
         };
         // The old storage may be freed here, outside the lock.
@@ -157,6 +197,16 @@ mod tests {
     fn the_atomic_dtype_round_trips_every_dtype() {
         for d in ALL_DTYPES {
             let a = AtomicDType::new(DType::Bool);
+            a.store(d);
+            assert_eq!(a.load(), d);
+            assert_eq!(format!("{a:?}"), format!("{d:?}"));
+        }
+    }
+
+    #[test]
+    fn every_device_round_trips_through_the_atomic_device() {
+        for d in [Device::Cpu, Device::Meta, Device::Cuda(0), Device::Cuda(7)] {
+            let a = AtomicDevice::new(Device::Cpu);
             a.store(d);
             assert_eq!(a.load(), d);
             assert_eq!(format!("{a:?}"), format!("{d:?}"));
