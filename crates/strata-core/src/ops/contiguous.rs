@@ -113,12 +113,12 @@ pub(crate) fn try_new_output(
         });
         // A fresh output cannot overlap an input, so the loop may be split across the pool;
         // nothing reads it before the op returns, so a large one is streamed out.
-        let plan = Plan::linear(
+        let mut plan = Plan::linear(
             numel,
             std::iter::once((out_ptr, out_dtype)).chain(inputs),
             true,
-        )
-        .with_fresh_output();
+        );
+        plan.mark_fresh_output();
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))

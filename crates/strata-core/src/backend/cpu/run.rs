@@ -154,9 +154,9 @@ impl Plan {
     /// Marks operand 0 as a fresh output that nothing reads until the op returns: kernels
     /// then write it with streaming (non-temporal) stores when it is large (at least
     /// [`super::stream_bytes`]), so it does not evict the inputs from the cache.
-    pub fn with_fresh_output(mut self) -> Plan {
+    /// (A setter rather than a builder: a plan is large, and moving it costs a copy.)
+    pub fn mark_fresh_output(&mut self) {
         self.stream_output = self.numel() * self.dtype(0).size() >= super::stream_bytes();
-        self
     }
 
     /// Whether kernels may write operand 0 with streaming stores.
