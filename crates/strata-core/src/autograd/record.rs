@@ -223,7 +223,9 @@ pub(crate) struct InplaceRecorder {
 
 /// Refuses in-place writes PyTorch refuses; run before anything is written.
 pub(crate) fn check_inplace(op: &'static str, t: &Tensor, recorded: bool) -> Result<()> {
-    if t.is_inference() && !crate::mode::is_inference_mode_enabled() {
+    // A detach of an inference tensor made outside inference mode has a version counter of
+    // its own, which is what PyTorch's check asks for.
+    if t.is_inference() && !t.has_own_version() && !crate::mode::is_inference_mode_enabled() {
         return Err(Error::Autograd {
             message: format!(
                 "{op}: an inference tensor (made inside inference_mode) cannot be modified in \

@@ -754,8 +754,13 @@ pub(crate) fn alias(ctx: &OpContext, x: &Tensor) -> Result<Layout> {
     view(ctx, x, &shape)
 }
 
-/// `detach`: `x`'s memory and version counter, without its autograd history.
+/// `detach`: `x`'s memory and version counter, without its autograd history. Of an
+/// inference tensor outside inference mode, PyTorch's detach gets a version counter of its
+/// own instead ([`Tensor::detached_inference`]).
 pub(crate) fn detach(x: &Tensor) -> Tensor {
     let body = x.body();
+    if x.is_inference() && !crate::mode::is_inference_mode_enabled() {
+        return Tensor::detached_inference(body.storage, body.layout, x.dtype());
+    }
     Tensor::from_parts(body.storage, body.layout, x.dtype(), None)
 }

@@ -67,6 +67,10 @@ pub(crate) struct TensorImpl {
     dtype: AtomicDType,
     /// The storage's device, readable without the body lock.
     device: AtomicDevice,
+    /// A version counter of this tensor's own, for the one tensor that has one apart from its
+    /// storage: a `detach()` of an inference tensor made outside inference mode (see
+    /// [`Tensor::detached_inference`]).
+    own_version: Option<std::sync::atomic::AtomicU32>,
     view: Option<ViewInfo>,
     autograd: AutogradMeta,
 }
@@ -102,9 +106,38 @@ impl Tensor {
             body: RwLock::new(Body { storage, layout }),
             dtype: AtomicDType::new(dtype),
             device,
+            own_version: None,
             view,
             autograd: AutogradMeta::default(),
         }))
+    }
+
+    /// A `detach()` of the inference tensor whose body is given, made outside inference
+    /// mode. As in PyTorch, it is still an inference tensor (it shares the memory, and
+    /// `requires_grad_` refuses it) but it has a version counter of its own, starting at 0:
+    /// in-place writes to it are allowed outside inference mode and count there; inside
+    /// inference mode they do not count. Its views share the storage's (absent) counter, like
+    /// any view of an inference tensor.
+    pub(crate) fn detached_inference(
+        storage: Arc<Storage>,
+        layout: Layout,
+        dtype: DType,
+    ) -> Tensor {
+        let device = AtomicDevice::new(storage.device());
+        Tensor(Arc::new(TensorImpl {
+            body: RwLock::new(Body { storage, layout }),
+            dtype: AtomicDType::new(dtype),
+            device,
+            own_version: Some(std::sync::atomic::AtomicU32::new(0)),
+            view: None,
+            autograd: AutogradMeta::default(),
+        }))
+    }
+
+    /// Whether this tensor counts its writes apart from its storage (see
+    /// [`Tensor::detached_inference`]).
+    pub(crate) fn has_own_version(&self) -> bool {
+        self.0.own_version.is_some()
     }
 
     pub(crate) fn autograd_meta(&self) -> &AutogradMeta {
@@ -230,6 +263,9 @@ impl Tensor {
     /// The in-place version counter, shared by every view of the storage: it counts writes by
     /// in-place and `out=` ops.
     pub fn version(&self) -> u32 {
+        if let Some(own) = &self.0.own_version {
+            return own.load(std::sync::atomic::Ordering::Acquire);
+        }
         self.read_body().storage.version()
     }
 
@@ -249,6 +285,12 @@ impl Tensor {
     }
 
     pub(crate) fn bump_version(&self) {
+        if let Some(own) = &self.0.own_version {
+            if !crate::mode::is_inference_mode_enabled() {
+                own.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+            return;
+        }
         self.read_body().storage.bump_version();
     }
 }
