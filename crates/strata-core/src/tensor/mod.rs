@@ -101,15 +101,7 @@ impl Tensor {
         dtype: DType,
         view: Option<ViewInfo>,
     ) -> Tensor {
-        let device = AtomicDevice::new(storage.device());
-        Tensor(Arc::new(TensorImpl {
-            body: RwLock::new(Body { storage, layout }),
-            dtype: AtomicDType::new(dtype),
-            device,
-            own_version: None,
-            view,
-            autograd: AutogradMeta::default(),
-        }))
+        Tensor::assemble(storage, layout, dtype, view, None)
     }
 
     /// A `detach()` of the inference tensor whose body is given, made outside inference
@@ -123,13 +115,25 @@ impl Tensor {
         layout: Layout,
         dtype: DType,
     ) -> Tensor {
+        let own = std::sync::atomic::AtomicU32::new(0);
+        Tensor::assemble(storage, layout, dtype, None, Some(own))
+    }
+
+    #[inline]
+    fn assemble(
+        storage: Arc<Storage>,
+        layout: Layout,
+        dtype: DType,
+        view: Option<ViewInfo>,
+        own_version: Option<std::sync::atomic::AtomicU32>,
+    ) -> Tensor {
         let device = AtomicDevice::new(storage.device());
         Tensor(Arc::new(TensorImpl {
             body: RwLock::new(Body { storage, layout }),
             dtype: AtomicDType::new(dtype),
             device,
-            own_version: Some(std::sync::atomic::AtomicU32::new(0)),
-            view: None,
+            own_version,
+            view,
             autograd: AutogradMeta::default(),
         }))
     }
