@@ -28,7 +28,7 @@ pub(crate) fn copy_(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor>
 }
 
 /// The version a copy of `src` starts at. PyTorch makes `clone`, `contiguous` and `to` by
-/// filling a new tensor with an in-place `copy_`, which the autograd layer normally hides.
+/// filling a new tensor with an in-place `copy_`, which the layer above the kernels normally hides.
 /// For an inference tensor outside inference mode that layer is skipped, so the write counts
 /// and the copy (a normal tensor) starts at version 1. Inside inference mode the copy is an
 /// inference tensor, which has no version counter.

@@ -2,7 +2,7 @@
 //! `argmax`/`argmin`, `var`/`std`, `norm`, `logsumexp`, and the dimension-wise `cumsum`, each
 //! into a new contiguous tensor (as PyTorch's are) or, through their `_out` forms, into a
 //! given tensor: infer and forward. The public methods are in `api/reduce.rs`, the
-//! backward formulas in `autograd/formulas/reduce.rs`.
+//! backward formulas in the formulas module of the same name.
 
 use crate::backend::for_device;
 use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};

@@ -10,7 +10,7 @@
 //! outputs of `max_dim_out`/`min_dim_out` by one), and the returned tensor is the output.
 //!
 //! These are the forms' infer and forward; the public methods are in `api/reduce_out.rs`,
-//! whose entry refuses them when autograd would have to record them.
+//! whose entry refuses them when a gradient would have to be recorded.
 
 use crate::op::OpContext;
 use crate::ops::binary::check_cast;

@@ -17,7 +17,7 @@ fn run(backend: &dyn Backend, plan: &Plan, op: TernaryOp, dtype: DType) {
 }
 
 /// `a * b + c` with a single rounding, all three broadcast; floating dtypes only. Not
-/// recorded by autograd: backward formulas use it where PyTorch's kernels are compiled to
+/// recorded: backward formulas use it where PyTorch's kernels are compiled to
 /// fused multiply-adds, so that gradients dominated by cancellation round the same way.
 pub(crate) fn fused_mul_add(ctx: &OpContext, a: &Tensor, b: &Tensor, c: &Tensor) -> Result<Tensor> {
     let backend = for_device(a.device())?;

@@ -2,7 +2,7 @@
 //!
 //! Here is what each view is: its layout worked out from the input's (infer), and how a
 //! view is made. The public methods are in `api/views.rs`; how a view's gradient maps back
-//! to its input, and how views are recorded, in `autograd/view.rs`.
+//! to its input, and how views are recorded, in the view module of the gradient layer.
 
 use crate::layout::view::{compute_stride, infer_size};
 use crate::layout::{contiguous_strides, wrap_dim, Layout};
@@ -754,7 +754,7 @@ pub(crate) fn alias(ctx: &OpContext, x: &Tensor) -> Result<Layout> {
     view(ctx, x, &shape)
 }
 
-/// `detach`: `x`'s memory and version counter, without its autograd history. Of an
+/// `detach`: `x`'s memory and version counter, without its gradient history. Of an
 /// inference tensor outside inference mode, PyTorch's detach gets a version counter of its
 /// own instead ([`Tensor::detached_inference`]).
 pub(crate) fn detach(x: &Tensor) -> Tensor {

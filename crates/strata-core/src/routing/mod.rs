@@ -126,5 +126,4 @@ pub(crate) fn device_allocator(device: Device) -> Result<&'static Arc<HostCachin
 }
 
 #[cfg(test)]
-#[path = "routing_tests.rs"]
 mod tests;
