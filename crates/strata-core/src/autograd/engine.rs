@@ -18,11 +18,14 @@ fn key(n: &Arc<Node>) -> Key {
     Arc::as_ptr(n)
 }
 
-/// Ready nodes, later-created first (PyTorch's order).
-struct Ready(u64, Arc<Node>);
+/// Ready nodes, later-created first (PyTorch's order); among nodes created at the same
+/// point (gradient-accumulation nodes all share one), the one that became ready first. The
+/// order never depends on addresses or hashing, so backward allocates in the same order in
+/// every run.
+struct Ready(u64, std::cmp::Reverse<u64>, Arc<Node>);
 impl PartialEq for Ready {
     fn eq(&self, o: &Self) -> bool {
-        self.0 == o.0
+        (self.0, self.1) == (o.0, o.1)
     }
 }
 impl Eq for Ready {}
@@ -33,7 +36,7 @@ impl PartialOrd for Ready {
 }
 impl Ord for Ready {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&o.0)
+        (self.0, self.1).cmp(&(o.0, o.1))
     }
 }
 
@@ -74,9 +77,12 @@ pub(crate) fn run(
     let mut deps: HashMap<Key, usize> = HashMap::new();
     let mut seen: HashMap<Key, Arc<Node>> = HashMap::new();
     let mut stack: Vec<Arc<Node>> = Vec::new();
+    // Every reachable node in the order it was found (deterministic, unlike `seen`'s).
+    let mut found: Vec<Arc<Node>> = Vec::new();
     for (e, _) in &roots {
         if seen.insert(key(&e.node), e.node.clone()).is_none() {
             stack.push(e.node.clone());
+            found.push(e.node.clone());
         }
     }
     while let Some(n) = stack.pop() {
@@ -84,9 +90,11 @@ pub(crate) fn run(
             *deps.entry(key(&e.node)).or_insert(0) += 1;
             if seen.insert(key(&e.node), e.node.clone()).is_none() {
                 stack.push(e.node.clone());
+                found.push(e.node.clone());
             }
         }
     }
+    drop(seen);
     let captures: Vec<Key> = match &sink {
         Sink::Capture(k) => k.clone(),
         Sink::Accumulate => Vec::new(),
@@ -97,12 +105,18 @@ pub(crate) fn run(
         add_into(&mut buffers, key(&e.node), g)?;
     }
     let mut ready: BinaryHeap<Ready> = BinaryHeap::new();
-    for (k, n) in &seen {
-        if deps.get(k).copied().unwrap_or(0) == 0 {
-            ready.push(Ready(n.seq, n.clone()));
+    let mut turn = 0u64;
+    let mut push = |ready: &mut BinaryHeap<Ready>, n: &Arc<Node>| {
+        ready.push(Ready(n.seq, std::cmp::Reverse(turn), n.clone()));
+        turn += 1;
+    };
+    for n in &found {
+        if deps.get(&key(n)).copied().unwrap_or(0) == 0 {
+            push(&mut ready, n);
         }
     }
-    while let Some(Ready(_, node)) = ready.pop() {
+    drop(found);
+    while let Some(Ready(_, _, node)) = ready.pop() {
         let k = key(&node);
         let mut grad = buffers.remove(&k);
         if let Some(g) = grad.take() {
@@ -160,7 +174,7 @@ pub(crate) fn run(
             if let Some(d) = deps.get_mut(&nk) {
                 *d -= 1;
                 if *d == 0 {
-                    ready.push(Ready(e.node.seq, e.node.clone()));
+                    push(&mut ready, &e.node);
                 }
             }
         }
