@@ -24,3 +24,51 @@ impl fmt::Display for Device {
         }
     }
 }
+
+thread_local! {
+    static DEFAULT_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
+}
+
+/// The device the plain factories (`Tensor::zeros`, `Tensor::from_vec`, ...) make tensors on
+/// on this thread: the CPU unless a [`DefaultDevice`] guard says otherwise.
+pub fn default_device() -> Device {
+    DEFAULT_DEVICE.with(|d| d.get())
+}
+
+/// Makes `device` the default for the plain factories on this thread until dropped:
+/// PyTorch's `with torch.device("meta"):`. Guards nest; dropping one restores the default
+/// that was in force when it was made.
+///
+/// ```
+/// use strata_core::{device::DefaultDevice, DType, Device, Tensor};
+/// let meta = DefaultDevice::set(Device::Meta);
+/// let w = Tensor::zeros(&[1024, 1024], DType::F32)?; // no memory is touched
+/// assert_eq!(w.device(), Device::Meta);
+/// drop(meta);
+/// assert_eq!(Tensor::zeros(&[2], DType::F32)?.device(), Device::Cpu);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[must_use = "the default device reverts when the guard is dropped"]
+#[derive(Debug)]
+pub struct DefaultDevice {
+    previous: Device,
+    // Restores a thread-local: the guard must stay on the thread that made it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl DefaultDevice {
+    /// Makes `device` this thread's default until the guard drops.
+    pub fn set(device: Device) -> DefaultDevice {
+        DefaultDevice {
+            previous: DEFAULT_DEVICE.with(|d| d.replace(device)),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for DefaultDevice {
+    fn drop(&mut self) {
+        let previous = self.previous;
+        DEFAULT_DEVICE.with(|d| d.set(previous));
+    }
+}

@@ -36,7 +36,7 @@ pub mod tensor;
 
 pub use api::autocast;
 pub use backend::cpu::pool::{num_threads, pool as thread_pool};
-pub use device::Device;
+pub use device::{DefaultDevice, Device};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use memory::{

@@ -26,7 +26,18 @@ use std::collections::BTreeMap;
 use strata_alloc::BackingError;
 use strata_alloc::{ConfigError, DeviceAllocator, MemoryStats, RecordContext, SiteUsage, Snapshot};
 
-use crate::routing::device_allocator;
+use crate::routing::{device_allocator, DefaultAllocator};
+
+/// Runs `$body` with `$a` bound to the default allocator of `$device`, whichever backing
+/// it has.
+macro_rules! on_default {
+    ($device:expr, |$a:ident| $body:expr) => {
+        match device_allocator($device)? {
+            DefaultAllocator::Host($a) => $body,
+            DefaultAllocator::Meta($a) => $body,
+        }
+    };
+}
 use crate::{Device, Error, Result};
 
 fn config_error(op: &'static str, e: ConfigError) -> Error {
@@ -47,98 +58,94 @@ fn backing_error(op: &'static str, e: BackingError) -> Error {
 /// Bytes of blocks handed out to live tensors (`allocated_bytes.all.current`); sizes are
 /// rounded up to the allocator's 512-byte granularity, as PyTorch counts them.
 pub fn memory_allocated(device: Device) -> Result<usize> {
-    Ok(device_allocator(device)?.memory_allocated())
+    Ok(on_default!(device, |a| a.memory_allocated()))
 }
 
 /// The peak of [`memory_allocated`] since start or the last [`reset_peak_memory_stats`].
 pub fn max_memory_allocated(device: Device) -> Result<usize> {
-    Ok(device_allocator(device)?.max_memory_allocated())
+    Ok(on_default!(device, |a| a.max_memory_allocated()))
 }
 
 /// Bytes held by the allocator: live blocks plus the cache (`reserved_bytes.all.current`).
 pub fn memory_reserved(device: Device) -> Result<usize> {
-    Ok(device_allocator(device)?.memory_reserved())
+    Ok(on_default!(device, |a| a.memory_reserved()))
 }
 
 /// The peak of [`memory_reserved`] since start or the last [`reset_peak_memory_stats`].
 pub fn max_memory_reserved(device: Device) -> Result<usize> {
-    Ok(device_allocator(device)?.max_memory_reserved())
+    Ok(on_default!(device, |a| a.max_memory_reserved()))
 }
 
 /// Restarts every peak (`*.peak`) from its current value.
 pub fn reset_peak_memory_stats(device: Device) -> Result<()> {
-    device_allocator(device)?.reset_peak_memory_stats();
+    on_default!(device, |a| a.reset_peak_memory_stats());
     Ok(())
 }
 
 /// Zeroes the accumulated totals (`*.allocated`, `*.freed`) and the event counters
 /// (`num_ooms`, `num_alloc_retries`, ...).
 pub fn reset_accumulated_memory_stats(device: Device) -> Result<()> {
-    device_allocator(device)?.reset_accumulated_memory_stats();
+    on_default!(device, |a| a.reset_accumulated_memory_stats());
     Ok(())
 }
 
 /// Every statistic, typed.
 pub fn memory_stats(device: Device) -> Result<MemoryStats> {
-    Ok(device_allocator(device)?.memory_stats())
+    Ok(on_default!(device, |a| a.memory_stats()))
 }
 
 /// Every statistic under PyTorch's key names (`allocated_bytes.all.current`,
 /// `reserved_bytes.large_pool.peak`, `num_alloc_retries`, `num_ooms`, ...).
 pub fn memory_stats_map(device: Device) -> Result<BTreeMap<String, i64>> {
-    Ok(device_allocator(device)?.memory_stats_map())
+    Ok(on_default!(device, |a| a.memory_stats_map()))
 }
 
 /// A readable table of the statistics, laid out like PyTorch's `memory_summary`
 /// (`abbreviated` leaves out the per-pool rows).
 pub fn memory_summary(device: Device, abbreviated: bool) -> Result<String> {
-    Ok(device_allocator(device)?.memory_summary(abbreviated))
+    Ok(on_default!(device, |a| a.memory_summary(abbreviated)))
 }
 
 /// Returns every wholly free cached segment to the system. Live tensors are untouched;
 /// segments that still hold a live block keep their free pieces.
 pub fn empty_cache(device: Device) -> Result<()> {
-    device_allocator(device)?
-        .empty_cache()
-        .map_err(|e| backing_error("empty_cache", e))
+    on_default!(device, |a| a.empty_cache()).map_err(|e| backing_error("empty_cache", e))
 }
 
 /// Limits reserved memory on `device` to `bytes` (`None` lifts the limit), so that
 /// out-of-memory is reachable on purpose, on the CPU too.
 pub fn set_memory_limit(bytes: Option<usize>, device: Device) -> Result<()> {
-    device_allocator(device)?.set_memory_limit(bytes);
+    on_default!(device, |a| a.set_memory_limit(bytes));
     Ok(())
 }
 
 /// The limit on reserved memory, if any.
 pub fn memory_limit(device: Device) -> Result<Option<usize>> {
-    Ok(device_allocator(device)?.memory_limit())
+    Ok(on_default!(device, |a| a.memory_limit()))
 }
 
 /// Limits reserved memory to `fraction` (in `[0, 1]`) of the device's total memory.
 pub fn set_per_process_memory_fraction(fraction: f64, device: Device) -> Result<()> {
-    device_allocator(device)?
-        .set_per_process_memory_fraction(fraction)
+    on_default!(device, |a| a.set_per_process_memory_fraction(fraction))
         .map_err(|e| config_error("set_per_process_memory_fraction", e))
 }
 
 /// `(free, total)` bytes of the device.
 pub fn mem_get_info(device: Device) -> Result<(usize, usize)> {
-    Ok(device_allocator(device)?.mem_get_info())
+    Ok(on_default!(device, |a| a.mem_get_info()))
 }
 
 /// Replaces the allocator settings at run time (the `STRATA_ALLOC_CONF` syntax); an invalid
 /// setting is an error naming its key and changes nothing.
 pub fn set_allocator_settings(settings: &str, device: Device) -> Result<()> {
-    device_allocator(device)?
-        .set_allocator_settings(settings)
+    on_default!(device, |a| a.set_allocator_settings(settings))
         .map_err(|e| config_error("set_allocator_settings", e))
 }
 
 /// Live bytes and blocks grouped by the source line and op that allocated them, largest
 /// first: the first place to look when memory grows.
 pub fn live_allocations(device: Device) -> Result<Vec<SiteUsage>> {
-    Ok(device_allocator(device)?.live_allocations())
+    Ok(on_default!(device, |a| a.live_allocations()))
 }
 
 /// Starts (`enabled`) or stops recording allocation history into a ring buffer of the newest
@@ -149,12 +156,16 @@ pub fn record_memory_history(
     max_entries: usize,
     device: Device,
 ) -> Result<()> {
-    device_allocator(device)?.record_memory_history(enabled, context, max_entries);
+    on_default!(device, |a| a.record_memory_history(
+        enabled,
+        context,
+        max_entries
+    ));
     Ok(())
 }
 
 /// Segments, blocks and the recorded history, in the structure of PyTorch's
 /// `torch.cuda.memory._snapshot()`; save it with [`Snapshot::to_json`].
 pub fn snapshot(device: Device) -> Result<Snapshot> {
-    Ok(device_allocator(device)?.snapshot())
+    Ok(on_default!(device, |a| a.snapshot()))
 }

@@ -253,12 +253,15 @@ impl StorageGuards<'_> {
         let old_len = storage.nbytes();
         let new_ptr = block.ptr().as_ptr();
         let new_len = block.size();
-        // SAFETY: the old bytes are valid for `old_len` bytes (write lock held, so nothing else
-        // touches them), the new block is valid for `new_len >= old_len` bytes and is a
-        // distinct allocation, so the ranges do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(old_ptr, new_ptr, old_len);
-            std::ptr::write_bytes(new_ptr.add(old_len), 0, new_len - old_len);
+        // A meta storage's addresses were never mapped: there are no bytes to move.
+        if storage.device != Device::Meta {
+            // SAFETY: the old bytes are valid for `old_len` bytes (write lock held, so
+            // nothing else touches them), the new block is valid for `new_len >= old_len`
+            // bytes and is a distinct allocation, so the ranges do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(old_ptr, new_ptr, old_len);
+                std::ptr::write_bytes(new_ptr.add(old_len), 0, new_len - old_len);
+            }
         }
         let new_owner = Owner::Block(AllocatorBlock::new(allocator, block));
         let old_owner = {

@@ -18,5 +18,6 @@ mod reduce;
 mod reduce_out;
 mod softmax;
 pub(crate) mod ternary;
+mod to_device;
 mod unary;
 mod views;

@@ -288,7 +288,7 @@ fn root_edge(t: &Tensor, gradient: Option<&Tensor>) -> Result<(Edge, Tensor)> {
                     ),
                 });
             }
-            crate::mode::no_grad(|| crate::Tensor::ones(&t.shape(), t.dtype()))?
+            crate::mode::no_grad(|| crate::Tensor::on(t.device()).ones(&t.shape(), t.dtype()))?
         }
     };
     Ok((edge, g))

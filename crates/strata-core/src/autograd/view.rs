@@ -15,7 +15,7 @@ use crate::mode::{is_grad_enabled, is_inference_mode_enabled, user_grad_mode};
 use crate::op::OpContext;
 use crate::tensor::graph::{BackwardFn, InputMeta, Node};
 use crate::tensor::ViewCreation;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 /// How a view's gradient maps back to its input.
 #[derive(Clone)]
@@ -96,17 +96,22 @@ fn max_position(l: &Layout) -> usize {
 pub(crate) fn zeros_covering(like: &Tensor, layouts: &[&Layout]) -> Result<(Tensor, usize)> {
     let lo = layouts.iter().map(|l| l.offset()).min().unwrap_or(0);
     let hi = layouts.iter().map(|l| max_position(l)).max().unwrap_or(0);
-    Ok((Tensor::zeros(&[hi - lo + 1], like.dtype())?, lo))
+    Ok((
+        Tensor::on(like.device()).zeros(&[hi - lo + 1], like.dtype())?,
+        lo,
+    ))
 }
 
 /// The flat storage positions (relative to `lo`) of `l`'s elements, in logical order.
-fn positions(l: &Layout, lo: usize) -> Result<Tensor> {
+fn positions(l: &Layout, lo: usize, device: Device) -> Result<Tensor> {
     let n = l.ndim();
-    let mut pos = Tensor::scalar((l.offset() - lo) as i64, DType::I64)?;
+    let on = Tensor::on(device);
+    let mut pos = on.scalar((l.offset() - lo) as i64, DType::I64)?;
     for (d, (&size, &stride)) in l.sizes().iter().zip(l.strides()).enumerate() {
         let mut shape = vec![1i64; n];
         shape[d] = size as i64;
-        let along = Tensor::arange(size, DType::I64)?
+        let along = on
+            .arange(size, DType::I64)?
             .mul(stride as i64)?
             .reshape(&shape)?;
         pos = pos.add(&along)?;
@@ -147,9 +152,11 @@ pub(crate) fn geometry_backward(
             // Number the input's elements, take the same view of the numbers, and add the
             // gradient at the numbers it picked.
             let n = input.numel();
-            let ids = Tensor::arange(n, DType::I64)?.reshape(&to_i64(input.sizes()))?;
+            let ids = Tensor::on(g.device())
+                .arange(n, DType::I64)?
+                .reshape(&to_i64(input.sizes()))?;
             let picked = replay(&ids)?.reshape(&[-1])?;
-            let gx = Tensor::zeros(&[n], g.dtype())?;
+            let gx = Tensor::on(g.device()).zeros(&[n], g.dtype())?;
             gx.index_add_(0, &picked, &g.reshape(&[-1])?, 1)?;
             return gx.reshape(&to_i64(input.sizes()));
         }
@@ -162,7 +169,7 @@ pub(crate) fn geometry_backward(
     }
     let (buffer, lo) = zeros_covering(g, &[input, view])?;
     if !surely_non_overlapping(view) {
-        let idx = positions(view, lo)?;
+        let idx = positions(view, lo, g.device())?;
         buffer.index_add_(0, &idx, &g.reshape(&[-1])?, 1)?;
     } else {
         buffer

@@ -20,6 +20,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod kernel;
+mod meta;
 
 pub(crate) use cpu::{Dims, Operand, Plan};
 
@@ -201,11 +202,12 @@ pub(crate) trait Backend: Sync {
 pub(crate) fn for_device(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::Cpu => Ok(&cpu::Cpu),
+        Device::Meta => Ok(&meta::Meta),
         other => Err(no_backend(other, "backend")),
     }
 }
 
-/// `Ok` when this build can hold tensor data on `device` (today the CPU only), else the
+/// `Ok` when this build can make tensors on `device` (the CPU and meta), else the
 /// error `op` reports. Factories and moves check it before anything is allocated, whatever
 /// allocator the device is routed to.
 pub(crate) fn check_device(device: Device, op: &'static str) -> Result<()> {
@@ -214,16 +216,12 @@ pub(crate) fn check_device(device: Device, op: &'static str) -> Result<()> {
         .map_err(|_| no_backend(device, op))
 }
 
-/// The error for a device this build has no backend for: CUDA names the missing CUDA
-/// support, the meta device says it is not supported yet.
+/// The error for a device this build has no backend for (CUDA: the missing CUDA support).
 fn no_backend(device: Device, op: &'static str) -> Error {
-    let message = match device {
-        Device::Cuda(i) => format!(
-            "cannot place a tensor on cuda:{i}: strata was not compiled with CUDA support; \
-             use Device::Cpu"
-        ),
-        _ => format!("tensors on the {device} device are not supported yet; use Device::Cpu"),
-    };
+    let message = format!(
+        "cannot place a tensor on {device}: strata was not compiled with CUDA support; \
+         use Device::Cpu or Device::Meta"
+    );
     Error::Unsupported { op, message }
 }
 
@@ -239,6 +237,9 @@ mod tests {
         );
         let cuda = for_device(Device::Cuda(0)).err().map(|e| e.to_string());
         assert!(cuda.is_some_and(|m| m.contains("not compiled with CUDA")));
-        assert!(for_device(Device::Meta).is_err());
+        assert_eq!(
+            for_device(Device::Meta).map(|b| b.device()).ok(),
+            Some(Device::Meta)
+        );
     }
 }

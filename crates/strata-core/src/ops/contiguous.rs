@@ -19,7 +19,7 @@ use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::storage::{lock_storages, Access, Storage};
 use crate::tensor::alloc_for;
-use crate::{DType, Device, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// An input operand: its storage, the element offset of its first element and its dtype.
 type Operand = (Arc<Storage>, usize, DType);
@@ -53,7 +53,7 @@ pub(crate) fn new_output(
 }
 
 /// Runs `kernel` (operand 0 the output, then `inputs` in order) into a new contiguous tensor of
-/// `out_dtype` when every input is a contiguous host tensor of the first input's shape.
+/// `out_dtype` when every input is a contiguous tensor of the first input's shape and device.
 /// With `row_major_only`, inputs must have exactly row-major strides (size-1 dimensions
 /// included), which is what a number operand requires: the shapes then differ, PyTorch lays
 /// the output out in the inputs' stride order, and a size-1 dimension's stride matters.
@@ -67,6 +67,7 @@ pub(crate) fn try_new_output(
     kernel: impl FnOnce(&Plan),
 ) -> Option<Result<Tensor>> {
     let mut sizes = Dims::new();
+    let device = inputs.first()?.device();
     let mut operands: SmallVec<[Operand; 3]> = SmallVec::new();
     for (k, t) in inputs.iter().enumerate() {
         let operand = t.with_body(|b| {
@@ -85,7 +86,7 @@ pub(crate) fn try_new_output(
             // Empty tensors keep the general route's layout rules (PyTorch's strides for
             // them are not always row-major).
             let nonempty = layout.numel() > 0;
-            (same_shape && contiguous && nonempty && b.storage.device() == Device::Cpu)
+            (same_shape && contiguous && nonempty && b.storage.device() == device)
                 .then(|| (b.storage.clone(), layout.offset(), t.dtype()))
         })?;
         operands.push(operand);
@@ -95,7 +96,7 @@ pub(crate) fn try_new_output(
     }
     let layout = Layout::contiguous(&sizes, 0);
     let numel = layout.numel();
-    let mut storage = match alloc_for(ctx, &layout, out_dtype, Device::Cpu) {
+    let mut storage = match alloc_for(ctx, &layout, out_dtype, device) {
         Ok(s) => s,
         Err(e) => return Some(Err(e)),
     };

@@ -6,7 +6,7 @@ use crate::layout::order::infer_dense_strides;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
-use crate::{DType, Result, Scalar, Tensor};
+use crate::{DType, Device, Result, Scalar, Tensor};
 
 /// Whether copying `src` into `x` would copy a tensor onto exactly itself (same memory,
 /// layout and dtype): nothing to write, though it still counts as a write.
@@ -66,19 +66,28 @@ pub(crate) fn to(ctx: &OpContext, x: &Tensor, dtype: DType) -> Result<Tensor> {
     if dtype == x.dtype() {
         return Ok(x.clone());
     }
+    Ok(count_inference_copy(
+        x,
+        x.copy_into_new(ctx, converted_layout(x), dtype)?,
+    ))
+}
+
+/// The layout of a converted copy of `x`, as PyTorch's: a dense layout's strides are kept,
+/// and any other layout's memory order is kept in dense strides.
+fn converted_layout(x: &Tensor) -> Layout {
     let l = x.layout();
-    // As PyTorch: a dense layout's strides are kept, and any other layout's memory
-    // order is kept in dense strides.
     let strides = if l.is_non_overlapping_and_dense() {
         l.strides().to_vec()
     } else {
         infer_dense_strides(l.sizes(), l.strides())
     };
-    let layout = Layout::new(l.sizes().to_vec(), strides, 0);
-    Ok(count_inference_copy(
-        x,
-        x.copy_into_new(ctx, layout, dtype)?,
-    ))
+    Layout::new(l.sizes().to_vec(), strides, 0)
+}
+
+/// `x` moved to the meta device as `dtype`: a new meta tensor with the layout [`to`] gives a
+/// converted copy. Nothing is read.
+pub(crate) fn to_meta(ctx: &OpContext, x: &Tensor, dtype: DType) -> Result<Tensor> {
+    Tensor::uninit_with_layout(ctx, converted_layout(x), dtype, Device::Meta)
 }
 
 /// Sets every element of `x` to `value` (converted to its dtype; a value that overflows it

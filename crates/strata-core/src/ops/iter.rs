@@ -12,7 +12,7 @@ use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::storage::{lock_storages, Access};
 use crate::tensor::Body;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 /// Where an element-wise op writes.
 pub(crate) enum Output<'a> {
@@ -548,6 +548,16 @@ impl ElementwiseSpec<'_> {
 }
 
 impl Prepared {
+    /// The device a new output goes on: the inputs' (a 0-d CPU operand, which may join
+    /// tensors of another device, does not decide it).
+    fn device(&self) -> Device {
+        self.inputs
+            .iter()
+            .map(|(b, _, _)| b.storage.device())
+            .find(|&d| d != Device::Cpu)
+            .unwrap_or(Device::Cpu)
+    }
+
     /// Only resizes an `out=` output that has another shape, as [`Prepared::execute`] would,
     /// for ops that then write it some other way (computing in one dtype and converting into
     /// the output's): its strides come from this op's operands.
@@ -576,9 +586,10 @@ impl Prepared {
                 .execute(ctx, kernel);
         }
         let existing = matches!(self.out, OutPlan::Existing(..));
+        let device = self.device();
         let (out, out_body, out_dtype) = match self.out {
             OutPlan::New(dtype, layout) => {
-                let t = Tensor::uninit_with_layout(ctx, layout, dtype)?;
+                let t = Tensor::uninit_with_layout(ctx, layout, dtype, device)?;
                 let b = t.body();
                 (t, b, dtype)
             }

@@ -35,10 +35,10 @@ pub(crate) fn sum(
             None
         };
         let v = fast.unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, Fold::of_values(Sum)));
-        finish(ctx, &v, &r.out_shape, dtype, dest)
+        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else {
         let v = r.fold_as(x, dtype, 0i64, None, Fold::of_values(Sum));
-        finish(ctx, &v, &r.out_shape, dtype, dest)
+        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     }
 }
 
@@ -65,7 +65,7 @@ pub(crate) fn mean(
         .into_iter()
         .map(|s| s / n)
         .collect();
-    finish(ctx, &v, &r.out_shape, dtype, dest)
+    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
 /// `prod` into a new tensor or `out` (computed in `out`'s dtype, as for `sum`).
@@ -84,13 +84,13 @@ pub(crate) fn prod(
         // where the exact product would not).
         let fold = Fold::of_values(ProdRoundedTo(dtype));
         let v = r.fold_as(x, dtype, 1.0f64, None, fold);
-        finish(ctx, &v, &r.out_shape, dtype, dest)
+        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else if dtype.is_floating() {
         let v = r.fold_as(x, dtype, 1.0f64, None, Fold::of_values(Prod));
-        finish(ctx, &v, &r.out_shape, dtype, dest)
+        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else {
         let v = r.fold_as(x, dtype, 1i64, None, Fold::of_values(Prod));
-        finish(ctx, &v, &r.out_shape, dtype, dest)
+        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     }
 }
 
@@ -112,11 +112,11 @@ pub(crate) fn amax(
         } else {
             r.fold(x, f64::INFINITY, Min)
         };
-        finish(ctx, &v, &r.out_shape, x.dtype(), dest)
+        finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
     } else {
         let init = if max { i64::MIN } else { i64::MAX };
         let v = r.fold(x, init, if max { Max } else { Min });
-        finish(ctx, &v, &r.out_shape, x.dtype(), dest)
+        finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
     }
 }
 
@@ -212,7 +212,7 @@ pub(crate) fn var(
         .into_iter()
         .map(|s| if sqrt { (s / denom).sqrt() } else { s / denom })
         .collect();
-    finish(ctx, &v, &r.out_shape, dtype, dest)
+    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
 /// `norm` into a new tensor or `out` (which has the input's dtype).
@@ -248,7 +248,7 @@ pub(crate) fn norm(
         let s = r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum));
         s.into_iter().map(|s| s.powf(1.0 / p)).collect()
     };
-    finish(ctx, &v, &r.out_shape, dt, dest)
+    finish(ctx, &v, &r.out_shape, dt, dest, x.device())
 }
 
 /// `logsumexp` into a new tensor or `out` (any floating dtype), computed around each
@@ -293,7 +293,7 @@ pub(crate) fn logsumexp(
     };
     let s = r.fold_as(x, compute, 0.0f64, Some(&m), shifted);
     let v: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
-    finish(ctx, &v, &r.out_shape, dtype, dest)
+    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
 /// `cumsum` into a new contiguous tensor or `out` (computed in `out`'s dtype, each
@@ -315,7 +315,9 @@ pub(crate) fn cumsum(
     let backend = for_device(x.device())?;
     let dest = Dest::prepare(ctx, out, &shape, &[x])?;
     let result = match dest {
-        Dest::New => Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), dtype)?,
+        Dest::New => {
+            Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), dtype, x.device())?
+        }
         Dest::Out(o) => o.clone(),
     };
     if x.numel() > 0 {

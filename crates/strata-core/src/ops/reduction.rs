@@ -20,7 +20,7 @@ use crate::op::OpContext;
 use crate::ops::out::{check_memory, Aliasing};
 use crate::storage::{lock_storages, Access};
 use crate::tensor::create_from_fn;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 /// Which dimensions a reduction folds, and the shapes around it.
 pub(crate) struct Reduction {
@@ -322,7 +322,8 @@ fn write_values<A: Element>(values: &[A], out: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// The result from accumulated values: a new contiguous tensor of `shape` and `dtype`, or
+/// The result from accumulated values: a new contiguous tensor of `shape` and `dtype` on
+/// `device` (the input's), or
 /// the `out=` tensor written in place (its version bumped once).
 pub(crate) fn finish<A: Element>(
     ctx: &OpContext,
@@ -330,17 +331,18 @@ pub(crate) fn finish<A: Element>(
     shape: &[usize],
     dtype: DType,
     dest: Dest<'_>,
+    device: Device,
 ) -> Result<Tensor> {
-    struct Finish<'a, A>(&'a OpContext, &'a [A], &'a [usize]);
+    struct Finish<'a, A>(&'a OpContext, &'a [A], &'a [usize], Device);
     impl<A: Element> DTypeFn for Finish<'_, A> {
         type Output = Result<Tensor>;
         fn call<O: Element>(self) -> Result<Tensor> {
             let v = self.1;
-            create_from_fn(self.0, self.2, |i| cast::<A, O>(v[i]))
+            create_from_fn(self.0, self.3, self.2, |i| cast::<A, O>(v[i]))
         }
     }
     match dest {
-        Dest::New => dispatch(dtype, Finish(ctx, values, shape)),
+        Dest::New => dispatch(dtype, Finish(ctx, values, shape, device)),
         Dest::Out(out) => {
             write_values(values, out)?;
             out.bump_version();
@@ -448,17 +450,17 @@ impl ArgReduction {
         let (v, i) = if x.dtype().is_floating() {
             let (v, i) = r.arg_fold::<f64>(x, d, max);
             let v = values
-                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
+                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest, x.device()))
                 .transpose()?;
             (v, i)
         } else {
             let (v, i) = r.arg_fold::<i64>(x, d, max);
             let v = values
-                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest))
+                .map(|dest| finish(ctx, &v, shape, x.dtype(), dest, x.device()))
                 .transpose()?;
             (v, i)
         };
-        Ok((v, finish(ctx, &i, shape, DType::I64, indices)?))
+        Ok((v, finish(ctx, &i, shape, DType::I64, indices, x.device())?))
     }
 }
 

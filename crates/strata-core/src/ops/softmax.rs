@@ -74,7 +74,9 @@ fn softmax_op(
     // The kernel writes a contiguous range that must not overlap its input: an `out` that is
     // not contiguous, or is the input itself, gets the result through a temporary.
     let target = match out {
-        None => Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype())?,
+        None => {
+            Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype(), x.device())?
+        }
         Some(o) => {
             o.resize_for_out(ctx, &shape)?;
             let l = o.layout();
@@ -82,7 +84,12 @@ fn softmax_op(
             if l.is_contiguous() && apart {
                 o.clone()
             } else {
-                Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype())?
+                Tensor::uninit_with_layout(
+                    ctx,
+                    Layout::contiguous(&shape, 0),
+                    x.dtype(),
+                    x.device(),
+                )?
             }
         }
     };

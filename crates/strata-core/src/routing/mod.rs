@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use strata_alloc::caching::ENV_VAR;
-use strata_alloc::{ConfigError, DeviceAllocator, HostCachingAllocator};
+use strata_alloc::{
+    ConfigError, DeviceAllocator, HostCachingAllocator, VirtualBacking, VirtualCachingAllocator,
+};
 
 use crate::{Device, Error, Result};
 
@@ -26,13 +28,35 @@ pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
         OnceLock::new();
     HOST.get_or_init(|| HostCachingAllocator::host().map(Arc::new))
         .as_ref()
-        .map_err(|e| Error::Argument {
-            op: "allocate",
-            message: format!("{ENV_VAR}: {e}"),
-            hint: Some(format!(
-                "fix or unset {ENV_VAR} (for example `expandable_segments:True,max_split_size_mb:128`)"
-            )),
-        })
+        .map_err(config_error)
+}
+
+/// Bytes the meta device can "hold" at once: far beyond any real device, so predictions are
+/// never cut short by the simulation itself (a limit set with `memory::set_memory_limit`
+/// still applies).
+pub const META_CAPACITY: usize = 1 << 50;
+
+/// The meta device's default allocator: the same caching algorithm and settings
+/// (`STRATA_ALLOC_CONF`) as the host's, over address ranges that are never mapped, with its
+/// own statistics, history and snapshots.
+pub fn default_meta_allocator() -> Result<&'static Arc<VirtualCachingAllocator>> {
+    static META: OnceLock<std::result::Result<Arc<VirtualCachingAllocator>, ConfigError>> =
+        OnceLock::new();
+    META.get_or_init(|| {
+        VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY)).map(Arc::new)
+    })
+    .as_ref()
+    .map_err(config_error)
+}
+
+fn config_error(e: &ConfigError) -> Error {
+    Error::Argument {
+        op: "allocate",
+        message: format!("{ENV_VAR}: {e}"),
+        hint: Some(format!(
+            "fix or unset {ENV_VAR} (for example `expandable_segments:True,max_split_size_mb:128`)"
+        )),
+    }
 }
 
 /// The allocator a new storage on `device` takes its memory from on this thread: the
@@ -48,18 +72,16 @@ pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
     match (routed, device) {
         (Some(a), _) => Ok(a),
         (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
-        (None, other) => Err(no_allocator(other)),
+        (None, Device::Meta) => Ok(default_meta_allocator()?.clone()),
+        (None, Device::Cuda(_)) => Err(no_allocator()),
     }
 }
 
-pub(crate) fn no_allocator(device: Device) -> Error {
-    let message = match device {
-        Device::Cuda(_) => "strata was not compiled with CUDA support; use Device::Cpu",
-        _ => "the meta device holds no data; use Device::Cpu",
-    };
+pub(crate) fn no_allocator() -> Error {
     Error::Unsupported {
         op: "allocate",
-        message: message.into(),
+        message: "strata was not compiled with CUDA support; use Device::Cpu or Device::Meta"
+            .into(),
     }
 }
 
@@ -117,11 +139,22 @@ pub fn with_device_allocator<R>(
     f()
 }
 
+/// The default caching allocator of a device: over host memory, or over the virtual
+/// backing for meta.
+#[derive(Clone, Copy)]
+pub(crate) enum DefaultAllocator {
+    /// The CPU's.
+    Host(&'static Arc<HostCachingAllocator>),
+    /// The meta device's.
+    Meta(&'static Arc<VirtualCachingAllocator>),
+}
+
 /// The default caching allocator of `device`.
-pub(crate) fn device_allocator(device: Device) -> Result<&'static Arc<HostCachingAllocator>> {
+pub(crate) fn device_allocator(device: Device) -> Result<DefaultAllocator> {
     match device {
-        Device::Cpu => default_host_allocator(),
-        other => Err(no_allocator(other)),
+        Device::Cpu => default_host_allocator().map(DefaultAllocator::Host),
+        Device::Meta => default_meta_allocator().map(DefaultAllocator::Meta),
+        Device::Cuda(_) => Err(no_allocator()),
     }
 }
 

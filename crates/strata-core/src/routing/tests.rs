@@ -30,7 +30,13 @@ fn overrides_apply_to_their_own_device_only() {
             &default
         ));
     });
-    assert!(current_allocator(Device::Meta).is_err());
+    // Outside the override the meta device has its own default allocator.
+    let default_meta = current_allocator(Device::Meta).unwrap();
+    assert!(!Arc::ptr_eq(&default_meta, &meta));
+    assert_eq!(
+        default_meta.name(),
+        current_allocator(Device::Meta).unwrap().name()
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::device::default_device;
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::layout::{checked_numel, Layout};
 use crate::op::OpContext;
@@ -31,16 +32,20 @@ pub(crate) fn alloc_for(
     ctx.allocate(extent * dtype.size(), device)
 }
 
-/// A new contiguous tensor whose elements are produced by `f(i)` in row-major order.
+/// A new contiguous tensor on `device` whose elements are produced by `f(i)` in row-major
+/// order (on meta, where there are none, `f` is never called).
 pub(crate) fn from_fn<T: Element>(
     ctx: &OpContext,
+    device: Device,
     shape: &[usize],
     f: impl Fn(usize) -> T,
 ) -> Result<Tensor> {
     let layout = Layout::contiguous(shape, 0);
-    let storage = alloc_for(ctx, &layout, T::DTYPE, Device::Cpu)?;
+    crate::backend::check_device(device, ctx.op())?;
+    let storage = alloc_for(ctx, &layout, T::DTYPE, device)?;
     let n = layout.numel();
-    {
+    // A meta tensor has no elements to write (and a random one draws nothing).
+    if device == Device::Cpu {
         let guards = lock_storages(&[(&storage, Access::Write)]);
         let p = guards.write_ptr(&storage) as *mut T;
         for i in 0..n {
@@ -62,7 +67,7 @@ impl DTypeFn for Fill<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
         let v: T = self.value.to();
-        from_fn(self.ctx, self.shape, |_| v)
+        from_fn(self.ctx, default_device(), self.shape, |_| v)
     }
 }
 
@@ -74,7 +79,9 @@ struct Arange<'a> {
 impl DTypeFn for Arange<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
-        from_fn(self.ctx, &[self.n], |i| cast::<i64, T>(i as i64))
+        from_fn(self.ctx, default_device(), &[self.n], |i| {
+            cast::<i64, T>(i as i64)
+        })
     }
 }
 
@@ -87,7 +94,7 @@ impl DTypeFn for Eye<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
         let n = self.n;
-        from_fn(self.ctx, &[n, n], |i| {
+        from_fn(self.ctx, default_device(), &[n, n], |i| {
             if i / n == i % n {
                 T::ONE
             } else {
@@ -122,7 +129,7 @@ impl DTypeFn for Random<'_> {
             };
             cast::<f64, T>(v)
         };
-        from_fn(self.ctx, self.shape, f)
+        from_fn(self.ctx, default_device(), self.shape, f)
     }
 }
 
@@ -262,7 +269,7 @@ impl Tensor {
             )
             .with_hint("the product of the shape must equal the number of values"));
         }
-        from_fn(ctx, shape, |i| data[i])
+        from_fn(ctx, default_device(), shape, |i| data[i])
     }
 
     /// A 0-d tensor holding one number.
@@ -332,8 +339,9 @@ impl Tensor {
         ctx: &OpContext,
         layout: Layout,
         dtype: DType,
+        device: Device,
     ) -> Result<Tensor> {
-        let storage = alloc_for(ctx, &layout, dtype, Device::Cpu)?;
+        let storage = alloc_for(ctx, &layout, dtype, device)?;
         Ok(Tensor::from_parts(storage, layout, dtype, None))
     }
 }

@@ -104,7 +104,21 @@ impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shape = self.shape().to_vec();
         let dtype = self.dtype();
-        let values: Vec<f64> = crate::tensor::read_elements::<f64>(self);
+        if self.device() != crate::Device::Cpu {
+            // No values to show: the shape, device and dtype, as PyTorch prints a meta tensor.
+            let sizes: Vec<String> = shape.iter().map(usize::to_string).collect();
+            let tuple = match sizes.len() {
+                1 => format!("({},)", sizes[0]),
+                _ => format!("({})", sizes.join(", ")),
+            };
+            write!(f, "tensor(..., device='{}', size={tuple}", self.device())?;
+            if !matches!(dtype, DType::F32 | DType::I64 | DType::Bool) {
+                write!(f, ", dtype={}", dtype.torch_name())?;
+            }
+            return f.write_str(")");
+        }
+        let values: Vec<f64> =
+            crate::tensor::read_elements::<f64>("display", self).map_err(|_| fmt::Error)?;
         let cells: Vec<String> = if dtype.is_floating() {
             let style = float_style(&values);
             values.iter().map(|&v| format_float(v, &style)).collect()
@@ -114,7 +128,8 @@ impl fmt::Display for Tensor {
                 .map(|&v| if v != 0.0 { "True" } else { "False" }.to_string())
                 .collect()
         } else {
-            crate::tensor::read_elements::<i64>(self)
+            crate::tensor::read_elements::<i64>("display", self)
+                .map_err(|_| fmt::Error)?
                 .iter()
                 .map(i64::to_string)
                 .collect()

@@ -15,6 +15,7 @@
 //! ```
 
 use crate::backend::check_device;
+use crate::device::DefaultDevice;
 use crate::dtype::Element;
 use crate::random::Generator;
 use crate::{DType, Device, Result, Scalar, Tensor};
@@ -24,8 +25,9 @@ use crate::{DType, Device, Result, Scalar, Tensor};
 ///
 /// Every method takes the arguments of the [`Tensor`] factory of the same name. The device is
 /// checked first: a device without a backend in this build ([`Device::Cuda`] without CUDA
-/// support, and [`Device::Meta`] for now) is an [`Error::Unsupported`](crate::Error) naming
-/// it, and nothing is allocated, drawn from a generator or written.
+/// support) is an [`Error::Unsupported`](crate::Error) naming it, and nothing is allocated,
+/// drawn from a generator or written. On [`Device::Meta`] the random factories draw nothing
+/// and the data of `from_vec`/`from_slice` gives only the shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Factory {
     device: Device,
@@ -57,6 +59,7 @@ impl Factory {
     #[track_caller]
     pub fn zeros(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         check_device(self.device, "zeros")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::zeros(shape, dtype)
     }
 
@@ -64,6 +67,7 @@ impl Factory {
     #[track_caller]
     pub fn empty(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         check_device(self.device, "empty")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::empty(shape, dtype)
     }
 
@@ -71,6 +75,7 @@ impl Factory {
     #[track_caller]
     pub fn ones(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         check_device(self.device, "ones")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::ones(shape, dtype)
     }
 
@@ -78,6 +83,7 @@ impl Factory {
     #[track_caller]
     pub fn full(self, shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         check_device(self.device, "full")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::full(shape, value, dtype)
     }
 
@@ -85,6 +91,7 @@ impl Factory {
     #[track_caller]
     pub fn arange(self, n: usize, dtype: DType) -> Result<Tensor> {
         check_device(self.device, "arange")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::arange(n, dtype)
     }
 
@@ -92,6 +99,7 @@ impl Factory {
     #[track_caller]
     pub fn eye(self, n: usize, dtype: DType) -> Result<Tensor> {
         check_device(self.device, "eye")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::eye(n, dtype)
     }
 
@@ -99,6 +107,7 @@ impl Factory {
     #[track_caller]
     pub fn from_vec<T: Element>(self, data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
         check_device(self.device, "from_vec")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::from_vec(data, shape)
     }
 
@@ -106,6 +115,7 @@ impl Factory {
     #[track_caller]
     pub fn from_slice<T: Element>(self, data: &[T], shape: &[usize]) -> Result<Tensor> {
         check_device(self.device, "from_slice")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::from_slice(data, shape)
     }
 
@@ -113,6 +123,7 @@ impl Factory {
     #[track_caller]
     pub fn scalar(self, value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         check_device(self.device, "scalar_tensor")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::scalar(value, dtype)
     }
 
@@ -120,6 +131,7 @@ impl Factory {
     #[track_caller]
     pub fn rand(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         check_device(self.device, "rand")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::rand(shape, dtype)
     }
 
@@ -127,6 +139,7 @@ impl Factory {
     #[track_caller]
     pub fn randn(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         check_device(self.device, "randn")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::randn(shape, dtype)
     }
 
@@ -139,6 +152,7 @@ impl Factory {
         generator: &mut Generator,
     ) -> Result<Tensor> {
         check_device(self.device, "rand")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::rand_with(shape, dtype, generator)
     }
 
@@ -151,6 +165,7 @@ impl Factory {
         generator: &mut Generator,
     ) -> Result<Tensor> {
         check_device(self.device, "randn")?;
+        let _device = DefaultDevice::set(self.device);
         Tensor::randn_with(shape, dtype, generator)
     }
 }
@@ -198,22 +213,32 @@ mod tests {
 
     #[test]
     fn devices_without_a_backend_refuse_every_factory_naming_the_op() {
-        for device in [Device::Cuda(0), Device::Cuda(3), Device::Meta] {
-            for (op, t) in each_factory(Tensor::on(device)) {
+        for i in [0, 3] {
+            for (op, t) in each_factory(Tensor::on(Device::Cuda(i))) {
                 match t {
                     Err(Error::Unsupported { op: named, message }) => {
                         assert_eq!(named, op);
-                        if let Device::Cuda(i) = device {
-                            assert!(message.contains("CUDA"), "{message}");
-                            assert!(message.contains(&format!("cuda:{i}")), "{message}");
-                        } else {
-                            assert!(message.contains("meta"), "{message}");
-                        }
+                        assert!(message.contains("CUDA"), "{message}");
+                        assert!(message.contains(&format!("cuda:{i}")), "{message}");
                     }
-                    other => panic!("{op} on {device}: expected Unsupported, got {other:?}"),
+                    other => panic!("{op} on cuda:{i}: expected Unsupported, got {other:?}"),
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_factory_works_on_meta_and_the_random_ones_draw_nothing() -> Result<()> {
+        for (op, t) in each_factory(Tensor::on(Device::Meta)) {
+            let t = t?;
+            assert_eq!(t.device(), Device::Meta, "{op}");
+        }
+        let mut g = Generator::new(3);
+        let before = g.get_state();
+        let x = Tensor::on(Device::Meta).randn_with(&[1 << 20], DType::F32, &mut g)?;
+        assert_eq!(x.shape().as_slice(), [1 << 20]);
+        assert_eq!(g.get_state(), before);
+        Ok(())
     }
 
     #[test]

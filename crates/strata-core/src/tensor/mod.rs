@@ -12,7 +12,6 @@ pub(crate) mod graph;
 mod read;
 mod resize;
 mod set_data;
-mod to_device;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -23,7 +22,7 @@ use grad_meta::AutogradMeta;
 
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub use factory::Factory;
-pub(crate) use read::read_elements;
+pub(crate) use read::{index_elements, read_elements};
 use set_data::{AtomicDType, AtomicDevice};
 
 /// How a view was made, needed by autograd to treat in-place writes through it.

@@ -4,16 +4,28 @@ use crate::backend::cpu::{kernels, Operand, Plan};
 use crate::dtype::Element;
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 
-/// The elements of `t` in row-major logical order, converted to `T`.
-pub(crate) fn read_elements<T: Element>(t: &Tensor) -> Vec<T> {
+/// The elements of `t` in row-major logical order, converted to `T`; `op` names the reader
+/// in the error for a tensor without values (on the meta device).
+pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<Vec<T>> {
+    if t.device() != Device::Cpu {
+        return Err(Error::Unsupported {
+            op,
+            message: format!(
+                "a tensor on the {} device has no values to read (shape {:?}, {})",
+                t.device(),
+                t.shape(),
+                t.dtype()
+            ),
+        });
+    }
     let body = t.body();
     let shape = body.layout.sizes().to_vec();
     let n = body.layout.numel();
     let mut out = vec![T::ZERO; n];
     if n == 0 {
-        return out;
+        return Ok(out);
     }
     let guards = lock_storages(&[(&body.storage, Access::Read)]);
     let src = guards
@@ -37,7 +49,16 @@ pub(crate) fn read_elements<T: Element>(t: &Tensor) -> Vec<T> {
     // validated against their storage when made); the destination is our own vector of `n`
     // elements, disjoint from any storage.
     unsafe { kernels::copy(&plan) };
-    out
+    Ok(out)
+}
+
+/// The values of an index (or class-target) tensor for an op to check and walk. On the meta
+/// device, which has none and where PyTorch checks no bounds, every index is 0.
+pub(crate) fn index_elements(op: &'static str, t: &Tensor) -> Result<Vec<i64>> {
+    if t.device() == Device::Meta {
+        return Ok(vec![0; t.numel()]);
+    }
+    read_elements(op, t)
 }
 
 impl Tensor {
@@ -51,7 +72,7 @@ impl Tensor {
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(read_elements(self))
+        read_elements("to_vec", self)
     }
 
     /// The single element of a one-element tensor, converted to `T`.
@@ -68,6 +89,6 @@ impl Tensor {
             )
             .with_hint("select one element first, or reduce the tensor (sum, mean)"));
         }
-        Ok(read_elements::<T>(self)[0])
+        Ok(read_elements::<T>("item", self)?[0])
     }
 }

@@ -60,7 +60,7 @@ pub(crate) fn binary(
                     BinaryOp::Pow => pow_scalar_grad(&g, &take(&sa)?, s)?,
                     _ => {
                         let x = take(&sa)?;
-                        let st = Tensor::scalar(s, x.dtype())?;
+                        let st = Tensor::on(x.device()).scalar(s, x.dtype())?;
                         extremum_grad(&g, &x, &st, op == BinaryOp::Maximum)?
                     }
                 };
@@ -262,7 +262,7 @@ impl BinaryInplace {
                 (BinaryOp::Pow, Some(s)) => vec![Some(pow_scalar_grad(&g, &take(&before)?, s)?)],
                 (BinaryOp::Maximum | BinaryOp::Minimum, Some(s)) => {
                     let x = take(&before)?;
-                    let st = Tensor::scalar(s, x.dtype())?;
+                    let st = Tensor::on(x.device()).scalar(s, x.dtype())?;
                     vec![Some(extremum_grad(&g, &x, &st, op == BinaryOp::Maximum)?)]
                 }
                 (_, None) => {

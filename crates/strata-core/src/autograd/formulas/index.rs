@@ -18,7 +18,7 @@ pub(crate) fn index_select(
     record(ctx, "IndexSelectBackward0", &[x], out, |rec| {
         let idx = rec.save(index)?;
         Ok(move |g: Tensor| -> Grads {
-            let z = Tensor::zeros(&shape, g.dtype())?;
+            let z = Tensor::on(g.device()).zeros(&shape, g.dtype())?;
             let g = if g.dim() == 0 { g.reshape(&[1])? } else { g };
             let idx = idx.get()?.reshape(&[-1])?;
             if z.dim() == 0 {
@@ -42,7 +42,7 @@ pub(crate) fn gather(
     record(ctx, "GatherBackward0", &[x], out, |rec| {
         let idx = rec.save(index)?;
         Ok(move |g: Tensor| -> Grads {
-            let z = Tensor::zeros(&shape, g.dtype())?;
+            let z = Tensor::on(g.device()).zeros(&shape, g.dtype())?;
             Ok(vec![Some(z.scatter_add(dim, &idx.get()?, &g)?)])
         })
     })
@@ -112,10 +112,16 @@ pub(crate) fn overwrite_finish(mut rec: InplaceRecorder, w: Overwrite<'_>) -> Re
     match w {
         // The overwritten values get a zero gradient (not none), as in PyTorch, so the
         // nodes that made them are still visited: their saved tensors are checked and freed.
-        Overwrite::Fill => rec
-            .finish(|g: Tensor| -> Grads { Ok(vec![Some(Tensor::zeros(&g.shape(), g.dtype())?)]) }),
+        Overwrite::Fill => rec.finish(|g: Tensor| -> Grads {
+            Ok(vec![Some(
+                Tensor::on(g.device()).zeros(&g.shape(), g.dtype())?,
+            )])
+        }),
         Overwrite::Copy(_) => rec.finish(|g: Tensor| -> Grads {
-            Ok(vec![Some(Tensor::zeros(&g.shape(), g.dtype())?), Some(g)])
+            Ok(vec![
+                Some(Tensor::on(g.device()).zeros(&g.shape(), g.dtype())?),
+                Some(g),
+            ])
         }),
         Overwrite::MaskedFill(mask) => {
             let m = rec.save(mask)?;

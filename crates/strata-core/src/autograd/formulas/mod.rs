@@ -16,7 +16,7 @@ pub(crate) mod unary;
 use super::record::Recorder;
 use crate::layout::wrap_dim;
 use crate::op::OpContext;
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// The gradients of a node's inputs.
 pub(crate) type Grads = Result<Vec<Option<Tensor>>>;
@@ -84,9 +84,9 @@ pub(crate) fn sign(x: &Tensor) -> Result<Tensor> {
     x.gt(0i64)?.to(dt)?.sub(&x.lt(0i64)?.to(dt)?)
 }
 
-/// A 0-d zero of `dtype`.
-pub(crate) fn zero(dtype: DType) -> Result<Tensor> {
-    Tensor::scalar(0i64, dtype)
+/// A 0-d zero of `like`'s dtype on its device.
+pub(crate) fn zero(like: &Tensor) -> Result<Tensor> {
+    Tensor::on(like.device()).scalar(0i64, like.dtype())
 }
 
 /// Unwraps a saved tensor slot that the formula saved because it needed it.

@@ -3,7 +3,7 @@
 use super::{expand_back, keep_dims, record, reduced_dims, sign, take, Grads};
 use crate::layout::wrap_dim;
 use crate::op::OpContext;
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// Which reduction.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,12 +54,9 @@ pub(crate) fn reduction(
             _ => Some(rec.save(x)?),
         };
         let so = match r {
-            Reduce::Prod
-            | Reduce::Amax
-            | Reduce::Amin
-            | Reduce::Logsumexp
-            | Reduce::Std(_)
-            | Reduce::Norm(_) => Some(rec.save(out)?),
+            Reduce::Amax | Reduce::Amin | Reduce::Logsumexp | Reduce::Std(_) | Reduce::Norm(_) => {
+                Some(rec.save(out)?)
+            }
             _ => None,
         };
         let dims_i: Vec<i64> = rd.iter().map(|&d| d as i64).collect();
@@ -68,10 +65,7 @@ pub(crate) fn reduction(
             let gx = match r {
                 Reduce::Sum => ge,
                 Reduce::Mean => ge.div(count as f64)?,
-                Reduce::Prod => {
-                    let (x, y) = (take(&sx)?, take(&so)?);
-                    prod_grad(&g, &x, &y, &rd, keepdim)?
-                }
+                Reduce::Prod => prod_grad(&g, &take(&sx)?, &rd, keepdim)?,
                 Reduce::Amax | Reduce::Amin => {
                     let (x, y) = (take(&sx)?, take(&so)?);
                     let hit = x.eq(&keep_dims(&y, &rd, keepdim)?)?.to(g.dtype())?;
@@ -103,44 +97,27 @@ pub(crate) fn reduction(
     })
 }
 
-/// d prod / d x_i = product of the others (computed without dividing where x has zeros).
-fn prod_grad(g: &Tensor, x: &Tensor, y: &Tensor, rd: &[usize], keepdim: bool) -> Result<Tensor> {
+/// d prod / d x_i = the product of the others in x_i's group: `prod / x_i` where the group
+/// has no zero; at a group's only zero, the product of the rest; 0 everywhere else. The
+/// same steps run whatever the values, so backward allocates alike for any data (and the
+/// meta device, which has none, predicts it).
+fn prod_grad(g: &Tensor, x: &Tensor, rd: &[usize], keepdim: bool) -> Result<Tensor> {
     let shape = x.shape();
+    let full: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+    let dims: Vec<i64> = rd.iter().map(|&d| d as i64).collect();
     let ge = expand_back(g, &shape, rd, keepdim)?;
-    let has_zero = x.eq(0i64)?.sum(None, false)?.item::<i64>()? > 0;
-    if !has_zero {
-        let ye = expand_back(y, &shape, rd, keepdim)?;
-        return ge.mul(&ye)?.div(x);
-    }
-    // Slow path: for each element, the product of the rest of its group.
-    let dt = x.dtype();
-    let xs = x.to(DType::F64)?.contiguous()?.to_vec::<f64>()?;
-    let strides = crate::layout::contiguous_strides(&shape);
-    let n = xs.len();
-    let mut out = vec![0f64; n];
-    for (i, o) in out.iter_mut().enumerate() {
-        // Enumerate the group of i: all indices equal to i outside the reduced dims.
-        let mut idx: Vec<usize> = shape
-            .iter()
-            .zip(&strides)
-            .map(|(&s, &st)| (i / st) % s.max(1))
-            .collect();
-        let mut prod = 1.0;
-        let group: usize = rd.iter().map(|&d| shape[d]).product();
-        for k in 0..group {
-            let mut rem = k;
-            for &d in rd.iter().rev() {
-                idx[d] = rem % shape[d];
-                rem /= shape[d];
-            }
-            let j: usize = idx.iter().zip(&strides).map(|(a, b)| a * b).sum();
-            if j != i {
-                prod *= xs[j];
-            }
-        }
-        *o = prod;
-    }
-    let others = Tensor::from_vec(out, &shape)?.to(dt)?;
+    let is_zero = x.eq(0i64)?;
+    let zeros = is_zero.sum(Some(&dims), true)?.expand(&full)?;
+    let one = Tensor::on(x.device()).scalar(1i64, x.dtype())?;
+    let nonzero = Tensor::where_cond(&is_zero, &one, x)?;
+    let rest = nonzero.prod(Some(&dims), true)?.expand(&full)?;
+    let zero = super::zero(x)?;
+    let at_only_zero = Tensor::where_cond(&is_zero, &rest, &zero)?;
+    let others = Tensor::where_cond(
+        &zeros.eq(0i64)?,
+        &rest.div(&nonzero)?,
+        &Tensor::where_cond(&zeros.eq(1i64)?, &at_only_zero, &zero)?,
+    )?;
     ge.mul(&others)
 }
 
@@ -150,7 +127,7 @@ fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Resul
         let at_zero = n
             .eq(0i64)?
             .expand(&super::super::view::to_i64(&x.shape()))?;
-        Tensor::where_cond(&at_zero, &super::zero(x.dtype())?, &q)
+        Tensor::where_cond(&at_zero, &super::zero(x)?, &q)
     };
     if p == 2.0 {
         return ge.mul(&zero_where_norm_is_zero(x.div(n)?)?);
@@ -197,7 +174,7 @@ pub(crate) fn arg_reduction(
         Ok(move |g: Tensor| -> Grads {
             let gk = keep_dims(&g, &[d], keepdim)?;
             let ik = keep_dims(&idx.get()?, &[d], keepdim)?;
-            let zeros = Tensor::zeros(&shape, g.dtype())?;
+            let zeros = Tensor::on(g.device()).zeros(&shape, g.dtype())?;
             Ok(vec![Some(zeros.scatter_add(d as i64, &ik, &gk)?)])
         })
     })

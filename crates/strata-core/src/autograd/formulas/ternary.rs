@@ -16,7 +16,7 @@ pub(crate) fn where_cond(
         let c = rec.save(cond)?;
         Ok(move |g: Tensor| -> Grads {
             let c = c.get()?;
-            let z = zero(g.dtype())?;
+            let z = zero(&g)?;
             Ok(vec![
                 Some(Tensor::where_cond(&c, &g, &z)?),
                 Some(Tensor::where_cond(&c, &z, &g)?),

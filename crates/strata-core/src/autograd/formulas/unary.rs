@@ -108,7 +108,7 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
         // Selected, not multiplied by a mask: an infinite or NaN gradient where the output
         // is clamped must still give 0 there. As PyTorch's threshold backward, the gradient
         // is zeroed where the output is <= 0, so a NaN output passes its gradient.
-        SameOp::Relu => Tensor::where_cond(&v.le(0i64)?, &zero(g.dtype())?, g),
+        SameOp::Relu => Tensor::where_cond(&v.le(0i64)?, &zero(g)?, g),
         SameOp::Clamp(lo, hi) => {
             // The gradient passes where the input lies strictly within the bounds, as in
             // PyTorch (an input equal to a bound, or NaN, gets 0).
@@ -119,7 +119,7 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
             if let Some(hi) = hi {
                 keep = keep.mul(&v.lt(hi)?)?;
             }
-            Tensor::where_cond(&keep, g, &zero(g.dtype())?)
+            Tensor::where_cond(&keep, g, &zero(g)?)
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Validation shared by the class-index losses (`cross_entropy`, `nll_loss`).
 
 use super::check::{floating, shape};
-use crate::tensor::read_elements;
+use crate::tensor::index_elements;
 use crate::{DType, Error, Result, Tensor};
 
 /// The checked shapes of an input `[N, C, d1, ..]` (or `[C]`, one sample) and its target
@@ -48,13 +48,12 @@ impl ClassShapes {
     }
 
     /// `target` with its ignored elements replaced by class 0 (safe to gather with), and
-    /// the mask of those elements (`None` when there are none).
-    pub fn safe_target(&self, target: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
-        if self.ignored == 0 {
-            return Ok((target.clone(), None));
-        }
+    /// the mask of those elements. Both are made whether or not any element is ignored, so
+    /// the loss allocates the same whatever the labels hold (and the meta device, which
+    /// has no labels, predicts it exactly).
+    pub fn safe_target(&self, target: &Tensor) -> Result<(Tensor, Tensor)> {
         let mask = target.eq(self.ignore_index)?;
-        Ok((target.masked_fill(&mask, 0i64)?, Some(mask)))
+        Ok((target.masked_fill(&mask, 0i64)?, mask))
     }
 }
 
@@ -104,7 +103,7 @@ pub(super) fn check(
              class dimension (dimension 1)",
         ));
     }
-    let values = read_elements::<i64>(target);
+    let values = index_elements(op, target)?;
     if let Some((pos, &bad)) = values
         .iter()
         .enumerate()

@@ -229,7 +229,7 @@ fn im2col(x: &Tensor, g: &Geometry) -> Result<Tensor> {
         x.clone()
     } else {
         let shape = [g.n, g.c, g.h + 2 * g.padding.0, g.w + 2 * g.padding.1];
-        let xp = Tensor::zeros(&shape, x.dtype())?;
+        let xp = Tensor::on(x.device()).zeros(&shape, x.dtype())?;
         xp.narrow(2, g.padding.0 as i64, g.h)?
             .narrow(3, g.padding.1 as i64, g.w)?
             .copy_(x)?;
@@ -246,7 +246,7 @@ fn im2col(x: &Tensor, g: &Geometry) -> Result<Tensor> {
 fn col2im(cols: &Tensor, g: &Geometry) -> Result<Tensor> {
     let (kh, kw) = (g.kernel.0, g.kernel.1);
     let shape = [g.n, g.c, g.h + 2 * g.padding.0, g.w + 2 * g.padding.1];
-    let out = Tensor::zeros(&shape, cols.dtype())?;
+    let out = Tensor::on(cols.device()).zeros(&shape, cols.dtype())?;
     let cols = cols.view(&[
         g.n as i64,
         g.c as i64,

@@ -90,7 +90,7 @@ fn backward(
         Ok(move |g: Tensor| -> Grads {
             let (x, t) = (saved_logits.get()?, saved_target.get()?);
             let (t, ignored) = cs.safe_target(&t)?;
-            let gw = per_target_grad(&g, &cs, reduction, ignored.as_ref())?;
+            let gw = per_target_grad(&g, &cs, reduction, &ignored)?;
             let idx = cs.class_index(&t)?;
             let gx = cs.batched_input(&x)?.softmax(1)?;
             gx.mul_(&gw)?;
@@ -104,32 +104,29 @@ fn backward(
 /// an ignored element).
 pub(super) fn picked_losses(input: &Tensor, target: &Tensor, cs: &ClassShapes) -> Result<Tensor> {
     let (safe, ignored) = cs.safe_target(target)?;
-    let losses = input
+    input
         .gather(1, &cs.class_index(&safe)?)?
         .neg()?
-        .reshape(&to_i64(&cs.target_shape))?;
-    match ignored {
-        Some(mask) => losses.masked_fill(&mask, 0i64),
-        None => Ok(losses),
-    }
+        .reshape(&to_i64(&cs.target_shape))?
+        .masked_fill(&ignored, 0i64)
 }
 
-/// The per-element `losses` reduced, the mean dividing by the elements not ignored.
+/// The per-element `losses` reduced, the mean dividing by the elements not ignored (the
+/// same steps whether or not any is, so the allocations do not depend on the labels).
 pub(super) fn reduce(losses: &Tensor, cs: &ClassShapes, reduction: Reduction) -> Result<Tensor> {
-    if cs.ignored > 0 && reduction == Reduction::Mean {
+    if reduction == Reduction::Mean {
         return losses.sum(None, false)?.div(cs.count() as f64);
     }
     reduction.apply(losses)
 }
 
-/// The gradient reaching each target element's loss, shaped `[N, 1, d1, ..]` (or 0-d when
-/// the loss was reduced and nothing is ignored), ready to broadcast over the class
-/// dimension; 0 at the elements `ignored` marks.
+/// The gradient reaching each target element's loss, shaped `[N, 1, d1, ..]`, ready to
+/// broadcast over the class dimension; 0 at the elements `ignored` marks.
 pub(super) fn per_target_grad(
     g: &Tensor,
     cs: &ClassShapes,
     reduction: Reduction,
-    ignored: Option<&Tensor>,
+    ignored: &Tensor,
 ) -> Result<Tensor> {
     let gw = match reduction {
         Reduction::None if cs.unbatched => g.reshape(&[1, 1])?,
@@ -137,15 +134,12 @@ pub(super) fn per_target_grad(
         Reduction::Mean => g.div(cs.count() as f64)?,
         Reduction::Sum => g.clone(),
     };
-    match ignored {
-        // Selected, not multiplied: an infinite gradient must still give 0 there.
-        Some(mask) => Tensor::where_cond(
-            &cs.class_index(mask)?,
-            &crate::autograd::formulas::zero(g.dtype())?,
-            &gw,
-        ),
-        None => Ok(gw),
-    }
+    // Selected, not multiplied: an infinite gradient must still give 0 there.
+    Tensor::where_cond(
+        &cs.class_index(ignored)?,
+        &crate::autograd::formulas::zero(g)?,
+        &gw,
+    )
 }
 
 /// `grad` with `gw` subtracted at each target class (`idx` is `[N, 1, d1, ..]`).

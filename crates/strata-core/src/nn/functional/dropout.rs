@@ -90,7 +90,7 @@ fn draw_mask(n: usize, p: f64, generator: &mut Generator) -> Vec<bool> {
 fn apply(x: &Tensor, p: f64, mask: Vec<bool>) -> Result<(Tensor, Option<(Tensor, f64)>)> {
     // p = 1 multiplies by zero (as PyTorch does), keeping NaN and infinities visible.
     let scale = if p >= 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
-    let mask = Tensor::from_vec(mask, &x.shape())?;
+    let mask = Tensor::on(x.device()).from_vec(mask, &x.shape())?;
     let out = x.mul(&mask)?.mul(scale)?;
     Ok((out, Some((mask, scale))))
 }

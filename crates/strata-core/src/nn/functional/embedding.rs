@@ -3,7 +3,7 @@
 use super::check::{ndim_in, to_i64};
 use crate::api::entry::Entry;
 use crate::op::OpContext;
-use crate::tensor::read_elements;
+use crate::tensor::index_elements;
 use crate::{DType, Error, Result, Tensor};
 
 /// The rows `weight[index]` for a weight of shape `[num_embeddings, dim]` and an integer
@@ -37,7 +37,7 @@ fn forward(ctx: &OpContext, index: &Tensor, weight: &Tensor) -> Result<Tensor> {
         ));
     }
     let rows = weight.shape()[0];
-    if let Some((pos, &bad)) = read_elements::<i64>(index)
+    if let Some((pos, &bad)) = index_elements(op, index)?
         .iter()
         .enumerate()
         .find(|(_, &i)| i < 0 || i as u64 >= rows as u64)

@@ -208,8 +208,8 @@ fn moments(xa: &Tensor, dims: &[i64], count: usize, eps: f64) -> Result<(Tensor,
     kept[lead..].iter_mut().for_each(|s| *s = 1);
     let rows = xa.reshape(&[-1, count as i64])?;
     let m = rows.shape()[0];
-    let mut m1 = Tensor::zeros(&[m, 1], xa.dtype())?;
-    let mut m2 = Tensor::zeros(&[m, 1], xa.dtype())?;
+    let mut m1 = Tensor::on(xa.device()).zeros(&[m, 1], xa.dtype())?;
+    let mut m2 = Tensor::on(xa.device()).zeros(&[m, 1], xa.dtype())?;
     for k in 0..count {
         let xk = rows.narrow(1, k as i64, 1)?;
         let delta = xk.sub(&m1)?;

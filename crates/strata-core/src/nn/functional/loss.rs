@@ -83,9 +83,9 @@ fn nll_backward(
         let saved_target = rec.save(target)?;
         Ok(move |g: Tensor| -> Grads {
             let (t, ignored) = cs.safe_target(&saved_target.get()?)?;
-            let gw = per_target_grad(&g, &cs, reduction, ignored.as_ref())?;
+            let gw = per_target_grad(&g, &cs, reduction, &ignored)?;
             let idx = cs.class_index(&t)?;
-            let zeros = Tensor::zeros(&batched_shape, g.dtype())?;
+            let zeros = Tensor::on(g.device()).zeros(&batched_shape, g.dtype())?;
             let gx = subtract_at_targets(&zeros, &idx, &gw)?;
             Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
         })

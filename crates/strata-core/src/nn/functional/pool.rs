@@ -82,7 +82,9 @@ fn forward(ctx: &OpContext, x: &Tensor, kernel: Pair, stride: Pair) -> Result<(T
     };
     let (values, local) = windows(&xb, n, c)?.max_dim(4, false)?;
     // Each window's flat positions in its plane, picked at the argmax.
-    let positions = Tensor::arange(h * w, DType::I64)?.view(&[1, 1, h as i64, w as i64])?;
+    let positions = Tensor::on(xb.device())
+        .arange(h * w, DType::I64)?
+        .view(&[1, 1, h as i64, w as i64])?;
     let positions = windows(&positions, 1, 1)?.expand(&[n, c, oh as i64, ow as i64, kk])?;
     let indices = positions
         .gather(4, &local.unsqueeze(4)?)?
@@ -113,11 +115,13 @@ fn backward(ctx: &OpContext, x: &Tensor, out: &Tensor, indices: &Tensor) -> Resu
             flat.push(h * w);
             let mut flat_out: Vec<i64> = planes.iter().map(|&s| s as i64).collect();
             flat_out.push((oh * ow) as i64);
-            let gx = Tensor::zeros(&flat, g.dtype())?.scatter_add(
-                nd as i64 - 2,
-                &idx.reshape(&flat_out)?,
-                &g.reshape(&flat_out)?,
-            )?;
+            let gx = Tensor::on(g.device())
+                .zeros(&flat, g.dtype())?
+                .scatter_add(
+                    nd as i64 - 2,
+                    &idx.reshape(&flat_out)?,
+                    &g.reshape(&flat_out)?,
+                )?;
             let full: Vec<i64> = xs.iter().map(|&s| s as i64).collect();
             Ok(vec![Some(gx.view(&full)?)])
         })

@@ -13,7 +13,7 @@ use crate::op::OpContext;
 use crate::ops::joining::check_addressable;
 use crate::ops::views::dim_arg;
 use crate::storage::{lock_storages, Access};
-use crate::tensor::read_elements;
+use crate::tensor::index_elements;
 use crate::{DType, Error, Result, Tensor};
 
 // ---------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
 /// The values of `index` in row-major order, each checked to lie in `0..size` (dimension
 /// `dim` of the indexed tensor). Negative values are out of range, as in PyTorch.
 fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
-    let values = read_elements::<i64>(index);
+    let values = index_elements(op, index)?;
     if let Some(&bad) = values.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
         return Err(Error::Index {
             op,
@@ -468,7 +468,12 @@ pub(crate) fn index_select(
     index: &Tensor,
 ) -> Result<Tensor> {
     let sel = IndexSelect::infer(ctx.op(), x, dim, index)?;
-    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&sel.shape, 0), x.dtype())?;
+    let out = Tensor::uninit_with_layout(
+        ctx,
+        Layout::contiguous(&sel.shape, 0),
+        x.dtype(),
+        x.device(),
+    )?;
     sel.execute(for_device(x.device())?, x, &out, true);
     Ok(out)
 }
@@ -476,7 +481,8 @@ pub(crate) fn index_select(
 /// `x.gather(dim, index)` into a new contiguous tensor.
 pub(crate) fn gather(ctx: &OpContext, x: &Tensor, dim: i64, index: &Tensor) -> Result<Tensor> {
     let g = Gather::infer(ctx.op(), x, dim, index)?;
-    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&g.shape, 0), x.dtype())?;
+    let out =
+        Tensor::uninit_with_layout(ctx, Layout::contiguous(&g.shape, 0), x.dtype(), x.device())?;
     g.execute(for_device(x.device())?, x, &out, true);
     Ok(out)
 }
@@ -490,7 +496,12 @@ pub(crate) fn scatter_add(
     src: &Tensor,
 ) -> Result<Tensor> {
     let sc = ScatterAddPlan::infer(ctx.op(), x, dim, index, src)?;
-    let result = Tensor::uninit_with_layout(ctx, Layout::contiguous(&x.shape(), 0), x.dtype())?;
+    let result = Tensor::uninit_with_layout(
+        ctx,
+        Layout::contiguous(&x.shape(), 0),
+        x.dtype(),
+        x.device(),
+    )?;
     sc.execute(for_device(x.device())?, x, src, &result, true);
     Ok(result)
 }

@@ -17,7 +17,7 @@ use crate::ops::binary::{binary_inplace, BinaryOp, Other};
 use crate::ops::iter::{ElementwiseSpec, Output};
 use crate::ops::out::expect_dtype;
 use crate::ops::views::dim_arg;
-use crate::tensor::{read_elements, ViewCreation};
+use crate::tensor::{index_elements, ViewCreation};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
 /// `value` where the mask is set, else the input: operands (out, input, mask), in `dtype`.
@@ -56,7 +56,7 @@ fn indices(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<
             vec![index.shape().to_vec()],
         ));
     }
-    read_elements::<i64>(index)
+    index_elements(op, index)?
         .into_iter()
         .map(|i| {
             // As PyTorch, negative indices do not count from the end here.

@@ -323,7 +323,7 @@ pub(crate) fn check_stack(
 pub(crate) fn cat(ctx: &OpContext, tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
     let c = Cat::infer(ctx.op(), tensors, dim)?;
     let layout = Layout::new(c.sizes.clone(), c.strides.clone(), 0);
-    let out = Tensor::uninit_with_layout(ctx, layout, c.dtype)?;
+    let out = Tensor::uninit_with_layout(ctx, layout, c.dtype, tensors[0].device())?;
     copy_regions(
         for_device(out.device())?,
         tensors,

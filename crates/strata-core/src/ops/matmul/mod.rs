@@ -91,7 +91,12 @@ fn new_product(
     beta: Scalar,
 ) -> Result<Tensor> {
     let backend = for_device(a.storage.device())?;
-    let out = Tensor::uninit_with_layout(ctx, Layout::contiguous(&plan.shape, 0), dtype)?;
+    let out = Tensor::uninit_with_layout(
+        ctx,
+        Layout::contiguous(&plan.shape, 0),
+        dtype,
+        a.storage.device(),
+    )?;
     let body = out.body();
     let out_mat = plan.out_mat(&body.layout);
     execute(

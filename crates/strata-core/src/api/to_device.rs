@@ -1,7 +1,10 @@
 //! Moving a tensor to another device: PyTorch's `.to(device)` and `.to(device, dtype)`.
 
+use super::entry::Entry;
+use crate::autograd::formulas::copy as grad;
 use crate::backend::check_device;
 use crate::op::OpContext;
+use crate::ops::copy as fwd;
 use crate::{DType, Device, Error, Result, Tensor};
 
 impl Tensor {
@@ -9,8 +12,9 @@ impl Tensor {
     /// tensor (the same handle, as PyTorch's `.to` returns `self`); otherwise a copy on
     /// `device`, through which gradients flow back to this tensor.
     ///
-    /// A device this build cannot hold data on ([`Device::Cuda`] without CUDA support, and
-    /// [`Device::Meta`] for now) is an error naming it.
+    /// Any tensor can move to [`Device::Meta`] (keeping its layout rules, reading nothing);
+    /// a meta tensor cannot move anywhere else, having no values, and a device this build
+    /// has no backend for ([`Device::Cuda`] without CUDA support) is an error naming it.
     ///
     /// ```
     /// use strata_core::{DType, Device, Tensor};
@@ -46,13 +50,22 @@ impl Tensor {
         let ctx = OpContext::enter("to");
         check_device(device, ctx.op())?;
         check_device(from, ctx.op())?;
-        // Two different devices that both hold data exist only once a second backend does;
-        // its copy belongs here, recorded as `ToCopyBackward0` with the gradient moved back
-        // to `from` and converted back to this tensor's dtype.
-        Err(Error::Unsupported {
-            op: ctx.op(),
-            message: format!("copying a tensor from {from} to {device} is not implemented"),
-        })
+        if from == Device::Meta {
+            return Err(Error::Unsupported {
+                op: ctx.op(),
+                message: format!(
+                    "cannot copy a meta tensor to {device}: it has no values (shape {:?})",
+                    self.shape()
+                ),
+            });
+        }
+        drop(ctx);
+        // To meta from a device with data: a tensor of the same layout rules as a copy,
+        // recorded as `ToCopyBackward0`; nothing is read.
+        Entry::new("to", &[self])?.run(
+            |ctx, x| fwd::to_meta(ctx, x[0], dtype),
+            |ctx, x, out| grad::copy(ctx, "ToCopyBackward0", x[0], out),
+        )
     }
 }
 
@@ -90,7 +103,7 @@ mod tests {
     #[test]
     fn devices_without_a_backend_are_refused_before_anything_happens() -> Result<()> {
         let x = Tensor::ones(&[2], DType::F32)?;
-        for device in [Device::Cuda(0), Device::Cuda(1), Device::Meta] {
+        for device in [Device::Cuda(0), Device::Cuda(1)] {
             for r in [x.to_device(device), x.to_device_dtype(device, DType::F64)] {
                 match r {
                     Err(Error::Unsupported { op: "to", message }) => {
@@ -101,6 +114,25 @@ mod tests {
             }
         }
         assert_eq!(x.version(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn to_meta_keeps_layout_and_graph_and_meta_cannot_come_back() -> Result<()> {
+        let x = Tensor::ones(&[2, 3], DType::F32)?.requires_grad_(true)?;
+        let m = x.t()?.to_device(Device::Meta)?;
+        assert_eq!((m.device(), m.shape().to_vec()), (Device::Meta, vec![3, 2]));
+        assert_eq!(m.stride(), vec![1, 3]);
+        assert_eq!(m.grad_fn_name(), Some("ToCopyBackward0"));
+        let h = m.to_device_dtype(Device::Meta, DType::F16)?;
+        assert_eq!(h.dtype(), DType::F16);
+        for r in [
+            m.to_device(Device::Cpu),
+            m.to_device_dtype(Device::Cpu, DType::F64),
+        ] {
+            assert!(matches!(r, Err(Error::Unsupported { op: "to", .. })));
+        }
+        assert!(m.to_vec::<f32>().is_err() && m.item::<f32>().is_err());
         Ok(())
     }
 }

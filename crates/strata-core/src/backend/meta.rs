@@ -1,0 +1,104 @@
+//! The meta backend: tensors with shapes, layouts and allocations but no data.
+//!
+//! Every op runs its CPU execute path unchanged on meta tensors: it validates, allocates its
+//! outputs and temporaries from the meta device's caching allocator (over address ranges that
+//! are never mapped), locks its storages and describes the loop. Only the kernels below are
+//! different: they return without touching memory. Because no op has allocation code of its
+//! own for meta, the allocator sees exactly the calls a CPU run makes, and a program's
+//! allocated and reserved bytes on meta equal its bytes on the CPU.
+
+use super::kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
+use super::{Backend, Plan};
+use crate::{DType, Device, Scalar};
+
+/// Kernels that compute nothing: the addresses they are given are never dereferenced.
+pub(crate) struct Meta;
+
+impl Backend for Meta {
+    fn device(&self) -> Device {
+        Device::Meta
+    }
+
+    unsafe fn float_unary(&self, _: &Plan, _: FloatOp, _: DType) {}
+
+    unsafe fn same_unary(&self, _: &Plan, _: SameOp, _: DType) {}
+
+    unsafe fn dense_sum(
+        &self,
+        dtype: DType,
+        _: *const u8,
+        outer: usize,
+        _: usize,
+        inner: usize,
+    ) -> Option<Vec<f64>> {
+        // The CPU takes this path for exactly these dtypes; taking it here too keeps the two
+        // devices on the same allocation sequence.
+        matches!(dtype, DType::F32 | DType::F64).then(|| vec![0.0; outer * inner])
+    }
+
+    unsafe fn binary(&self, _: &Plan, _: BinaryOp, _: DType, _: Option<Scalar>) {}
+
+    unsafe fn ternary(&self, _: &Plan, _: TernaryOp, _: DType) {}
+
+    unsafe fn copy(&self, _: &Plan) {}
+
+    unsafe fn fill(&self, _: &Plan, _: Scalar) {}
+
+    unsafe fn fold(&self, _: &Plan, _: DType, _: DType, _: Fold) {}
+
+    unsafe fn scan_sum(&self, _: &Plan, _: DType) {}
+
+    unsafe fn arg_best(&self, _: &Plan, _: DType, _: bool) {}
+
+    unsafe fn softmax(
+        &self,
+        _: DType,
+        _: *const u8,
+        _: *mut u8,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+    ) {
+    }
+
+    unsafe fn gemm(
+        &self,
+        _: DType,
+        _: &Product,
+        _: *mut u8,
+        _: &Mat,
+        _: *const u8,
+        _: *const u8,
+        _: Option<(*const u8, &Mat)>,
+        _: Scalar,
+        _: Scalar,
+        _: bool,
+    ) {
+    }
+
+    unsafe fn pick(
+        &self,
+        _: DType,
+        _: &[usize],
+        _: [Vec<isize>; 2],
+        _: usize,
+        _: *mut u8,
+        _: *const u8,
+        _: bool,
+        _: Pick<'_>,
+    ) {
+    }
+
+    unsafe fn scatter_add(
+        &self,
+        _: DType,
+        _: &[usize],
+        _: [Vec<isize>; 2],
+        _: *const u8,
+        _: *mut u8,
+        _: &[i64],
+        _: isize,
+    ) {
+    }
+}
