@@ -21,6 +21,13 @@ enum Command {
     Conform {
         /// The programs file (`{"programs": [...]}`).
         programs: PathBuf,
+        /// The device every tensor a program creates is made on: `cpu`, or `meta` (shapes,
+        /// layouts and allocations without values).
+        #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
+        device: String,
+        /// Run each program on a fresh caching allocator and report its events and peaks.
+        #[arg(long)]
+        allocations: bool,
     },
     /// Measure op costs beside a memory-copy probe and PyTorch (when python3 has torch).
     Bench {
@@ -77,7 +84,19 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Conform { programs } => {
+        Command::Conform {
+            programs,
+            device,
+            allocations,
+        } => {
+            let options = strata_cli::conform::RunOptions {
+                device: if device == "meta" {
+                    strata::prelude::Device::Meta
+                } else {
+                    strata::prelude::Device::Cpu
+                },
+                allocations,
+            };
             let text = match std::fs::read_to_string(&programs) {
                 Ok(t) => t,
                 Err(e) => {
@@ -85,7 +104,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match strata_cli::conform::run_document(&text) {
+            match strata_cli::conform::run_document_with(&text, options) {
                 Ok(results) => {
                     println!("{results}");
                     ExitCode::SUCCESS

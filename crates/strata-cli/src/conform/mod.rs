@@ -4,6 +4,7 @@
 //! The runner never crashes on a program: unknown ops, unbound names, bad arguments, absurd
 //! sizes and anything strata refuses become that program's error, and the next program runs.
 
+mod allocations;
 mod args;
 mod nn;
 mod observe;
@@ -14,9 +15,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
+use strata::core::device::DefaultDevice;
+use strata::core::with_device_allocator;
 use strata::prelude::*;
 use strata_alloc::{DeviceAllocator, HostAllocator};
 
+use allocations::Recorder;
 use args::Args;
 use observe::{observe, StorageNumbers};
 
@@ -53,8 +57,23 @@ impl std::fmt::Display for LoadError {
     }
 }
 
-/// Runs every program in a programs document and returns the results document.
+/// How programs run: on which device, and whether their allocator events are reported.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// The device every tensor a program creates is made on (`--device`).
+    pub device: Device,
+    /// Each program on a fresh caching allocator with its events in the result
+    /// (`--allocations`).
+    pub allocations: bool,
+}
+
+/// Runs every program in a programs document on the CPU and returns the results document.
 pub fn run_document(text: &str) -> Result<Value, LoadError> {
+    run_document_with(text, RunOptions::default())
+}
+
+/// Runs every program in a programs document as `options` say.
+pub fn run_document_with(text: &str, options: RunOptions) -> Result<Value, LoadError> {
     let doc: Value = serde_json::from_str(text).map_err(LoadError::Json)?;
     let programs = doc
         .get("programs")
@@ -70,47 +89,75 @@ pub fn run_document(text: &str) -> Result<Value, LoadError> {
             .get("steps")
             .and_then(Value::as_array)
             .ok_or_else(|| LoadError::Shape(format!("program {id} has no \"steps\" list")))?;
-        results.push(run_program(id, steps));
+        results.push(run_program_with(id, steps, options));
     }
     Ok(json!({ "results": results }))
 }
 
-/// Runs one program on its own allocator (so its memory is bounded and returned) with the
-/// generator seeded with 0.
+/// Runs one program on the CPU on its own allocator (so its memory is bounded and
+/// returned) with the generator seeded with 0.
 pub fn run_program(id: Value, steps: &[Value]) -> Value {
-    let allocator: Arc<dyn DeviceAllocator> =
-        Arc::new(HostAllocator::with_limit(PROGRAM_MEMORY_LIMIT));
+    run_program_with(id, steps, RunOptions::default())
+}
+
+/// Runs one program as `options` say, with the generator seeded with 0.
+pub fn run_program_with(id: Value, steps: &[Value], options: RunOptions) -> Value {
+    let recorder = options.allocations.then(|| Recorder::new(options.device));
+    let allocator: Arc<dyn DeviceAllocator> = match (&recorder, options.device) {
+        (Some(r), _) => r.allocator(),
+        // Meta tensors get a fresh allocator of their own, bounded like a host program's.
+        (None, Device::Meta) => Recorder::new(Device::Meta).allocator(),
+        (None, _) => Arc::new(HostAllocator::with_limit(PROGRAM_MEMORY_LIMIT)),
+    };
     let mut observations = Vec::new();
-    let error = with_allocator(&allocator, || {
+    let mut step_ends = Vec::with_capacity(steps.len());
+    let error = with_device_allocator(options.device, &allocator, || {
         manual_seed(0);
-        let mut state = ProgramState::default();
+        let mut state = ProgramState::on(options.device);
+        let mut error = None;
         for (i, step) in steps.iter().enumerate() {
             let outcome = catch_unwind(AssertUnwindSafe(|| state.step(step, &mut observations)));
             let message = match outcome {
-                Ok(Ok(())) => continue,
-                Ok(Err(m)) => m,
-                Err(panic) => format!(
+                Ok(Ok(())) => None,
+                Ok(Err(m)) => Some(m),
+                Err(panic) => Some(format!(
                     "internal error in strata: {}",
                     panic
                         .downcast_ref::<String>()
                         .map(String::as_str)
                         .or_else(|| panic.downcast_ref::<&str>().copied())
                         .unwrap_or("panic")
-                ),
+                )),
             };
-            return Some(json!({ "step": i, "message": message }));
+            step_ends.push(recorder.as_ref().map_or(0, Recorder::len));
+            if let Some(message) = message {
+                error = Some(json!({ "step": i, "message": message }));
+                break;
+            }
         }
-        None
+        // Events of the final drops count as step `steps.len()`, however far the program got.
+        let end = recorder.as_ref().map_or(0, Recorder::len);
+        step_ends.resize(steps.len(), end);
+        state.release();
+        error
     });
-    json!({ "id": id, "observations": observations, "error": error })
+    let mut result = json!({ "id": id, "observations": observations, "error": error });
+    if let Some(r) = recorder {
+        result["allocations"] = r.report(&step_ends);
+    }
+    result
 }
 
 /// Variables and open modes of one running program.
 #[derive(Default)]
 pub struct ProgramState {
     env: HashMap<String, Tensor>,
+    /// Bound names, oldest binding first (a rebound name moves to the end).
+    order: Vec<String>,
     storages: StorageNumbers,
     modes: Vec<GradModeGuard>,
+    /// The device creation steps make tensors on.
+    device: Device,
 }
 
 impl Drop for ProgramState {
@@ -121,6 +168,28 @@ impl Drop for ProgramState {
 }
 
 impl ProgramState {
+    /// A program with no variables whose creation steps make tensors on `device`.
+    fn on(device: Device) -> ProgramState {
+        let mut state = ProgramState::default();
+        state.device = device;
+        state
+    }
+
+    /// Drops the variables still bound, newest binding first, then closes open modes.
+    fn release(&mut self) {
+        while let Some(name) = self.order.pop() {
+            drop(self.env.remove(&name));
+        }
+        while self.modes.pop().is_some() {}
+    }
+
+    fn insert(&mut self, name: String, t: Tensor) {
+        self.order.retain(|n| *n != name);
+        self.order.push(name.clone());
+        // The old value (if any) is dropped here, when the name is rebound.
+        self.env.insert(name, t);
+    }
+
     fn step(&mut self, step: &Value, observations: &mut Vec<Value>) -> Result<(), String> {
         let op = step
             .get("op")
@@ -158,6 +227,9 @@ impl ProgramState {
         if op == "grad_mode" {
             return self.grad_mode(&args);
         }
+        // Only steps without tensor inputs (creation ops) are told the device: every other
+        // op must follow its inputs there by itself.
+        let _device = inputs.is_empty().then(|| DefaultDevice::set(self.device));
         let produced = ops::run(op, &inputs, &args)?;
         self.bind(op, step.get("let"), produced)
     }
@@ -183,13 +255,13 @@ impl ProgramState {
         match (target, produced) {
             (None | Some(Value::Null), _) => Ok(()),
             (Some(Value::String(n)), Produced::One(t)) => {
-                self.env.insert(n.clone(), t);
+                self.insert(n.clone(), t);
                 Ok(())
             }
             (Some(Value::Array(names)), Produced::Many(ts)) if names.len() == ts.len() => {
                 for (n, t) in names.iter().zip(ts) {
                     let n = n.as_str().ok_or("\"let\" names must be strings")?;
-                    self.env.insert(n.to_owned(), t);
+                    self.insert(n.to_owned(), t);
                 }
                 Ok(())
             }

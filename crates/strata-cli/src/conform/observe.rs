@@ -6,20 +6,18 @@ use serde_json::{json, Value};
 
 use strata::prelude::*;
 
-/// Numbers storages in the order a program first observes them, keeping each observed
-/// storage alive so its identity is never reused within the program.
+/// Numbers storages in the order a program first observes them. Storage identities are
+/// never reused, so nothing is kept alive for the numbering (which would change what the
+/// program's allocator sees).
 #[derive(Default)]
 pub struct StorageNumbers {
-    seen: HashMap<u64, (usize, Tensor)>,
+    seen: HashMap<u64, usize>,
 }
 
 impl StorageNumbers {
     fn number(&mut self, t: &Tensor) -> usize {
         let next = self.seen.len();
-        self.seen
-            .entry(t.storage_id())
-            .or_insert_with(|| (next, t.clone()))
-            .0
+        *self.seen.entry(t.storage_id()).or_insert(next)
     }
 }
 
@@ -34,8 +32,11 @@ fn float_value(v: f64) -> Value {
 }
 
 /// The values of `t` as protocol JSON: numbers in row-major order, bool as 0/1, NaN and
-/// infinities as strings.
+/// infinities as strings; null on the meta device, which has none.
 pub fn values(t: &Tensor) -> Result<Value, String> {
+    if t.device() == Device::Meta {
+        return Ok(Value::Null);
+    }
     let dtype = t.dtype();
     let vals: Vec<Value> = if dtype.is_floating() {
         t.to_vec::<f64>()
