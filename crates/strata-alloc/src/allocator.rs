@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use crate::{AllocError, Site};
+use crate::{AllocError, Category, Site};
 
 /// Alignment of every block handed out, in bytes (enough for AVX-512 loads of any dtype).
 pub const BLOCK_ALIGN: usize = 64;
@@ -74,4 +74,10 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
 
     /// A short name for messages (`"host"`, `"caching"`).
     fn name(&self) -> &str;
+
+    /// Counts `block` (live, from this allocator) under `category` from now on. Allocators
+    /// that keep no categories ignore it.
+    fn set_category(&self, block: &Block, category: Category) {
+        let _ = (block, category);
+    }
 }

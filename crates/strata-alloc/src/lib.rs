@@ -21,6 +21,7 @@
 mod allocator;
 pub mod backing;
 pub mod caching;
+mod category;
 mod error;
 mod host;
 mod site;
@@ -33,6 +34,7 @@ pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, ConfigError, HostCachingAllocator,
     MemoryStats, RecordContext, Snapshot, VirtualCachingAllocator,
 };
+pub use category::{Category, CategoryBytes};
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
-pub use site::{Site, SiteUsage};
+pub use site::{GroupUsage, Grouping, Site, SiteUsage};

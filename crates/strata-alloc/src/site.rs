@@ -3,7 +3,8 @@
 use std::fmt;
 use std::panic::Location;
 
-/// The place an allocation was requested from: the user's source location and the op name.
+/// The place an allocation was requested from: the user's source location, the op name, and
+/// the scope path the program was in (`encoder.layers.3.mlp`; empty outside every scope).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Site {
     /// Source file of the user code that called the op.
@@ -14,6 +15,8 @@ pub struct Site {
     pub column: u32,
     /// The op that allocated (`"zeros"`, `"add"`, `"clone"`, ...).
     pub op: &'static str,
+    /// The scope path (`""` when none).
+    pub scope: &'static str,
 }
 
 impl Site {
@@ -24,7 +27,13 @@ impl Site {
             line: location.line(),
             column: location.column(),
             op,
+            scope: "",
         }
+    }
+
+    /// This site inside the scope path `scope`.
+    pub fn in_scope(self, scope: &'static str) -> Self {
+        Site { scope, ..self }
     }
 
     /// A site with no source location, for memory that no user line asked for.
@@ -34,13 +43,18 @@ impl Site {
             line: 0,
             column: 0,
             op,
+            scope: "",
         }
     }
 }
 
 impl fmt::Display for Site {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{} ({})", self.file, self.line, self.op)
+        write!(f, "{}:{} ({})", self.file, self.line, self.op)?;
+        if !self.scope.is_empty() {
+            write!(f, " in {}", self.scope)?;
+        }
+        Ok(())
     }
 }
 
@@ -49,6 +63,31 @@ impl fmt::Display for Site {
 pub struct SiteUsage {
     /// Where the memory was requested.
     pub site: Site,
+    /// Bytes of the live blocks (rounded sizes).
+    pub bytes: usize,
+    /// The callers' bytes.
+    pub requested_bytes: usize,
+    /// Number of live blocks.
+    pub count: usize,
+}
+
+/// How [`live_allocations_by`](crate::CachingAllocator::live_allocations_by) groups live
+/// blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// By source line and op (the key is the site as displayed, scope included).
+    Site,
+    /// By scope path (`""` for memory allocated outside every scope).
+    Scope,
+    /// By [`Category`](crate::Category).
+    Category,
+}
+
+/// Live memory of one group of blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupUsage {
+    /// What the blocks have in common: a site, a scope path or a category name.
+    pub key: String,
     /// Bytes of the live blocks (rounded sizes).
     pub bytes: usize,
     /// The callers' bytes.

@@ -22,6 +22,7 @@ fn at(line: u32, op: &'static str) -> Site {
         line,
         column: 9,
         op,
+        scope: "",
     }
 }
 

@@ -70,6 +70,7 @@ fn site(i: usize) -> Site {
         line: (i % 7) as u32,
         column: 0,
         op: OPS[i % 3],
+        scope: "",
     }
 }
 

@@ -15,6 +15,7 @@ fn at(line: u32, op: &'static str) -> Site {
         line,
         column: 5,
         op,
+        scope: "",
     }
 }
 

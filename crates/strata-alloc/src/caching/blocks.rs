@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::config::PoolKind;
 use crate::backing::StreamId;
-use crate::Site;
+use crate::{Category, Site};
 
 pub(crate) type BlockId = usize;
 pub(crate) type SegId = u64;
@@ -50,6 +50,8 @@ pub(crate) struct BlockInfo {
     /// Counted in `oversize_allocations` (so a later `max_split_size` change cannot unbalance
     /// the statistic).
     pub oversize: bool,
+    /// What it holds, while allocated (counted in `category_bytes`).
+    pub category: Category,
 }
 
 impl BlockInfo {
@@ -71,6 +73,7 @@ impl BlockInfo {
             gc_count_base: 0,
             site: None,
             oversize: false,
+            category: Category::Temporary,
         }
     }
 

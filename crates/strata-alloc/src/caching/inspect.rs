@@ -291,6 +291,7 @@ impl State {
                     }
                     expect.allocation.increase(pool, 1);
                     expect.allocated_bytes.increase(pool, b.size);
+                    expect.category_bytes.get_mut(b.category).increase(b.size);
                     if b.oversize {
                         expect.oversize_allocations.increase(1);
                     }
@@ -400,6 +401,15 @@ impl State {
         ] {
             if h.current != w.current || h.peak < h.current {
                 return Err(format!("{name} is {h:?} but the blocks say {}", w.current));
+            }
+        }
+        for c in crate::Category::ALL {
+            let (h, w) = (st.category_bytes.get(c), expect.category_bytes.get(c));
+            if h.current != w.current || h.peak < h.current || h.allocated - h.freed != h.current {
+                return Err(format!(
+                    "category_bytes.{c} is {h:?} but the blocks say {}",
+                    w.current
+                ));
             }
         }
         let pending: usize = self.events.values().map(|q| q.len()).sum();

@@ -78,7 +78,9 @@ pub use crate::site::SiteUsage;
 pub use crate::size::format_size;
 
 use crate::backing::{Backing, BackingError, HostBacking, StreamId, VirtualBacking};
-use crate::{AllocError, Block, DeviceAllocator, Site, BLOCK_ALIGN};
+use crate::{
+    AllocError, Block, Category, DeviceAllocator, GroupUsage, Grouping, Site, BLOCK_ALIGN,
+};
 use state::State;
 
 /// Why a caching allocation failed.
@@ -330,6 +332,11 @@ impl<B: Backing> CachingAllocator<B> {
         self.lock().live_by_site()
     }
 
+    /// Live bytes and blocks grouped by site, scope or category, largest first.
+    pub fn live_allocations_by(&self, grouping: Grouping) -> Vec<GroupUsage> {
+        self.lock().live_by(grouping)
+    }
+
     /// Starts (`enabled`) or stops recording history. While on, the newest `max_entries`
     /// events are kept (at least 1); turning it off clears them. `context` decides whether
     /// trace entries carry sites ([`RecordContext::Alloc`] and up) and whether snapshots show
@@ -441,6 +448,13 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
 
     fn name(&self) -> &str {
         "caching"
+    }
+
+    fn set_category(&self, block: &Block, category: Category) {
+        if block.size() > 0 {
+            self.lock_raw()
+                .set_category(block.ptr().as_ptr() as usize, category);
+        }
     }
 }
 

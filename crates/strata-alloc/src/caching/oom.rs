@@ -7,9 +7,35 @@ use super::history::TraceAction;
 use super::state::State;
 use crate::backing::{Backing, StreamId};
 use crate::error::{OomReport, OOM_TOP_SITES};
-use crate::site::{Site, SiteUsage};
+use crate::site::{GroupUsage, Grouping, Site, SiteUsage};
 
 impl State {
+    /// Live bytes and blocks grouped as `grouping` says, largest first (ties by key).
+    pub fn live_by(&self, grouping: Grouping) -> Vec<GroupUsage> {
+        let mut by: HashMap<String, GroupUsage> = HashMap::new();
+        for &id in self.live.values() {
+            let b = &self.heap.blocks[id];
+            let key = match (grouping, b.site) {
+                (Grouping::Category, _) => b.category.as_str().to_string(),
+                (Grouping::Scope, Some(site)) => site.scope.to_string(),
+                (Grouping::Site, Some(site)) => site.to_string(),
+                (_, None) => continue,
+            };
+            let u = by.entry(key.clone()).or_insert(GroupUsage {
+                key,
+                bytes: 0,
+                requested_bytes: 0,
+                count: 0,
+            });
+            u.bytes += b.size;
+            u.requested_bytes += b.requested;
+            u.count += 1;
+        }
+        let mut v: Vec<GroupUsage> = by.into_values().collect();
+        v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
+        v
+    }
+
     /// Live bytes and blocks grouped by site, largest first.
     pub fn live_by_site(&self) -> Vec<SiteUsage> {
         let mut by: HashMap<Site, SiteUsage> = HashMap::new();
@@ -32,12 +58,8 @@ impl State {
                 .cmp(&a.bytes)
                 .then(b.count.cmp(&a.count))
                 .then_with(|| {
-                    (a.site.file, a.site.line, a.site.column, a.site.op).cmp(&(
-                        b.site.file,
-                        b.site.line,
-                        b.site.column,
-                        b.site.op,
-                    ))
+                    let key = |s: &Site| (s.file, s.line, s.column, s.op, s.scope);
+                    key(&a.site).cmp(&key(&b.site))
                 })
         });
         v

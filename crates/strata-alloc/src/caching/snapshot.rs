@@ -10,8 +10,9 @@ use super::config::PoolKind;
 use super::history::TraceAction;
 use crate::Site;
 
-/// One stack frame. strata records one frame per allocation: the user's source line and the
-/// op (`name`) that allocated.
+/// One stack frame. strata records the user's source line and the op (`name`) that
+/// allocated, innermost first, then, inside a scope, a frame named by the scope path whose
+/// file is `<scope>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Frame {
     /// Source file.
@@ -24,16 +25,27 @@ pub struct Frame {
 
 impl Frame {
     pub(crate) fn frames(site: Option<Site>) -> Vec<Frame> {
-        site.map(|s| {
-            vec![Frame {
-                filename: s.file.to_string(),
-                line: s.line,
-                name: s.op.to_string(),
-            }]
-        })
-        .unwrap_or_default()
+        let Some(s) = site else {
+            return Vec::new();
+        };
+        let mut frames = vec![Frame {
+            filename: s.file.to_string(),
+            line: s.line,
+            name: s.op.to_string(),
+        }];
+        if !s.scope.is_empty() {
+            frames.push(Frame {
+                filename: SCOPE_FILE.to_string(),
+                line: 0,
+                name: s.scope.to_string(),
+            });
+        }
+        frames
     }
 }
+
+/// The file name of the frame that carries a scope path.
+pub const SCOPE_FILE: &str = "<scope>";
 
 /// The state of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use super::stats::MemoryStats;
 use super::CachingError;
 use crate::backing::{Backing, BackingError, EventId, StreamId};
 use crate::error::OomReport;
-use crate::Site;
+use crate::{Category, Site};
 
 /// Result of internal steps: `Err` only for fatal backing failures.
 pub(crate) type Fallible<T> = Result<T, BackingError>;
@@ -412,6 +412,7 @@ impl State {
             blk.requested = n;
             blk.site = Some(site);
             blk.oversize = oversize;
+            blk.category = Category::Temporary;
             (blk.addr, blk.size, blk.stream)
         };
         self.live.insert(addr, id);
@@ -461,6 +462,10 @@ impl State {
         if oversize {
             st.oversize_allocations.increase(1);
         }
+        // Every block starts as a temporary; `set_category` moves it.
+        st.category_bytes
+            .get_mut(Category::Temporary)
+            .increase(bsize);
     }
 
     /// Brings the statistics up to date with a [`Reuse`] record: folds in the pairs it has not
@@ -498,6 +503,10 @@ impl State {
         st.active_bytes.rise_and_fall(pool, bytes, r.bsize);
         st.requested_bytes
             .rise_and_fall(pool, requested, max_requested);
+        // Nothing could mark the block between the request and the free: a temporary.
+        st.category_bytes
+            .get_mut(Category::Temporary)
+            .rise_and_fall(bytes, r.bsize);
         if r.oversize {
             st.oversize_allocations.rise_and_fall(k, 1);
         }
@@ -607,6 +616,7 @@ impl State {
             blk.requested = r.n;
             blk.site = Some(r.site);
             blk.oversize = r.oversize;
+            blk.category = Category::Temporary;
         }
         self.count_alloc(pool, r.bsize, r.n, r.oversize);
     }
@@ -651,9 +661,11 @@ impl State {
         blk.oversize = false;
         blk.active = false;
         let requested = std::mem::take(&mut blk.requested);
+        let category = blk.category;
         let (pool, size, stream) = (r.pool, r.bsize, r.stream);
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
+        self.stats.category_bytes.get_mut(category).decrease(size);
         if o {
             self.stats.oversize_allocations.decrease(1);
         }
@@ -696,15 +708,25 @@ impl State {
         let Some(id) = self.live.remove(&addr) else {
             return Ok(false);
         };
-        let (pool, size, requested, stream, site, oversize) = {
+        let (pool, size, requested, stream, site, oversize, category) = {
             let blk = &mut self.heap.blocks[id];
             blk.allocated = false;
             let o = blk.oversize;
             blk.oversize = false;
-            (blk.pool, blk.size, blk.requested, blk.stream, blk.site, o)
+            let c = std::mem::take(&mut blk.category);
+            (
+                blk.pool,
+                blk.size,
+                blk.requested,
+                blk.stream,
+                blk.site,
+                o,
+                c,
+            )
         };
         self.stats.allocation.decrease(pool, 1);
         self.stats.allocated_bytes.decrease(pool, size);
+        self.stats.category_bytes.get_mut(category).decrease(size);
         if oversize {
             self.stats.oversize_allocations.decrease(1);
         }
@@ -728,6 +750,23 @@ impl State {
             self.free_block(b, id)?;
         }
         Ok(true)
+    }
+
+    /// Counts the live block at `addr` under `category` from now on. False (nothing done) when
+    /// no live block starts at `addr`.
+    pub fn set_category(&mut self, addr: usize, category: Category) -> bool {
+        self.settle();
+        let Some(&id) = self.live.get(&addr) else {
+            return false;
+        };
+        let blk = &mut self.heap.blocks[id];
+        let (old, size) = (blk.category, blk.size);
+        if old != category {
+            blk.category = category;
+            self.stats.category_bytes.get_mut(old).decrease(size);
+            self.stats.category_bytes.get_mut(category).increase(size);
+        }
+        true
     }
 
     /// Marks that `stream` (other than the block's own) uses the block at `addr`.

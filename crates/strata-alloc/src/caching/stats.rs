@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::config::PoolKind;
+use crate::CategoryBytes;
 
 /// One statistic: its current value, the highest value since the last peak reset, and the
 /// totals added and removed since the last accumulated reset.
@@ -177,6 +178,10 @@ pub struct MemoryStats {
     pub num_device_free: u64,
     /// The configured `max_split_size` in bytes, -1 when unlimited.
     pub max_split_size: i64,
+    /// Bytes of blocks handed out, by what they hold (`category_bytes.<category>`); the
+    /// categories add up to `allocated_bytes.all`.
+    #[serde(default)]
+    pub category_bytes: CategoryBytes,
 }
 
 impl MemoryStats {
@@ -201,6 +206,7 @@ impl MemoryStats {
         }
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
+        self.category_bytes.each_mut().for_each(Stat::reset_peak);
     }
 
     /// Zeroes every `allocated`/`freed` total and the event counters.
@@ -210,6 +216,9 @@ impl MemoryStats {
         }
         self.oversize_allocations.reset_accumulated();
         self.oversize_segments.reset_accumulated();
+        self.category_bytes
+            .each_mut()
+            .for_each(Stat::reset_accumulated);
         self.num_alloc_retries = 0;
         self.num_ooms = 0;
         self.num_sync_all_streams = 0;
@@ -243,6 +252,7 @@ impl MemoryStats {
         m.insert("num_device_alloc".into(), self.num_device_alloc as i64);
         m.insert("num_device_free".into(), self.num_device_free as i64);
         m.insert("max_split_size".into(), self.max_split_size);
+        self.category_bytes.put(&mut m);
         m
     }
 }

@@ -1,6 +1,7 @@
 //! `memory_summary`: the statistics as a 75-column table laid out like PyTorch's.
 
 use super::stats::{MemoryStats, Stat, StatArray};
+use crate::Category;
 
 const WIDTH: usize = 75;
 
@@ -105,6 +106,15 @@ pub fn render(stats: &MemoryStats, title: &str, abbreviated: bool) -> String {
         lines.push("-".repeat(WIDTH));
         lines.push(row(name, s, s, count_cell));
     }
+    // What the allocated bytes hold; the rows add up to "Allocated memory".
+    lines.push("=".repeat(WIDTH));
+    lines.push(format!("{:^WIDTH$}", "Allocated memory by category"));
+    lines.push("-".repeat(WIDTH));
+    let all = &stats.allocated_bytes.all;
+    for c in Category::ALL {
+        let name = format!("  {}", c.as_str().replace('_', " "));
+        lines.push(row(&name, stats.category_bytes.get(c), all, size_cell));
+    }
     lines.push("=".repeat(WIDTH));
     let mut out = String::new();
     for l in lines {
@@ -152,5 +162,22 @@ mod tests {
         assert!(s.ends_with("|\n"));
         let short = render(&st, "x", true);
         assert!(!short.contains("from large pool"));
+    }
+
+    #[test]
+    fn the_category_rows_follow_the_allocated_scale() {
+        let mut st = MemoryStats::default();
+        st.allocated_bytes.increase(PoolKind::Large, 5 << 20);
+        st.category_bytes
+            .get_mut(Category::Parameter)
+            .increase(4 << 20);
+        st.category_bytes
+            .get_mut(Category::OptimizerState)
+            .increase(1 << 20);
+        let s = render(&st, "x", true);
+        assert!(s.contains("Allocated memory by category"));
+        assert!(s.contains("|   parameter           |   4096 KiB |"), "{s}");
+        assert!(s.contains("|   optimizer state     |   1024 KiB |"), "{s}");
+        assert!(s.contains("|   temporary           |      0 KiB |"), "{s}");
     }
 }

@@ -341,6 +341,7 @@ fn history_records_every_action() {
         line: 7,
         column: 3,
         op: "zeros",
+        scope: "",
     };
     let b = a.allocate(3 * MIB, &s).unwrap();
     let _ = a.allocate(25 * MIB, &s).unwrap_err();
@@ -389,12 +390,14 @@ fn summary_and_sites() {
         line: 1,
         column: 1,
         op: "ones",
+        scope: "",
     };
     let s2 = Site {
         file: "b.rs",
         line: 2,
         column: 1,
         op: "matmul",
+        scope: "",
     };
     let x: Vec<Block> = (0..3).map(|_| a.allocate(1000, &s1).unwrap()).collect();
     let y = a.allocate(5 * MIB, &s2).unwrap();
@@ -767,4 +770,42 @@ fn lazily_counted_pairs_read_as_eagerly_counted_ones() {
         lazy_statistics_match_eager("roundup_power2_divisions:4", seed);
         lazy_statistics_match_eager("expandable_segments:True", seed);
     }
+}
+
+#[test]
+fn categories_move_bytes_and_add_up_to_the_allocated_bytes() {
+    let a = CachingAllocator::new(VirtualBacking::new(1 << 32));
+    let site = Site::unknown("test");
+    let w = a.allocate(3 << 20, &site).unwrap();
+    a.set_category(&w, Category::Parameter);
+    // A request freed and repeated takes the allocator's fast path; it stays a temporary.
+    for _ in 0..3 {
+        let t = a.allocate(1000, &site).unwrap();
+        // SAFETY: `t` came from `a` and is not used again.
+        unsafe { a.deallocate(t) };
+    }
+    let g = a.allocate(3 << 20, &site).unwrap();
+    a.set_category(&g, Category::Gradient);
+    a.set_category(&g, Category::Gradient);
+    let stats = a.memory_stats();
+    let c = |cat| *stats.category_bytes.get(cat);
+    assert_eq!(c(Category::Parameter).current, 3 << 20);
+    assert_eq!(c(Category::Gradient).current, 3 << 20);
+    assert_eq!(c(Category::Temporary).current, 0);
+    assert_eq!(c(Category::Temporary).peak, 3 << 20);
+    let total: i64 = Category::ALL.iter().map(|&k| c(k).current).sum();
+    assert_eq!(total, stats.allocated_bytes.all.current);
+    let map = a.memory_stats_map();
+    assert_eq!(map["category_bytes.parameter.current"], 3 << 20);
+    assert_eq!(map["category_bytes.optimizer_state.peak"], 0);
+    a.check_consistency().unwrap();
+    // SAFETY: both came from `a` and are not used again.
+    unsafe {
+        a.deallocate(w);
+        a.deallocate(g);
+    }
+    let stats = a.memory_stats();
+    assert_eq!(stats.category_bytes.get(Category::Parameter).current, 0);
+    assert_eq!(stats.category_bytes.get(Category::Parameter).peak, 3 << 20);
+    a.check_consistency().unwrap();
 }
