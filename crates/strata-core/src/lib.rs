@@ -31,6 +31,7 @@ pub mod ops;
 pub mod random;
 pub mod routing;
 pub mod scalar;
+pub mod scope;
 pub mod storage;
 pub mod tensor;
 
@@ -49,4 +50,5 @@ pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};
 pub use routing::{with_allocator, with_device_allocator};
 pub use scalar::Scalar;
+pub use strata_alloc::{Category, Grouping};
 pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo};

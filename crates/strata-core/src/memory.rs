@@ -24,7 +24,10 @@
 use std::collections::BTreeMap;
 
 use strata_alloc::BackingError;
-use strata_alloc::{ConfigError, DeviceAllocator, MemoryStats, RecordContext, SiteUsage, Snapshot};
+use strata_alloc::{
+    ConfigError, DeviceAllocator, GroupUsage, Grouping, MemoryStats, RecordContext, SiteUsage,
+    Snapshot,
+};
 
 use crate::routing::{device_allocator, DefaultAllocator};
 
@@ -146,6 +149,22 @@ pub fn set_allocator_settings(settings: &str, device: Device) -> Result<()> {
 /// first: the first place to look when memory grows.
 pub fn live_allocations(device: Device) -> Result<Vec<SiteUsage>> {
     Ok(on_default!(device, |a| a.live_allocations()))
+}
+
+/// Live bytes and blocks grouped by site, by scope path (`Grouping::Scope`: which part of
+/// the model holds the memory) or by category (`Grouping::Category`: parameters, gradients,
+/// optimizer state, activations, inputs, temporaries), largest first.
+///
+/// ```
+/// use strata_core::{memory, scope, DType, Device, Grouping, Tensor};
+/// let _s = scope::enter("decoder");
+/// let h = Tensor::on(Device::Meta).zeros(&[1 << 20], DType::F32)?;
+/// let by_scope = memory::live_allocations_by(Device::Meta, Grouping::Scope)?;
+/// assert!(by_scope.iter().any(|g| g.key == "decoder" && g.bytes >= 4 << 20));
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn live_allocations_by(device: Device, grouping: Grouping) -> Result<Vec<GroupUsage>> {
+    Ok(on_default!(device, |a| a.live_allocations_by(grouping)))
 }
 
 /// Starts (`enabled`) or stops recording allocation history into a ring buffer of the newest

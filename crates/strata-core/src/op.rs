@@ -131,9 +131,10 @@ impl OpContext {
         self.location
     }
 
-    /// The allocation site this op records.
+    /// The allocation site this op records: its source line, its name, and the scope path
+    /// it runs in (in backward, its forward op's).
     pub fn site(&self) -> Site {
-        Site::new(self.location, self.op)
+        Site::new(self.location, self.op).in_scope(crate::scope::current())
     }
 
     /// The allocator new storages on `device` come from.

@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use strata_alloc::{Block, DeviceAllocator};
+use strata_alloc::{Block, Category, DeviceAllocator};
 
 use crate::Device;
 
@@ -64,6 +64,39 @@ pub struct Storage {
     version: AtomicU32,
     inference: bool,
     lock: RwLock<()>,
+    roles: Mutex<Roles>,
+}
+
+/// What a storage's memory is used for, from which its [`Category`] follows: a marked
+/// category sticks; otherwise it is a gradient while a leaf's `.grad` holds it, an
+/// activation while a live graph node saves it, and a temporary otherwise.
+#[derive(Debug, Default)]
+struct Roles {
+    marked: Option<Category>,
+    gradient_of: u32,
+    saved_by: u32,
+    /// The category the allocator counts the block under now.
+    counted: Category,
+}
+
+impl Roles {
+    fn category(&self) -> Category {
+        match self.marked {
+            Some(c) => c,
+            None if self.gradient_of > 0 => Category::Gradient,
+            None if self.saved_by > 0 => Category::Activation,
+            None => Category::Temporary,
+        }
+    }
+}
+
+/// A role a storage takes on and gives up (see [`Storage::take_role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Held as a leaf's `.grad`.
+    Gradient,
+    /// Saved by a graph node for backward.
+    Saved,
 }
 
 impl std::fmt::Debug for Storage {
@@ -121,6 +154,7 @@ impl Storage {
             version: AtomicU32::new(0),
             inference: crate::mode::is_inference_mode_enabled(),
             lock: RwLock::new(()),
+            roles: Mutex::new(Roles::default()),
         }
     }
 
@@ -190,6 +224,57 @@ impl Storage {
     /// True for memory allocated inside inference mode (an inference tensor's storage).
     pub fn is_inference(&self) -> bool {
         self.inference
+    }
+
+    /// Counts this storage's memory as `category` from now on, whatever else it becomes
+    /// (parameters, optimizer state and input batches are marked so by their owners).
+    pub fn mark_category(&self, category: Category) {
+        self.update_roles(|r| r.marked = Some(category));
+    }
+
+    /// The category this storage's memory is counted under.
+    pub fn category(&self) -> Category {
+        self.roles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .category()
+    }
+
+    /// Takes on (`gain`) or gives up one holder of `role`.
+    pub(crate) fn take_role(&self, role: Role, gain: bool) {
+        self.update_roles(|r| {
+            let count = match role {
+                Role::Gradient => &mut r.gradient_of,
+                Role::Saved => &mut r.saved_by,
+            };
+            *count = if gain {
+                count.saturating_add(1)
+            } else {
+                count.saturating_sub(1)
+            };
+        });
+    }
+
+    /// Applies `change` to the roles and tells the allocator when the category moves.
+    fn update_roles(&self, change: impl FnOnce(&mut Roles)) {
+        let mut roles = self.roles.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut roles);
+        let now = roles.category();
+        if now != roles.counted {
+            roles.counted = now;
+            self.tell_allocator(now);
+        }
+    }
+
+    fn tell_allocator(&self, category: Category) {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Owner::Block(AllocatorBlock {
+            allocator,
+            block: Some(block),
+        }) = &*owner
+        {
+            allocator.set_category(block, category);
+        }
     }
 }
 
@@ -271,6 +356,15 @@ impl StorageGuards<'_> {
             std::mem::replace(&mut *owner, new_owner)
         };
         drop(old_owner);
+        // The new block starts as a temporary; it holds what the old one did.
+        let counted = storage
+            .roles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .counted;
+        if counted != Category::Temporary {
+            storage.tell_allocator(counted);
+        }
         Ok(())
     }
 }

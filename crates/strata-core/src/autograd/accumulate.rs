@@ -39,7 +39,7 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
             g = new;
         }
     }
-    let existing = leaf.autograd_meta().state().grad.clone();
+    let existing = leaf.autograd_meta().state().grad.get();
     match existing {
         None => {
             // Take the gradient over when this handle is its only one and it fits.
@@ -51,7 +51,7 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
                 let ctx = OpContext::enter("AccumulateGrad");
                 g.copy_into_new(&ctx, grad_layout(leaf), leaf.dtype())?
             };
-            leaf.autograd_meta().state().grad = Some(stored);
+            leaf.autograd_meta().state().grad.replace(Some(stored));
         }
         Some(prev) => {
             prev.add_(&g)?;

@@ -48,6 +48,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// assert!(w.grad().is_some());
 /// # Ok::<(), strata_core::Error>(())
 /// ```
+#[track_caller]
 pub fn checkpoint<F>(region: F, inputs: &[Tensor]) -> Result<Vec<Tensor>>
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
@@ -56,11 +57,13 @@ where
         return region(inputs);
     }
     let region: Arc<Region> = Arc::new(region);
+    let site = strata_alloc::Site::new(std::panic::Location::caller(), "checkpoint")
+        .in_scope(crate::scope::current());
     let saved = inputs
         .iter()
         .map(|t| {
             if t.requires_grad() || t.dtype().is_floating() {
-                SavedTensor::save("checkpoint", t).map(Some)
+                SavedTensor::save("checkpoint", site, t).map(Some)
             } else {
                 Ok(None)
             }

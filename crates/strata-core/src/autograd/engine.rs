@@ -153,6 +153,7 @@ pub(crate) fn run(
                     });
                 };
                 let _site = crate::op::BackwardSite::enter(node.location.map(|l| (l, node.name)));
+                let _scope = crate::scope::restore(node.scope);
                 let out = f(g)?;
                 drop(slot);
                 out

@@ -38,6 +38,7 @@ pub(crate) mod view;
 pub use crate::mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
 };
+pub use crate::tensor::graph_usage::{live_graph, saved_storages, GraphUsage, SavedStorage};
 pub use checkpoint::checkpoint;
 pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use saved::{save_on_cpu, saved_tensors_hooks, Packed};

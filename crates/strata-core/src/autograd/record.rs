@@ -143,7 +143,9 @@ impl Recorder {
     /// Saves `t` for this node's backward.
     pub fn save(&mut self, t: &Tensor) -> Result<SavedTensor> {
         self.saves = true;
-        SavedTensor::save(self.name, t)
+        let site =
+            strata_alloc::Site::new(self.location, self.name).in_scope(crate::scope::current());
+        SavedTensor::save(self.name, site, t)
     }
 
     /// Saves `t` when `cond` holds.

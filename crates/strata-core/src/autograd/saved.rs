@@ -8,7 +8,11 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use strata_alloc::Site;
+
 use crate::mode::GradModeGuard;
+use crate::storage::Role;
+use crate::tensor::graph_usage;
 use crate::{DType, Error, Result, Tensor};
 
 /// What a pack hook returns: anything, boxed.
@@ -117,6 +121,18 @@ enum Content {
     Packed(Packed, Arc<HookPair>),
 }
 
+impl Drop for SavedTensor {
+    fn drop(&mut self) {
+        if let Content::Plain(t) = &self.content {
+            t.with_body(|b| {
+                b.storage.take_role(Role::Saved, false);
+                graph_usage::count_saved_storage(b.storage.id(), self.bytes, false);
+            });
+            graph_usage::count(&self.site, 0, -1, -(self.bytes as isize));
+        }
+    }
+}
+
 /// One tensor saved by a node.
 pub(crate) struct SavedTensor {
     content: Content,
@@ -125,11 +141,16 @@ pub(crate) struct SavedTensor {
     op: &'static str,
     shape: Vec<usize>,
     dtype: DType,
+    /// The forward op that saved it, for the live-graph report.
+    site: Site,
+    /// Bytes of the storage it holds (0 when hooks packed it).
+    bytes: usize,
 }
 
 impl SavedTensor {
-    /// Saves `t` for the backward of `op` (applying the innermost saved-tensor hooks).
-    pub fn save(op: &'static str, t: &Tensor) -> Result<SavedTensor> {
+    /// Saves `t` for the backward of `op`, recorded at `site` (applying the innermost
+    /// saved-tensor hooks).
+    pub fn save(op: &'static str, site: Site, t: &Tensor) -> Result<SavedTensor> {
         if t.is_inference() {
             return Err(Error::Autograd {
                 message: format!(
@@ -139,13 +160,23 @@ impl SavedTensor {
                 ),
             });
         }
+        let mut bytes = 0;
         let content = match current_hooks() {
             Some(pair) => {
                 let _g = GradModeGuard::no_grad();
                 let packed = (pair.pack)(t)?;
                 Content::Packed(packed, pair)
             }
-            None => Content::Plain(t.detached_alias()),
+            None => {
+                // Its memory counts as an activation while this node keeps it.
+                t.with_body(|b| {
+                    b.storage.take_role(Role::Saved, true);
+                    bytes = b.storage.nbytes();
+                    graph_usage::count_saved_storage(b.storage.id(), bytes, true);
+                });
+                graph_usage::count(&site, 0, 1, bytes as isize);
+                Content::Plain(t.detached_alias())
+            }
         };
         Ok(SavedTensor {
             content,
@@ -153,6 +184,8 @@ impl SavedTensor {
             op,
             shape: t.shape().to_vec(),
             dtype: t.dtype(),
+            site,
+            bytes,
         })
     }
 

@@ -87,7 +87,7 @@ impl Tensor {
     /// The accumulated gradient (`.grad`): for leaves that require grad, and non-leaves that
     /// [`Tensor::retain_grad`].
     pub fn grad(&self) -> Option<Tensor> {
-        self.autograd_meta().state().grad.clone()
+        self.autograd_meta().state().grad.get()
     }
 
     /// Replaces `.grad` (`None` frees it, as `x.grad = None`). A gradient must have this
@@ -106,7 +106,7 @@ impl Tensor {
                 });
             }
         }
-        self.autograd_meta().state().grad = grad;
+        self.autograd_meta().state().grad.replace(grad);
         Ok(())
     }
 
@@ -120,7 +120,7 @@ impl Tensor {
         if let Some(g) = g {
             let g = g.detached_alias();
             crate::mode::no_grad(|| g.zero_())?;
-            self.autograd_meta().state().grad = Some(g);
+            self.autograd_meta().state().grad.replace(Some(g));
         }
         Ok(())
     }
@@ -153,10 +153,11 @@ impl Tensor {
         let hook: GradHook = Arc::new(move |g: &Tensor| {
             if let Some(t) = Tensor::upgrade(&weak) {
                 let mut st = t.autograd_meta().state();
-                st.grad = Some(match st.grad.take() {
+                let next = match st.grad.take() {
                     Some(prev) => prev.add(g)?,
                     None => g.deep_clone()?,
-                });
+                };
+                st.grad.replace(Some(next));
             }
             Ok(None)
         });

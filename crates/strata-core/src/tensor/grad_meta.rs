@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::storage::Role;
 use crate::tensor::graph::{GradHook, Node};
 use crate::Tensor;
 
@@ -31,12 +32,46 @@ pub(crate) struct GradState {
     /// regenerates its `grad_fn` from its base.
     pub fn_version: u32,
     /// `.grad` (leaves, and non-leaves that `retain_grad`).
-    pub grad: Option<Tensor>,
+    pub grad: GradSlot,
     /// The leaf's accumulator, held weakly: it lives as long as a graph uses it.
     pub accumulator: Weak<Node>,
     /// Hooks of a leaf, run before accumulation.
     pub leaf_hooks: Vec<(u64, GradHook)>,
     pub retains_grad: bool,
+}
+
+/// A tensor's `.grad`: its storage's memory counts as a gradient while it sits here.
+#[derive(Default)]
+pub(crate) struct GradSlot(Option<Tensor>);
+
+impl GradSlot {
+    /// The gradient, if any (another handle to it).
+    pub fn get(&self) -> Option<Tensor> {
+        self.0.clone()
+    }
+
+    /// Puts `new` in the slot and returns what was there.
+    pub fn replace(&mut self, new: Option<Tensor>) -> Option<Tensor> {
+        if let Some(t) = &new {
+            t.with_body(|b| b.storage.take_role(Role::Gradient, true));
+        }
+        let old = std::mem::replace(&mut self.0, new);
+        if let Some(t) = &old {
+            t.with_body(|b| b.storage.take_role(Role::Gradient, false));
+        }
+        old
+    }
+
+    /// Empties the slot, returning the gradient.
+    pub fn take(&mut self) -> Option<Tensor> {
+        self.replace(None)
+    }
+}
+
+impl Drop for GradSlot {
+    fn drop(&mut self) {
+        self.take();
+    }
 }
 
 impl AutogradMeta {

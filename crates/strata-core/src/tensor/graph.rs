@@ -7,6 +7,9 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use strata_alloc::Site;
+
+use super::graph_usage;
 use crate::{DType, Result, Tensor};
 
 /// The gradient of a node's inputs from the gradient of its output.
@@ -53,10 +56,21 @@ pub(crate) struct Node {
     pub kind: NodeKind,
     /// The forward op's source location (allocations of the backward are attributed to it).
     pub location: Option<&'static Location<'static>>,
+    /// The scope path the forward op ran in (its backward's allocations are recorded there).
+    pub scope: &'static str,
     pub hooks: Mutex<Vec<(u64, GradHook)>>,
 }
 
 impl Node {
+    /// The site of the forward op that recorded this node (its source line, name, scope).
+    pub fn site(&self) -> Site {
+        match self.location {
+            Some(l) => Site::new(l, self.name),
+            None => Site::unknown(self.name),
+        }
+        .in_scope(self.scope)
+    }
+
     pub fn function(
         name: &'static str,
         next: Vec<Option<Edge>>,
@@ -78,7 +92,7 @@ impl Node {
         inputs: Vec<Option<InputMeta>>,
         location: Option<&'static Location<'static>>,
     ) -> Arc<Node> {
-        Arc::new(Node {
+        let node = Arc::new(Node {
             name,
             seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
             next,
@@ -88,8 +102,11 @@ impl Node {
                 saves: AtomicBool::new(false),
             },
             location,
+            scope: crate::scope::current(),
             hooks: Mutex::new(Vec::new()),
-        })
+        });
+        graph_usage::count(&node.site(), 1, 0, 0);
+        node
     }
 
     /// Installs a pending node's backward.
@@ -108,6 +125,7 @@ impl Node {
             inputs: Vec::new(),
             kind: NodeKind::Accumulate { leaf },
             location: None,
+            scope: "",
             hooks: Mutex::new(Vec::new()),
         })
     }
@@ -130,6 +148,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if matches!(self.kind, NodeKind::Function { .. }) {
+            graph_usage::count(&self.site(), -1, 0, 0);
+        }
         // Unlink iteratively: a node whose last owner is this one is emptied here instead of
         // recursing into its own drop.
         let mut stack: Vec<Arc<Node>> = self.next.drain(..).flatten().map(|e| e.node).collect();

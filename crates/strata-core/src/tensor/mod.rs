@@ -9,6 +9,7 @@ mod display;
 mod factory;
 pub(crate) mod grad_meta;
 pub(crate) mod graph;
+pub(crate) mod graph_usage;
 mod read;
 mod resize;
 mod set_data;
@@ -19,6 +20,7 @@ use crate::layout::{Dims, Layout};
 use crate::storage::Storage;
 use crate::{DType, Device};
 use grad_meta::AutogradMeta;
+use strata_alloc::Category;
 
 pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub use factory::Factory;
@@ -251,6 +253,30 @@ impl Tensor {
     /// Size of the whole storage in bytes.
     pub fn storage_nbytes(&self) -> usize {
         self.read_body().storage.nbytes()
+    }
+
+    /// Counts this tensor's memory (its whole storage, shared by every view) as `category`
+    /// from now on: how parameters, optimizer state and input batches are marked. Without a
+    /// mark, memory is a gradient while a `.grad` holds it, an activation while a live graph
+    /// node saves it, and a temporary otherwise; see `memory::memory_stats_map`'s
+    /// `category_bytes.*` keys.
+    ///
+    /// ```
+    /// use strata_core::{memory, Category, DType, Device, Tensor};
+    /// let w = Tensor::on(Device::Meta).zeros(&[256, 256], DType::F32)?;
+    /// w.mark_category(Category::Parameter);
+    /// assert_eq!(w.memory_category(), Category::Parameter);
+    /// let stats = memory::memory_stats_map(Device::Meta)?;
+    /// assert!(stats["category_bytes.parameter.current"] >= 256 * 256 * 4);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    pub fn mark_category(&self, category: Category) {
+        self.read_body().storage.mark_category(category);
+    }
+
+    /// The category this tensor's memory is counted under (see [`Tensor::mark_category`]).
+    pub fn memory_category(&self) -> Category {
+        self.read_body().storage.category()
     }
 
     /// True when both tensors view the same storage.
