@@ -1,10 +1,7 @@
 //! Memory categories: what the bytes of a block hold for the program (PyTorch's memory
 //! timeline infers these after the fact from a profile; strata is told as it runs).
 
-use std::collections::BTreeMap;
 use std::fmt;
-
-use crate::caching::Stat;
 
 /// What a block of memory holds. A block is counted under exactly one category at a time;
 /// new blocks start as [`Category::Temporary`] and the tensor library moves them as their
@@ -66,7 +63,7 @@ impl Category {
         }
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }
@@ -74,33 +71,5 @@ impl Category {
 impl fmt::Display for Category {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Bytes of live blocks per [`Category`] (block sizes, as `allocated_bytes` counts them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CategoryBytes([Stat; 7]);
-
-impl CategoryBytes {
-    /// The statistic of one category.
-    pub fn get(&self, c: Category) -> &Stat {
-        &self.0[c.index()]
-    }
-
-    pub(crate) fn get_mut(&mut self, c: Category) -> &mut Stat {
-        &mut self.0[c.index()]
-    }
-
-    pub(crate) fn each_mut(&mut self) -> impl Iterator<Item = &mut Stat> {
-        self.0.iter_mut()
-    }
-
-    /// `category_bytes.<name>.{current,peak}` for every category.
-    pub(crate) fn put(&self, map: &mut BTreeMap<String, i64>) {
-        for c in Category::ALL {
-            let s = self.get(c);
-            map.insert(format!("category_bytes.{c}.current"), s.current);
-            map.insert(format!("category_bytes.{c}.peak"), s.peak);
-        }
     }
 }

@@ -31,10 +31,10 @@ pub mod trace;
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
-    AllocatorConfig, CachingAllocator, CachingError, ConfigError, HostCachingAllocator,
-    MemoryStats, RecordContext, Snapshot, VirtualCachingAllocator,
+    AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, ConfigError,
+    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, VirtualCachingAllocator,
 };
-pub use category::{Category, CategoryBytes};
+pub use category::Category;
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
 pub use site::{GroupUsage, Grouping, Site, SiteUsage};

@@ -26,6 +26,7 @@ pub mod layout;
 pub mod memory;
 pub mod mode;
 pub mod nn;
+pub mod observer;
 pub mod op;
 pub mod ops;
 pub mod random;

@@ -8,32 +8,15 @@
 
 use std::cell::Cell;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use strata_alloc::{DeviceAllocator, Site};
+use strata_alloc::{Category, DeviceAllocator, Site};
 
+use crate::observer::{observer, AllocEvent, MemoryAction};
+pub use crate::observer::{set_observer, OpInput, OpObserver};
 use crate::routing::current_allocator;
 use crate::storage::Storage;
-use crate::{DType, Device, Error, Result};
-
-/// One tensor operand of an op, as the observer sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpInput {
-    /// The operand's shape.
-    pub shape: Vec<usize>,
-    /// The operand's dtype.
-    pub dtype: DType,
-}
-
-/// Receives op begin/end events (for profilers). Installed with [`set_observer`].
-pub trait OpObserver: Send + Sync {
-    /// An op started, called from `location`, with these tensor operands (empty for ops
-    /// entered without a description of their operands: factories, internal steps).
-    fn op_begin(&self, op: &'static str, location: &'static Location<'static>, inputs: &[OpInput]);
-    /// The op that started last on this thread finished (successfully or not).
-    fn op_end(&self, op: &'static str);
-}
+use crate::{Device, Error, Result};
 
 thread_local! {
     static BACKWARD_SITE: Cell<Option<ForwardSite>> = const { Cell::new(None) };
@@ -65,24 +48,6 @@ impl Drop for BackwardSite {
         let previous = self.0;
         BACKWARD_SITE.with(|s| s.set(previous));
     }
-}
-
-static OBSERVED: AtomicBool = AtomicBool::new(false);
-static OBSERVER: RwLock<Option<Arc<dyn OpObserver>>> = RwLock::new(None);
-
-/// Installs (or with `None` removes) the process-wide op observer. With none installed the
-/// hook costs one atomic load per op.
-pub fn set_observer(observer: Option<Arc<dyn OpObserver>>) {
-    let mut slot = OBSERVER.write().unwrap_or_else(|p| p.into_inner());
-    OBSERVED.store(observer.is_some(), Ordering::Release);
-    *slot = observer;
-}
-
-fn observer() -> Option<Arc<dyn OpObserver>> {
-    if !OBSERVED.load(Ordering::Acquire) {
-        return None;
-    }
-    OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Everything an op knows about the call that started it.
@@ -145,14 +110,28 @@ impl OpContext {
     /// A new storage of `nbytes` on `device`, attributed to this op's site.
     pub fn allocate(&self, nbytes: usize, device: Device) -> Result<Arc<Storage>> {
         let allocator = self.allocator(device)?;
-        let block =
-            allocator
-                .allocate(nbytes, &self.site())
-                .map_err(|source| Error::OutOfMemory {
-                    op: self.op,
-                    source,
-                })?;
+        let site = self.site();
+        let block = allocator
+            .allocate(nbytes, &site)
+            .map_err(|source| Error::OutOfMemory {
+                op: self.op,
+                source,
+            })?;
+        self.observe_alloc(site, block.size(), device);
         Ok(Arc::new(Storage::from_block(allocator, block, device)))
+    }
+
+    /// Tells the observer, if one is installed, that this op got `bytes` at `site`.
+    pub(crate) fn observe_alloc(&self, site: Site, bytes: usize, device: Device) {
+        if let Some(o) = &self.observer {
+            o.memory(&AllocEvent {
+                action: MemoryAction::Alloc,
+                site,
+                bytes,
+                category: Category::Temporary,
+                device,
+            });
+        }
     }
 }
 

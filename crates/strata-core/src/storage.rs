@@ -278,6 +278,38 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// Tells the observer, if one is installed, that `owner`'s block goes back to its
+    /// allocator (one atomic load when none is).
+    fn observe_free(&self, owner: &Owner) {
+        let Some(o) = crate::observer::observer() else {
+            return;
+        };
+        if let Owner::Block(AllocatorBlock {
+            block: Some(block), ..
+        }) = owner
+        {
+            o.memory(&crate::observer::AllocEvent {
+                action: crate::observer::MemoryAction::Free,
+                site: block.site(),
+                bytes: block.size(),
+                category: self.category(),
+                device: self.device,
+            });
+        }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        let owner = std::mem::replace(
+            self.owner.get_mut().unwrap_or_else(|p| p.into_inner()),
+            Owner::Other(Box::new(())),
+        );
+        self.observe_free(&owner);
+    }
+}
+
 /// How an op uses a storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -355,6 +387,7 @@ impl StorageGuards<'_> {
             storage.nbytes.store(new_len, Ordering::Release);
             std::mem::replace(&mut *owner, new_owner)
         };
+        storage.observe_free(&old_owner);
         drop(old_owner);
         // The new block starts as a temporary; it holds what the old one did.
         let counted = storage

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::config::PoolKind;
-use crate::CategoryBytes;
+use crate::Category;
 
 /// One statistic: its current value, the highest value since the last peak reset, and the
 /// totals added and removed since the last accumulated reset.
@@ -254,6 +254,34 @@ impl MemoryStats {
         m.insert("max_split_size".into(), self.max_split_size);
         self.category_bytes.put(&mut m);
         m
+    }
+}
+
+/// Bytes of live blocks per [`Category`] (block sizes, as `allocated_bytes` counts them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CategoryBytes([Stat; 7]);
+
+impl CategoryBytes {
+    /// The statistic of one category.
+    pub fn get(&self, c: Category) -> &Stat {
+        &self.0[c.index()]
+    }
+
+    pub(crate) fn get_mut(&mut self, c: Category) -> &mut Stat {
+        &mut self.0[c.index()]
+    }
+
+    pub(crate) fn each_mut(&mut self) -> impl Iterator<Item = &mut Stat> {
+        self.0.iter_mut()
+    }
+
+    /// `category_bytes.<name>.{current,peak}` for every category.
+    pub(crate) fn put(&self, map: &mut BTreeMap<String, i64>) {
+        for c in Category::ALL {
+            let s = self.get(c);
+            map.insert(format!("category_bytes.{c}.current"), s.current);
+            map.insert(format!("category_bytes.{c}.peak"), s.peak);
+        }
     }
 }
 

@@ -51,7 +51,7 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
                 let ctx = OpContext::enter("AccumulateGrad");
                 g.copy_into_new(&ctx, grad_layout(leaf), leaf.dtype())?
             };
-            leaf.autograd_meta().state().grad.replace(Some(stored));
+            leaf.autograd_meta().state().grad.set(Some(stored));
         }
         Some(prev) => {
             prev.add_(&g)?;

@@ -119,16 +119,16 @@ pub(crate) fn current_hooks() -> Option<Arc<HookPair>> {
 enum Content {
     Plain(Tensor),
     Packed(Packed, Arc<HookPair>),
+    /// Dropped (only while the saved tensor itself is being dropped).
+    Released,
 }
 
 impl Drop for SavedTensor {
     fn drop(&mut self) {
-        if let Content::Plain(t) = &self.content {
-            t.with_body(|b| {
-                b.storage.take_role(Role::Saved, false);
-                graph_usage::count_saved_storage(b.storage.id(), self.bytes, false);
-            });
+        if let Content::Plain(t) = std::mem::replace(&mut self.content, Content::Released) {
+            graph_usage::count_saved_storage(t.storage_id(), self.bytes, false);
             graph_usage::count(&self.site, 0, -1, -(self.bytes as isize));
+            t.release_role(Role::Saved);
         }
     }
 }
@@ -225,6 +225,9 @@ impl SavedTensor {
                 }
                 Ok(t)
             }
+            Content::Released => Err(Error::Autograd {
+                message: format!("a tensor saved by {} was already released", self.op),
+            }),
         }
     }
 }

@@ -106,21 +106,22 @@ impl Tensor {
                 });
             }
         }
-        self.autograd_meta().state().grad.replace(grad);
+        self.autograd_meta().state().grad.set(grad);
         Ok(())
     }
 
     /// Clears `.grad`: drops it (`set_to_none`, the default in PyTorch and the one that frees
     /// memory) or fills it with zeros in place.
     pub fn zero_grad(&self, set_to_none: bool) -> Result<()> {
-        let g = self.autograd_meta().state().grad.take();
         if set_to_none {
+            self.autograd_meta().state().grad.set(None);
             return Ok(());
         }
+        let g = self.autograd_meta().state().grad.take();
         if let Some(g) = g {
             let g = g.detached_alias();
             crate::mode::no_grad(|| g.zero_())?;
-            self.autograd_meta().state().grad.replace(Some(g));
+            self.autograd_meta().state().grad.set(Some(g));
         }
         Ok(())
     }
@@ -157,7 +158,7 @@ impl Tensor {
                     Some(prev) => prev.add(g)?,
                     None => g.deep_clone()?,
                 };
-                st.grad.replace(Some(next));
+                st.grad.set(Some(next));
             }
             Ok(None)
         });
@@ -256,6 +257,7 @@ impl Tensor {
     }
 }
 
+#[track_caller]
 fn root_edge(t: &Tensor, gradient: Option<&Tensor>) -> Result<(Edge, Tensor)> {
     let Some(edge) = gradient_edge(t) else {
         return Err(Error::Autograd {
@@ -289,7 +291,9 @@ fn root_edge(t: &Tensor, gradient: Option<&Tensor>) -> Result<(Edge, Tensor)> {
                     ),
                 });
             }
-            crate::mode::no_grad(|| crate::Tensor::on(t.device()).ones(&t.shape(), t.dtype()))?
+            // Not a closure: the seed is attributed to the caller of backward.
+            let _no_grad = crate::mode::GradModeGuard::no_grad();
+            crate::Tensor::on(t.device()).ones(&t.shape(), t.dtype())?
         }
     };
     Ok((edge, g))
@@ -308,6 +312,7 @@ fn root_edge(t: &Tensor, gradient: Option<&Tensor>) -> Result<(Edge, Tensor)> {
 /// assert!(x.grad().is_none());
 /// # Ok::<(), strata_core::Error>(())
 /// ```
+#[track_caller]
 pub fn grad(
     outputs: &[&Tensor],
     inputs: &[&Tensor],
@@ -317,6 +322,7 @@ pub fn grad(
 }
 
 /// [`grad`] with output gradients and `retain_graph`.
+#[track_caller]
 pub fn grad_with(
     outputs: &[&Tensor],
     grad_outputs: Option<&[&Tensor]>,

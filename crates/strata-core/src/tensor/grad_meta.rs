@@ -50,27 +50,29 @@ impl GradSlot {
         self.0.clone()
     }
 
-    /// Puts `new` in the slot and returns what was there.
-    pub fn replace(&mut self, new: Option<Tensor>) -> Option<Tensor> {
+    /// Puts `new` in the slot, dropping what was there.
+    pub fn set(&mut self, new: Option<Tensor>) {
         if let Some(t) = &new {
             t.with_body(|b| b.storage.take_role(Role::Gradient, true));
         }
-        let old = std::mem::replace(&mut self.0, new);
+        if let Some(old) = std::mem::replace(&mut self.0, new) {
+            old.release_role(Role::Gradient);
+        }
+    }
+
+    /// Empties the slot, returning the gradient (no longer counted as one).
+    pub fn take(&mut self) -> Option<Tensor> {
+        let old = self.0.take();
         if let Some(t) = &old {
             t.with_body(|b| b.storage.take_role(Role::Gradient, false));
         }
         old
     }
-
-    /// Empties the slot, returning the gradient.
-    pub fn take(&mut self) -> Option<Tensor> {
-        self.replace(None)
-    }
 }
 
 impl Drop for GradSlot {
     fn drop(&mut self) {
-        self.take();
+        self.set(None);
     }
 }
 

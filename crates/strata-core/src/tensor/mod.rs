@@ -274,6 +274,17 @@ impl Tensor {
         self.read_body().storage.mark_category(category);
     }
 
+    /// Drops this handle, which held its storage in `role`. When it was the storage's last
+    /// holder the memory is freed still counted under that role (so a freed activation never
+    /// passes through the temporaries); otherwise the storage gives the role up.
+    pub(crate) fn release_role(self, role: crate::storage::Role) {
+        let storage = self.read_body().storage.clone();
+        drop(self);
+        if Arc::strong_count(&storage) > 1 {
+            storage.take_role(role, false);
+        }
+    }
+
     /// The category this tensor's memory is counted under (see [`Tensor::mark_category`]).
     pub fn memory_category(&self) -> Category {
         self.read_body().storage.category()

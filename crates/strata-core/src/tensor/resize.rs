@@ -42,13 +42,14 @@ impl Tensor {
                 Some(a) => a,
                 None => ctx.allocator(body.storage.device())?,
             };
-            let block =
-                allocator
-                    .allocate(needed, &ctx.site())
-                    .map_err(|source| Error::OutOfMemory {
-                        op: ctx.op(),
-                        source,
-                    })?;
+            let site = ctx.site();
+            let block = allocator
+                .allocate(needed, &site)
+                .map_err(|source| Error::OutOfMemory {
+                    op: ctx.op(),
+                    source,
+                })?;
+            ctx.observe_alloc(site, block.size(), body.storage.device());
             let guards = lock_storages(&[(&body.storage, Access::Write)]);
             if let Err(block) = guards.grow(&body.storage, allocator.clone(), block) {
                 // Another thread grew it meanwhile: ours is not needed.

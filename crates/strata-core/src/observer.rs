@@ -1,0 +1,78 @@
+//! The observer: a process-wide hook that receives every op's begin and end and every
+//! allocation and free, for profilers and memory watches. With none installed, each op and
+//! each freed storage pays one atomic load.
+
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use strata_alloc::{Category, Site};
+
+use crate::{DType, Device};
+
+/// One tensor operand of an op, as the observer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpInput {
+    /// The operand's shape.
+    pub shape: Vec<usize>,
+    /// The operand's dtype.
+    pub dtype: DType,
+}
+
+/// Receives op begin/end events and allocation/free events (for profilers and memory
+/// watches). Installed with [`set_observer`].
+pub trait OpObserver: Send + Sync {
+    /// Memory was allocated or freed (by default, ignored).
+    fn memory(&self, event: &AllocEvent) {
+        let _ = event;
+    }
+    /// An op started, called from `location`, with these tensor operands (empty for ops
+    /// entered without a description of their operands: factories, internal steps).
+    fn op_begin(&self, op: &'static str, location: &'static Location<'static>, inputs: &[OpInput]);
+    /// The op that started last on this thread finished (successfully or not).
+    fn op_end(&self, op: &'static str);
+}
+
+/// Whether memory was handed out or given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryAction {
+    /// A new storage got its bytes.
+    Alloc,
+    /// A storage's bytes went back to its allocator.
+    Free,
+}
+
+/// One allocation or free, as the observer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocEvent {
+    /// What happened.
+    pub action: MemoryAction,
+    /// Who asked for the memory: the op, its source line and its scope path (for a free,
+    /// the allocation's).
+    pub site: Site,
+    /// Bytes of the storage.
+    pub bytes: usize,
+    /// What the bytes held (a new allocation is a temporary until something marks it).
+    pub category: Category,
+    /// The device the bytes are on.
+    pub device: Device,
+}
+
+static OBSERVED: AtomicBool = AtomicBool::new(false);
+static OBSERVER: RwLock<Option<Arc<dyn OpObserver>>> = RwLock::new(None);
+
+/// Installs (or with `None` removes) the process-wide op observer. With none installed the
+/// hook costs one atomic load per op.
+pub fn set_observer(observer: Option<Arc<dyn OpObserver>>) {
+    let mut slot = OBSERVER.write().unwrap_or_else(|p| p.into_inner());
+    OBSERVED.store(observer.is_some(), Ordering::Release);
+    *slot = observer;
+}
+
+/// The installed observer, if any (one atomic load when there is none).
+pub(crate) fn observer() -> Option<Arc<dyn OpObserver>> {
+    if !OBSERVED.load(Ordering::Acquire) {
+        return None;
+    }
+    OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
