@@ -339,8 +339,9 @@ mod tests {
             assert!(m.contains_key(k), "{k}");
         }
         assert_eq!(m["max_split_size"], -1);
-        // 9 arrays x 3 pools x 4 + 2 x 4 + 6 counters.
-        assert_eq!(m.len(), 9 * 12 + 8 + 6);
+        // 9 arrays x 3 pools x 4 + 2 x 4 + 6 counters + 7 categories x (current, peak).
+        assert_eq!(m.len(), 9 * 12 + 8 + 6 + 7 * 2);
+        assert_eq!(m["category_bytes.optimizer_state.current"], 0);
         st.reset_accumulated();
         assert_eq!(st.allocated_bytes.all.allocated, 0);
         assert_eq!(st.allocated_bytes.all.current, 7);
