@@ -1,7 +1,7 @@
 //! Kernel descriptors: the names by which an op asks a backend for a kernel. They say what to
 //! compute, never how; every backend implements each of them.
 
-use crate::Scalar;
+use crate::{DType, Scalar};
 
 /// A floating function: integer inputs compute in f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,4 +214,47 @@ pub(crate) struct Product {
     pub(crate) k: usize,
     pub(crate) a: Mat,
     pub(crate) b: Mat,
+}
+
+/// Buffers a matrix product works in, allocated by the op (so they are counted, attributed
+/// and predicted like any tensor): null where the product needs none.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GemmScratch {
+    /// Room for every result, in the product's dtype, when the output cannot be written
+    /// directly (it shares memory with an input, or is not dense): [`GemmScratch::buffer_len`].
+    pub(crate) buffer: *mut u8,
+    /// f32 room for f16/bf16 products, which are widened: [`GemmScratch::widened_len`].
+    pub(crate) widened: *mut u8,
+}
+
+impl GemmScratch {
+    /// Elements of the result buffer `p` needs when `buffered`.
+    pub(crate) fn buffer_len(p: &Product, buffered: bool) -> usize {
+        if !buffered {
+            return 0;
+        }
+        p.batch
+            .iter()
+            .product::<usize>()
+            .saturating_mul(p.m.saturating_mul(p.n))
+    }
+
+    /// f32 elements `p` needs widened when its dtype is f16 or bf16: each product's `a`, `b`
+    /// and result, for every product of the batch (products may run at once).
+    pub(crate) fn widened_len(p: &Product, dtype: DType) -> usize {
+        if !matches!(dtype, DType::F16 | DType::BF16) {
+            return 0;
+        }
+        p.batch
+            .iter()
+            .product::<usize>()
+            .saturating_mul(Self::widened_slot(p.m, p.n, p.k))
+    }
+
+    /// f32 elements one `m×k · k×n` widened product uses.
+    pub(crate) fn widened_slot(m: usize, n: usize, k: usize) -> usize {
+        m.saturating_mul(k)
+            .saturating_add(k.saturating_mul(n))
+            .saturating_add(m.saturating_mul(n))
+    }
 }

@@ -7,7 +7,7 @@
 //! own for meta, the allocator sees exactly the calls a CPU run makes, and a program's
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
-use super::kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
+use super::kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
 
@@ -73,7 +73,7 @@ impl Backend for Meta {
         _: Option<(*const u8, &Mat)>,
         _: Scalar,
         _: Scalar,
-        _: bool,
+        _: GemmScratch,
     ) {
     }
 

@@ -26,7 +26,7 @@ pub(crate) use cpu::{Dims, Operand, Plan};
 
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
-use kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
+use kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
 
 /// The kernels of one device.
 pub(crate) trait Backend: Sync {
@@ -134,14 +134,16 @@ pub(crate) trait Backend: Sync {
     );
 
     /// `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`, with
-    /// operands addressed from their storages' base pointers by [`Mat`] offsets. With
-    /// `buffered` the result goes through a private buffer first (an output that overlaps
-    /// an input).
+    /// operands addressed from their storages' base pointers by [`Mat`] offsets. With a
+    /// result buffer in `scratch` the result goes through it first (an output that overlaps
+    /// an input, or is not dense); f16 and bf16 products widen into `scratch`'s f32 room.
     ///
     /// # Safety
     /// Every element `p`, `c`'s `Mat` and `out_mat` address must lie in valid memory: the
     /// inputs readable, the output writable and untouched by anything else during the call;
-    /// unless `buffered`, the output overlaps neither itself nor an input.
+    /// without a result buffer, the output overlaps neither itself nor an input. Each
+    /// non-null `scratch` pointer must address the elements [`GemmScratch`] says, writable
+    /// and used by nothing else during the call.
     #[allow(clippy::too_many_arguments)]
     unsafe fn gemm(
         &self,
@@ -154,7 +156,7 @@ pub(crate) trait Backend: Sync {
         c: Option<(*const u8, &Mat)>,
         alpha: Scalar,
         beta: Scalar,
-        buffered: bool,
+        scratch: GemmScratch,
     );
 
     /// The indexed copy `out[k] = src[pick(k)]` over `shape` (`index_select`, `gather`):

@@ -10,7 +10,7 @@ use ::gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::pool::{num_threads, pool};
-use crate::backend::kernel::{Mat, Product};
+use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 use crate::layout::{checked_numel, contiguous_strides};
 use crate::Scalar;
@@ -22,14 +22,16 @@ const PARALLEL_WORK: usize = 1 << 17;
 /// `a`, `b` and `c` are the base pointers of the storages that [`Mat`] offsets count from
 /// (`p.a`, `p.b` and the `Mat` given with `c`), `out` that of the output, written through
 /// `out_mat`. `c` is ignored when absent or when `beta` is zero (even where it holds NaN), the
-/// product when `alpha` is zero. With `buffered` the products are computed into a private
-/// buffer first and then copied into the output.
+/// product when `alpha` is zero. With a result buffer in `scratch` the products are computed
+/// there first and then copied into the output; f16 and bf16 widen into its f32 room.
 ///
 /// # Safety
 /// Every element that `p`, `c`'s `Mat` and `out_mat` address, counted in elements of `dtype`
 /// from its base pointer, must lie in memory that stays valid for the call: the inputs'
 /// readable, the output's writable and touched by nothing else meanwhile (the op holds the
-/// storages locked). Unless `buffered`, the output must not overlap itself or any input.
+/// storages locked). Without a result buffer, the output must not overlap itself or any
+/// input. Each non-null `scratch` pointer addresses the elements [`GemmScratch`] says, used
+/// by nothing else.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm(
     dtype: DType,
@@ -41,7 +43,7 @@ pub(crate) unsafe fn gemm(
     c: Option<(*const u8, &Mat)>,
     alpha: Scalar,
     beta: Scalar,
-    buffered: bool,
+    scratch: GemmScratch,
 ) {
     let job = Job {
         product: p,
@@ -53,7 +55,7 @@ pub(crate) unsafe fn gemm(
         out_ptr: out,
         alpha,
         beta,
-        buffered,
+        scratch,
     };
     dispatch(dtype, &job);
 }
@@ -115,6 +117,28 @@ struct One<T> {
     c: Option<MatPtr<T>>,
     alpha: Scalar,
     beta: Scalar,
+    /// f32 room for a widened product: `m·k + k·n + m·n` elements (null for other dtypes).
+    widened: *mut f32,
+}
+
+/// The f32 room of a widened batch, shared by the threads that run its products (each
+/// writes only its own slot).
+#[derive(Clone, Copy)]
+struct WidePtr(*mut f32);
+
+// SAFETY: products use disjoint slots of the buffer (see `slot`).
+unsafe impl Send for WidePtr {}
+// SAFETY: as above.
+unsafe impl Sync for WidePtr {}
+
+impl WidePtr {
+    /// Product `e`'s slot of `len` elements (null when there is no room: other dtypes).
+    fn slot(self, e: usize, len: usize) -> *mut f32 {
+        if self.0.is_null() {
+            return self.0;
+        }
+        self.0.wrapping_add(e * len)
+    }
 }
 
 impl<T: Element> One<T> {
@@ -192,18 +216,24 @@ impl<T: Element> One<T> {
         let alpha: f32 = self.alpha.to();
         let beta: f32 = self.beta.to();
         let c = self.c.filter(|_| beta != 0.0);
-        let mut acc = vec![0f32; m * n];
+        // SAFETY: the op gave this product `m·k + k·n + m·n` f32 elements of its own (the
+        // `widened` contract): `a`, then `b`, then the result.
+        let (a32, b32, acc) = unsafe {
+            let room = std::slice::from_raw_parts_mut(self.widened, m * k + k * n + m * n);
+            let (a32, rest) = room.split_at_mut(m * k);
+            let (b32, acc) = rest.split_at_mut(k * n);
+            (a32, b32, acc)
+        };
+        acc.fill(0.0);
         // SAFETY: indices stay inside the matrices (caller's contract); the f32 buffers are
-        // owned here and sized for their matrices.
+        // sized for their matrices.
         unsafe {
             if k > 0 && alpha != 0.0 {
-                let mut a32 = vec![0f32; m * k];
                 for i in 0..m {
                     for l in 0..k {
                         a32[i * k + l] = cast::<T, f32>(*self.a.at(i, l));
                     }
                 }
-                let mut b32 = vec![0f32; k * n];
                 for l in 0..k {
                     for j in 0..n {
                         b32[l * n + j] = cast::<T, f32>(*self.b.at(l, j));
@@ -367,9 +397,9 @@ struct Job<'a> {
     out_ptr: *mut u8,
     alpha: Scalar,
     beta: Scalar,
-    /// Compute into a private buffer first, then copy into the output (which shares memory
-    /// with an input, or is not dense).
-    buffered: bool,
+    /// The op's buffers: with a result buffer, compute there first, then copy into the
+    /// output (which shares memory with an input, or is not dense).
+    scratch: GemmScratch,
 }
 
 impl DTypeFn for &Job<'_> {
@@ -388,7 +418,8 @@ impl DTypeFn for &Job<'_> {
         };
         let (a, b, c) = (base(self.a_ptr), base(self.b_ptr), base(self.c_ptr));
         let c = self.c.map(|m| (c, m));
-        if !self.buffered {
+        let widened = self.scratch.widened as *mut f32;
+        if self.scratch.buffer.is_null() {
             // SAFETY: `gemm`'s caller locked the storages and validated every layout against
             // them; unbuffered, the output does not overlap itself or the inputs.
             unsafe {
@@ -401,11 +432,14 @@ impl DTypeFn for &Job<'_> {
                     c,
                     self.alpha,
                     self.beta,
+                    widened,
                 )
             };
             return;
         }
-        let mut buf = vec![T::ZERO; total];
+        // SAFETY: the caller gave a result buffer of `total` elements of T, used by nothing
+        // else during the call.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.scratch.buffer as *mut T, total) };
         let mut strides = contiguous_strides(&p.batch);
         strides.iter_mut().for_each(|s| *s *= p.m * p.n);
         let buf_mat = Mat {
@@ -421,7 +455,11 @@ impl DTypeFn for &Job<'_> {
         };
         // SAFETY: as above, writing into `buf`, which holds `total` elements laid out as
         // `buf_mat` and overlaps nothing.
-        unsafe { compute(p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta) };
+        unsafe {
+            compute(
+                p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta, widened,
+            )
+        };
         let out = self.out_ptr as *mut T;
         let mut index = vec![0; p.batch.len()];
         let mut src = buf.iter();
@@ -456,6 +494,7 @@ unsafe fn compute<T: Element>(
     c: Option<(MatPtr<T>, &Mat)>,
     alpha: Scalar,
     beta: Scalar,
+    widened: *mut f32,
 ) {
     let folded = if c.is_none() { fold(p, dst_mat) } else { None };
     let (p, dst_mat) = match &folded {
@@ -464,6 +503,10 @@ unsafe fn compute<T: Element>(
     };
     let batches = checked_numel(&p.batch).unwrap_or(0);
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k.max(1));
+    // Each product widens into its own slot; folding the batch into rows never needs more
+    // room than the unfolded batch the op sized the buffer for.
+    let slot = GemmScratch::widened_slot(p.m, p.n, p.k);
+    let widened = WidePtr(widened);
     let one = |e: usize, par: Parallelism| {
         let mut index = vec![0; p.batch.len()];
         unravel(e, &p.batch, &mut index);
@@ -479,6 +522,7 @@ unsafe fn compute<T: Element>(
                 c: c.map(|(c, cm)| c.shifted(cm.at(&index), cm.rs, cm.cs)),
                 alpha,
                 beta,
+                widened: widened.slot(e, slot),
             };
             job.run(par);
         }

@@ -27,7 +27,7 @@ pub(crate) mod unary;
 
 pub use run::Plan;
 
-use super::kernel::{BinaryOp, FloatOp, Fold, Mat, Pick, Product, SameOp, TernaryOp};
+use super::kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
 use super::Backend;
 use crate::Device;
 use crate::Scalar;
@@ -122,10 +122,10 @@ impl Backend for Cpu {
         c: Option<(*const u8, &Mat)>,
         alpha: Scalar,
         beta: Scalar,
-        buffered: bool,
+        scratch: GemmScratch,
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { gemm::gemm(dtype, p, out, out_mat, a, b, c, alpha, beta, buffered) }
+        unsafe { gemm::gemm(dtype, p, out, out_mat, a, b, c, alpha, beta, scratch) }
     }
 
     unsafe fn pick(

@@ -14,14 +14,16 @@ pub(crate) mod out;
 #[cfg(test)]
 mod tests;
 
-use crate::backend::kernel::{Mat, Product};
+use std::sync::Arc;
+
+use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::backend::{for_device, Backend};
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::binary::{binary, BinaryOp, Other};
-use crate::storage::{lock_storages, Access};
+use crate::storage::{lock_storages, Access, Storage};
 use crate::tensor::Body;
-use crate::{DType, Result, Scalar, Tensor};
+use crate::{DType, Device, Error, Result, Scalar, Tensor};
 use check::{
     check_addmm, check_bmm, check_dot, check_mm, outer_column, plan_matmul, product_dtype, Kernel,
     MatmulPlan,
@@ -32,8 +34,11 @@ const ONE: Scalar = Scalar::Int(1);
 const ZERO: Scalar = Scalar::Int(0);
 
 /// `out = beta·c + alpha·(a @ b)` through `out_mat` into `out`'s storage, everything checked.
+/// The product's buffers (a result buffer when the output shares memory with an input or is
+/// not dense; f32 room for f16/bf16) come from the allocator as temporaries of this op.
 #[allow(clippy::too_many_arguments)]
 fn execute(
+    ctx: &OpContext,
     backend: &dyn Backend,
     dtype: DType,
     product: &Product,
@@ -45,11 +50,34 @@ fn execute(
     out_dense: bool,
     alpha: Scalar,
     beta: Scalar,
-) {
+) -> Result<()> {
     let id = out.storage.id();
     let shares = a.storage.id() == id
         || b.storage.id() == id
         || c.is_some_and(|(c, _)| c.storage.id() == id);
+    let device = out.storage.device();
+    let mut buffer = temporary(
+        ctx,
+        GemmScratch::buffer_len(product, shares || !out_dense),
+        dtype,
+        device,
+    )?;
+    let mut widened = temporary(
+        ctx,
+        GemmScratch::widened_len(product, dtype),
+        DType::F32,
+        device,
+    )?;
+    let scratch = GemmScratch {
+        buffer: buffer
+            .as_mut()
+            .and_then(Storage::unshared_write_ptr)
+            .unwrap_or(std::ptr::null_mut()),
+        widened: widened
+            .as_mut()
+            .and_then(Storage::unshared_write_ptr)
+            .unwrap_or(std::ptr::null_mut()),
+    };
     let mut locks = vec![
         (&*out.storage, Access::Write),
         (&*a.storage, Access::Read),
@@ -62,6 +90,7 @@ fn execute(
     // SAFETY: every storage is locked (the output's for writing) and the pointers are their
     // bases; the plans were built from layouts validated against those storages. An output
     // that shares a storage with an input, or is not dense, is written through a buffer.
+    // The scratch storages are this call's own, sized as `GemmScratch` says.
     unsafe {
         backend.gemm(
             dtype,
@@ -73,9 +102,32 @@ fn execute(
             c.map(|(cb, m)| (guards.read_ptr(&cb.storage), m)),
             alpha,
             beta,
-            shares || !out_dense,
+            scratch,
         )
     };
+    drop(guards);
+    drop((buffer, widened));
+    Ok(())
+}
+
+/// A temporary storage of `len` elements of `dtype` for this op, or `None` for none.
+fn temporary(
+    ctx: &OpContext,
+    len: usize,
+    dtype: DType,
+    device: Device,
+) -> Result<Option<Arc<Storage>>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let bytes = len.checked_mul(dtype.size()).ok_or_else(|| {
+        Error::shape(
+            ctx.op(),
+            format!("the product's working buffer of {len} elements is too large to address"),
+            vec![],
+        )
+    })?;
+    ctx.allocate(bytes, device).map(Some)
 }
 
 /// A new contiguous tensor of `shape` holding the product.
@@ -100,6 +152,7 @@ fn new_product(
     let body = out.body();
     let out_mat = plan.out_mat(&body.layout);
     execute(
+        ctx,
         backend,
         dtype,
         &plan.product,
@@ -111,7 +164,7 @@ fn new_product(
         true,
         alpha,
         beta,
-    );
+    )?;
     Ok(out)
 }
 

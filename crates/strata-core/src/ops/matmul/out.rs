@@ -90,6 +90,7 @@ fn product_out(
     let out_mat = plan.out_mat(&body.layout);
     let dense = body.layout.is_non_overlapping_and_dense();
     execute(
+        ctx,
         backend,
         dtype,
         &plan.product,
@@ -101,7 +102,7 @@ fn product_out(
         dense,
         alpha,
         beta,
-    );
+    )?;
     out.bump_version();
     Ok(out.clone())
 }
@@ -177,6 +178,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
     };
     let dense = body.layout.is_non_overlapping_and_dense();
     execute(
+        ctx,
         backend,
         dtype,
         &plan.product,
@@ -188,7 +190,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
         dense,
         ONE,
         ZERO,
-    );
+    )?;
     out.bump_version();
     if let Some(l) = squeeze_to {
         out.set_layout(l);
