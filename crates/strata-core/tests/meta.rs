@@ -109,6 +109,7 @@ fn a_training_step_on_meta_predicts_the_cpu_peaks_to_the_byte() -> Result<()> {
             let cpu = mlp_step(Device::Cpu, batch, checkpointing)?;
             let meta = mlp_step(Device::Meta, batch, checkpointing)?;
             assert_eq!(meta, cpu, "batch {batch}, checkpointing {checkpointing}");
+            println!("batch {batch:>3}, checkpointing {checkpointing:<5}: peak allocated {} B, peak reserved {} B (meta and cpu)", cpu.allocated, cpu.reserved);
             seen.push(cpu.allocated);
         }
         // The peaks grow with the batch: the prediction is not a constant.
