@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::blocks::BlockInfo;
 use super::history::TraceAction;
 use super::state::State;
 use crate::backing::{Backing, StreamId};
@@ -10,49 +11,57 @@ use crate::error::{OomReport, OOM_TOP_SITES};
 use crate::site::{GroupUsage, Grouping, Site, SiteUsage};
 
 impl State {
-    /// Live bytes and blocks grouped as `grouping` says, largest first (ties by key).
-    pub fn live_by(&self, grouping: Grouping) -> Vec<GroupUsage> {
-        let mut by: HashMap<String, GroupUsage> = HashMap::new();
+    /// Live blocks summed by `key` (blocks it gives no key are left out): bytes, the
+    /// callers' bytes, and the number of blocks.
+    fn live_totals<K: std::hash::Hash + Eq>(
+        &self,
+        key: impl Fn(&BlockInfo) -> Option<K>,
+    ) -> HashMap<K, (usize, usize, usize)> {
+        let mut by: HashMap<K, (usize, usize, usize)> = HashMap::new();
         for &id in self.live.values() {
             let b = &self.heap.blocks[id];
-            let key = match (grouping, b.site) {
-                (Grouping::Category, _) => b.category.as_str().to_string(),
-                (Grouping::Scope, Some(site)) => site.scope.to_string(),
-                (Grouping::Site, Some(site)) => site.to_string(),
-                (_, None) => continue,
-            };
-            let u = by.entry(key.clone()).or_insert(GroupUsage {
-                key,
-                bytes: 0,
-                requested_bytes: 0,
-                count: 0,
-            });
-            u.bytes += b.size;
-            u.requested_bytes += b.requested;
-            u.count += 1;
+            let Some(k) = key(b) else { continue };
+            let t = by.entry(k).or_default();
+            t.0 += b.size;
+            t.1 += b.requested;
+            t.2 += 1;
         }
-        let mut v: Vec<GroupUsage> = by.into_values().collect();
+        by
+    }
+
+    /// Live bytes and blocks grouped as `grouping` says, largest first (ties by key).
+    pub fn live_by(&self, grouping: Grouping) -> Vec<GroupUsage> {
+        let totals = self.live_totals(|b| match (grouping, b.site) {
+            (Grouping::Category, _) => Some(b.category.as_str().to_string()),
+            (Grouping::Scope, Some(site)) => Some(site.scope.to_string()),
+            (Grouping::Site, Some(site)) => Some(site.to_string()),
+            (_, None) => None,
+        });
+        let mut v: Vec<GroupUsage> = totals
+            .into_iter()
+            .map(|(key, (bytes, requested_bytes, count))| GroupUsage {
+                key,
+                bytes,
+                requested_bytes,
+                count,
+            })
+            .collect();
         v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
         v
     }
 
     /// Live bytes and blocks grouped by site, largest first.
     pub fn live_by_site(&self) -> Vec<SiteUsage> {
-        let mut by: HashMap<Site, SiteUsage> = HashMap::new();
-        for &id in self.live.values() {
-            let b = &self.heap.blocks[id];
-            let Some(site) = b.site else { continue };
-            let u = by.entry(site).or_insert(SiteUsage {
+        let mut v: Vec<SiteUsage> = self
+            .live_totals(|b| b.site)
+            .into_iter()
+            .map(|(site, (bytes, requested_bytes, count))| SiteUsage {
                 site,
-                bytes: 0,
-                requested_bytes: 0,
-                count: 0,
-            });
-            u.bytes += b.size;
-            u.requested_bytes += b.requested;
-            u.count += 1;
-        }
-        let mut v: Vec<SiteUsage> = by.into_values().collect();
+                bytes,
+                requested_bytes,
+                count,
+            })
+            .collect();
         v.sort_by(|a, b| {
             b.bytes
                 .cmp(&a.bytes)

@@ -799,6 +799,12 @@ fn categories_move_bytes_and_add_up_to_the_allocated_bytes() {
     assert_eq!(map["category_bytes.parameter.current"], 3 << 20);
     assert_eq!(map["category_bytes.optimizer_state.peak"], 0);
     a.check_consistency().unwrap();
+    let by_category = a.live_allocations_by(Grouping::Category);
+    let keys: Vec<(&str, usize, usize)> = by_category
+        .iter()
+        .map(|g| (g.key.as_str(), g.bytes, g.count))
+        .collect();
+    assert_eq!(keys, [("gradient", 3 << 20, 1), ("parameter", 3 << 20, 1)]);
     // SAFETY: both came from `a` and are not used again.
     unsafe {
         a.deallocate(w);
