@@ -126,7 +126,16 @@ fn meta_tensors_have_layouts_and_autograd_but_no_values() -> Result<()> {
     let y = x.matmul(&w.t()?)?.relu()?;
     assert_eq!((y.device(), y.shape().to_vec()), (Device::Meta, vec![2, 3]));
     assert_eq!(y.grad_fn_name(), Some("ReluBackward0"));
+    // Hooks run on meta gradients and may replace them.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    y.register_hook(move |g: &Tensor| {
+        assert_eq!(g.device(), Device::Meta);
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some(g.mul(2.0)?))
+    })?;
     y.sum(None, false)?.backward()?;
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 1);
     let g = w.grad().expect("backward runs on meta");
     assert_eq!((g.device(), g.shape().to_vec()), (Device::Meta, vec![3, 4]));
     // Views share storage and bump versions as on the CPU.
