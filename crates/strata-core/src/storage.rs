@@ -310,6 +310,70 @@ impl Drop for Storage {
     }
 }
 
+/// Host memory an op works in (a reduction's accumulators, one value per result), counted
+/// by the device's allocator like any tensor. On the CPU the elements are the storage's
+/// bytes; on a device whose memory the host cannot read (meta) a host vector stands in, so
+/// the allocator sees the same request on both and nothing reads an address that is not
+/// memory.
+pub(crate) struct HostScratch<T: Copy> {
+    ptr: *mut T,
+    len: usize,
+    _storage: Arc<Storage>,
+    _shadow: Vec<T>,
+}
+
+impl<T: Copy> HostScratch<T> {
+    /// `len` elements set to `init`, over `storage` (just allocated by the op: its only
+    /// handle, of at least `len` elements). `None` when it is shared or too small.
+    pub(crate) fn new(mut storage: Arc<Storage>, len: usize, init: T) -> Option<HostScratch<T>> {
+        let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+        if storage.nbytes() < bytes {
+            return None;
+        }
+        if storage.device() != Device::Cpu {
+            let mut shadow = vec![init; len];
+            return Some(HostScratch {
+                ptr: shadow.as_mut_ptr(),
+                len,
+                _storage: storage,
+                _shadow: shadow,
+            });
+        }
+        let ptr = Storage::unshared_write_ptr(&mut storage)? as *mut T;
+        // SAFETY: the storage is host memory that only this handle reaches (checked just
+        // above), at least `len` elements long and aligned to BLOCK_ALIGN (64), which covers
+        // every element type used here.
+        unsafe {
+            for i in 0..len {
+                ptr.add(i).write(init);
+            }
+        }
+        Some(HostScratch {
+            ptr,
+            len,
+            _storage: storage,
+            _shadow: Vec::new(),
+        })
+    }
+}
+
+impl<T: Copy> std::ops::Deref for HostScratch<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` addresses `len` initialised elements owned by this scratch (the
+        // storage or the shadow vector, neither of which moves its buffer), reached by
+        // nothing else.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T: Copy> std::ops::DerefMut for HostScratch<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for `deref`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 /// How an op uses a storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {

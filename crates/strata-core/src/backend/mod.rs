@@ -49,8 +49,8 @@ pub(crate) trait Backend: Sync {
     unsafe fn same_unary(&self, plan: &Plan, s: SameOp, compute: DType);
 
     /// Sums `outer` contiguous `[len, inner]` blocks of f32 or f64 starting at `base` over
-    /// their `len` dimension into `[outer, inner]` f64 values; `None` when this backend has no
-    /// such fast path for `dtype`.
+    /// their `len` dimension into the `[outer, inner]` f64 values `out`; false (nothing
+    /// written) when this backend has no such fast path for `dtype`.
     ///
     /// # Safety
     /// `base` must address `outer·len·inner` readable elements of `dtype` that nothing writes
@@ -62,7 +62,8 @@ pub(crate) trait Backend: Sync {
         outer: usize,
         len: usize,
         inner: usize,
-    ) -> Option<Vec<f64>>;
+        out: &mut [f64],
+    ) -> bool;
 
     /// `out = a op b` over `plan` (operands out, a, b; or out, a with `scalar` as `b`),
     /// computed in `compute` (comparisons write bool).

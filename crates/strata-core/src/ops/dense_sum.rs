@@ -2,31 +2,40 @@
 //! of adjacent dimensions (the kernel is the backend's `dense_sum`).
 
 use crate::backend::for_device;
-use crate::storage::{lock_storages, Access};
-use crate::{DType, Tensor};
+use crate::op::OpContext;
+use crate::ops::reduction::scratch;
+use crate::storage::{lock_storages, Access, HostScratch};
+use crate::{DType, Result, Tensor};
 
-/// Sums `x` over the adjacent dimensions `first..=last` into `[outer, inner]` f64 values, or
-/// `None` when the fast path does not apply (another dtype, a non-contiguous input, or an
-/// empty one).
-pub(crate) fn dense_sum(x: &Tensor, mask: &[bool]) -> Option<Vec<f64>> {
+/// Sums `x` over the adjacent dimensions `first..=last` into `[outer, inner]` f64 values (a
+/// temporary of `ctx`'s op), or `None` when the fast path does not apply (another dtype, a
+/// non-contiguous input, or an empty one).
+pub(crate) fn dense_sum(
+    ctx: &OpContext,
+    x: &Tensor,
+    mask: &[bool],
+) -> Result<Option<HostScratch<f64>>> {
     let dtype = x.dtype();
     if !matches!(dtype, DType::F32 | DType::F64) || x.numel() == 0 {
-        return None;
+        return Ok(None);
     }
-    let first = mask.iter().position(|&m| m)?;
-    let last = mask.iter().rposition(|&m| m)?;
+    let (Some(first), Some(last)) = (mask.iter().position(|&m| m), mask.iter().rposition(|&m| m))
+    else {
+        return Ok(None);
+    };
     if !mask[first..=last].iter().all(|&m| m) {
-        return None;
+        return Ok(None);
     }
     let body = x.body();
     if !body.layout.is_contiguous() {
-        return None;
+        return Ok(None);
     }
     let shape = body.layout.sizes();
     let outer: usize = shape[..first].iter().product();
     let len: usize = shape[first..=last].iter().product();
     let inner: usize = shape[last + 1..].iter().product();
-    let backend = for_device(x.device()).ok()?;
+    let backend = for_device(x.device())?;
+    let mut out = scratch(ctx, x.device(), outer * inner, 0.0f64)?;
     let guards = lock_storages(&[(&*body.storage, Access::Read)]);
     let base = guards
         .read_ptr(&body.storage)
@@ -34,9 +43,9 @@ pub(crate) fn dense_sum(x: &Tensor, mask: &[bool]) -> Option<Vec<f64>> {
     // SAFETY: the input is contiguous from its offset and holds outer·len·inner elements of
     // its dtype; the storage is read-locked until `guards` drops, so nothing writes it
     // meanwhile.
-    let out = unsafe { backend.dense_sum(dtype, base, outer, len, inner) };
+    let done = unsafe { backend.dense_sum(dtype, base, outer, len, inner, &mut out) };
     drop(guards);
-    out
+    Ok(done.then_some(out))
 }
 #[cfg(test)]
 mod tests {
@@ -44,12 +53,13 @@ mod tests {
 
     #[test]
     fn matches_the_general_path_on_every_dim_run() {
+        let ctx = OpContext::enter("sum");
         let x = Tensor::randn(&[3, 70, 2, 1500], DType::F32).unwrap();
         let exact: Vec<f64> = x.to(DType::F64).unwrap().to_vec().unwrap();
         let shape = [3usize, 70, 2, 1500];
         for (first, last) in [(0, 0), (1, 1), (3, 3), (1, 2), (0, 3), (2, 3)] {
             let mask: Vec<bool> = (0..4).map(|d| d >= first && d <= last).collect();
-            let got = dense_sum(&x, &mask).unwrap();
+            let got = dense_sum(&ctx, &x, &mask).unwrap().unwrap();
             let outer: usize = shape[..first].iter().product();
             let len: usize = shape[first..=last].iter().product();
             let inner: usize = shape[last + 1..].iter().product();
@@ -64,7 +74,15 @@ mod tests {
                 }
             }
         }
-        assert!(dense_sum(&x.transpose(0, 3).unwrap(), &[false, false, false, true]).is_none());
-        assert!(dense_sum(&x, &[true, false, true, false]).is_none());
+        assert!(dense_sum(
+            &ctx,
+            &x.transpose(0, 3).unwrap(),
+            &[false, false, false, true]
+        )
+        .unwrap()
+        .is_none());
+        assert!(dense_sum(&ctx, &x, &[true, false, true, false])
+            .unwrap()
+            .is_none());
     }
 }

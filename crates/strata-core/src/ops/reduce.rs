@@ -30,14 +30,17 @@ pub(crate) fn sum(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     if dtype.is_floating() {
         let fast = if dtype == natural {
-            dense_sum(x, &r.mask)
+            dense_sum(ctx, x, &r.mask)?
         } else {
             None
         };
-        let v = fast.unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, Fold::of_values(Sum)));
+        let v = match fast {
+            Some(v) => v,
+            None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
+        };
         finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else {
-        let v = r.fold_as(x, dtype, 0i64, None, Fold::of_values(Sum));
+        let v = r.fold_as(ctx, x, dtype, 0i64, None, Fold::of_values(Sum))?;
         finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     }
 }
@@ -56,15 +59,15 @@ pub(crate) fn mean(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
     let fast = if dtype == x.dtype() {
-        dense_sum(x, &r.mask)
+        dense_sum(ctx, x, &r.mask)?
     } else {
         None
     };
-    let v: Vec<f64> = fast
-        .unwrap_or_else(|| r.fold_as(x, dtype, 0.0f64, None, Fold::of_values(Sum)))
-        .into_iter()
-        .map(|s| s / n)
-        .collect();
+    let mut v = match fast {
+        Some(v) => v,
+        None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
+    };
+    v.iter_mut().for_each(|s| *s /= n);
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
@@ -83,13 +86,13 @@ pub(crate) fn prod(
         // As PyTorch, a half-precision product is rounded at every step (so it overflows
         // where the exact product would not).
         let fold = Fold::of_values(ProdRoundedTo(dtype));
-        let v = r.fold_as(x, dtype, 1.0f64, None, fold);
+        let v = r.fold_as(ctx, x, dtype, 1.0f64, None, fold)?;
         finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else if dtype.is_floating() {
-        let v = r.fold_as(x, dtype, 1.0f64, None, Fold::of_values(Prod));
+        let v = r.fold_as(ctx, x, dtype, 1.0f64, None, Fold::of_values(Prod))?;
         finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     } else {
-        let v = r.fold_as(x, dtype, 1i64, None, Fold::of_values(Prod));
+        let v = r.fold_as(ctx, x, dtype, 1i64, None, Fold::of_values(Prod))?;
         finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
     }
 }
@@ -108,14 +111,14 @@ pub(crate) fn amax(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     if x.dtype().is_floating() {
         let v = if max {
-            r.fold(x, f64::NEG_INFINITY, Max)
+            r.fold(ctx, x, f64::NEG_INFINITY, Max)?
         } else {
-            r.fold(x, f64::INFINITY, Min)
+            r.fold(ctx, x, f64::INFINITY, Min)?
         };
         finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
     } else {
         let init = if max { i64::MIN } else { i64::MAX };
-        let v = r.fold(x, init, if max { Max } else { Min });
+        let v = r.fold(ctx, x, init, if max { Max } else { Min })?;
         finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
     }
 }
@@ -196,22 +199,26 @@ pub(crate) fn var(
     let dtype = out.map_or(x.dtype(), Tensor::dtype);
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
-    let mean: Vec<f64> = dense_sum(x, &r.mask)
-        .unwrap_or_else(|| r.fold(x, 0.0f64, Sum))
-        .into_iter()
-        .map(|s| s / n)
-        .collect();
+    let mut mean = match dense_sum(ctx, x, &r.mask)? {
+        Some(v) => v,
+        None => r.fold(ctx, x, 0.0f64, Sum)?,
+    };
+    mean.iter_mut().for_each(|s| *s /= n);
     let dt = x.dtype();
     let deviations = Fold {
         term: FoldTerm::SquaredDeviation,
         combine: Sum,
     };
-    let ss = r.fold_as(x, dt, 0.0f64, Some(&mean), deviations);
+    let mut v = r.fold_as(ctx, x, dt, 0.0f64, Some(&mean), deviations)?;
+    drop(mean);
     let denom = (n - correction).max(0.0);
-    let v: Vec<f64> = ss
-        .into_iter()
-        .map(|s| if sqrt { (s / denom).sqrt() } else { s / denom })
-        .collect();
+    v.iter_mut().for_each(|s| {
+        *s = if sqrt {
+            (*s / denom).sqrt()
+        } else {
+            *s / denom
+        }
+    });
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
@@ -233,20 +240,29 @@ pub(crate) fn norm(
     let dt = x.dtype();
     let fold = |term, combine| Fold { term, combine };
     // The per-element term first, then plain folds (partial results combine the same way).
-    let v: Vec<f64> = if p == f64::INFINITY {
-        r.fold_as(x, dt, f64::NEG_INFINITY, None, fold(FoldTerm::Abs, Max))
+    let v = if p == f64::INFINITY {
+        r.fold_as(
+            ctx,
+            x,
+            dt,
+            f64::NEG_INFINITY,
+            None,
+            fold(FoldTerm::Abs, Max),
+        )?
     } else if p == f64::NEG_INFINITY {
-        r.fold_as(x, dt, f64::INFINITY, None, fold(FoldTerm::Abs, Min))
+        r.fold_as(ctx, x, dt, f64::INFINITY, None, fold(FoldTerm::Abs, Min))?
     } else if p == 0.0 {
-        r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::NonZero, Sum))
+        r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::NonZero, Sum))?
     } else if p == 1.0 {
-        r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::Abs, Sum))
+        r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Abs, Sum))?
     } else if p == 2.0 {
-        let s = r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum));
-        s.into_iter().map(f64::sqrt).collect()
+        let mut s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum))?;
+        s.iter_mut().for_each(|s| *s = s.sqrt());
+        s
     } else {
-        let s = r.fold_as(x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum));
-        s.into_iter().map(|s| s.powf(1.0 / p)).collect()
+        let mut s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum))?;
+        s.iter_mut().for_each(|s| *s = s.powf(1.0 / p));
+        s
     };
     finish(ctx, &v, &r.out_shape, dt, dest, x.device())
 }
@@ -279,20 +295,27 @@ pub(crate) fn logsumexp(
     let dtype = out.map_or(compute, Tensor::dtype);
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
-    let m: Vec<f64> = if x.numel() == 0 {
-        vec![0.0; r.out_numel()]
-    } else {
-        r.fold_as(x, compute, f64::NEG_INFINITY, None, Fold::of_values(Max))
-            .into_iter()
-            .map(|v| if v.is_infinite() { 0.0 } else { v })
-            .collect()
-    };
+    // (An empty input folds nothing: every maximum stays -inf, then 0.)
+    let mut m = r.fold_as(
+        ctx,
+        x,
+        compute,
+        f64::NEG_INFINITY,
+        None,
+        Fold::of_values(Max),
+    )?;
+    m.iter_mut()
+        .filter(|v| v.is_infinite())
+        .for_each(|v| *v = 0.0);
     let shifted = Fold {
         term: FoldTerm::ExpShifted,
         combine: Sum,
     };
-    let s = r.fold_as(x, compute, 0.0f64, Some(&m), shifted);
-    let v: Vec<f64> = s.iter().zip(&m).map(|(s, m)| s.ln() + m).collect();
+    let mut v = r.fold_as(ctx, x, compute, 0.0f64, Some(&m), shifted)?;
+    v.iter_mut()
+        .zip(m.iter())
+        .for_each(|(s, m)| *s = s.ln() + m);
+    drop(m);
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
@@ -321,7 +344,7 @@ pub(crate) fn cumsum(
         Dest::Out(o) => o.clone(),
     };
     if x.numel() > 0 {
-        scan_sum(backend, x, &result, d, dtype);
+        scan_sum(ctx, backend, x, &result, d, dtype)?;
     }
     if let Dest::Out(o) = dest {
         o.bump_version();

@@ -4,10 +4,10 @@
 //!
 //! Every reduction runs through the engine with an accumulator whose strides are 0 along the
 //! reduced dimensions. Floating inputs accumulate in f64 and integers in i64, so sums are
-//! careful. The accumulators are a small host buffer of one value per result (the only
-//! scratch memory a reduction uses; nothing comes from a tensor allocator), converted once
-//! into the destination: a new contiguous tensor, or an `out=` tensor through its own
-//! strides.
+//! careful. The accumulators (one value per result) are temporaries of the op, taken from
+//! the device's allocator like any tensor so they are counted and predicted on meta
+//! ([`HostScratch`]), and converted once into the destination: a new contiguous tensor, or
+//! an `out=` tensor through its own strides.
 
 use crate::backend::kernel::{Fold, FoldCombine};
 use crate::backend::{for_device, Backend};
@@ -18,7 +18,7 @@ use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::{contiguous_strides, wrap_dim};
 use crate::op::OpContext;
 use crate::ops::out::{check_memory, Aliasing};
-use crate::storage::{lock_storages, Access};
+use crate::storage::{lock_storages, Access, HostScratch};
 use crate::tensor::create_from_fn;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -184,15 +184,16 @@ impl Reduction {
     /// where the fold's term takes one.
     pub(crate) fn fold_as<A: Element>(
         &self,
+        ctx: &OpContext,
         x: &Tensor,
         compute: DType,
         init: A,
         param: Option<&[A]>,
         fold: Fold,
-    ) -> Vec<A> {
-        let mut acc = vec![init; self.out_numel()];
+    ) -> Result<HostScratch<A>> {
+        let mut acc = scratch(ctx, x.device(), self.out_numel(), init)?;
         if self.shape.contains(&0) {
-            return acc;
+            return Ok(acc);
         }
         let trailing: Vec<Operand> = param
             .map(|p| Operand {
@@ -209,24 +210,39 @@ impl Reduction {
         self.run(x, &mut [(ptr, A::DTYPE)], &trailing, |plan| unsafe {
             self.backend.fold(plan, compute, A::DTYPE, fold)
         });
-        acc
+        Ok(acc)
     }
 
     /// Folds `x`'s elements (read in its own dtype) with `combine` from `init`, in
     /// accumulation type `A`.
-    pub(crate) fn fold<A: Element>(&self, x: &Tensor, init: A, combine: FoldCombine) -> Vec<A> {
-        self.fold_as(x, x.dtype(), init, None, Fold::of_values(combine))
+    pub(crate) fn fold<A: Element>(
+        &self,
+        ctx: &OpContext,
+        x: &Tensor,
+        init: A,
+        combine: FoldCombine,
+    ) -> Result<HostScratch<A>> {
+        self.fold_as(ctx, x, x.dtype(), init, None, Fold::of_values(combine))
     }
 
     /// Best value and its position along the single reduced dimension `dim`.
-    fn arg_fold<A: Element>(&self, x: &Tensor, dim: usize, max: bool) -> (Vec<A>, Vec<i64>) {
+    fn arg_fold<A: Element>(
+        &self,
+        ctx: &OpContext,
+        x: &Tensor,
+        dim: usize,
+        max: bool,
+    ) -> Result<(HostScratch<A>, HostScratch<i64>)> {
         let n = self.out_numel();
-        let mut vals = vec![A::ZERO; n];
-        let mut idx = vec![-1i64; n];
+        let mut vals = scratch(ctx, x.device(), n, A::ZERO)?;
+        let mut idx = scratch(ctx, x.device(), n, -1i64)?;
         if self.shape.contains(&0) {
-            return (vals, idx);
+            return Ok((vals, idx));
         }
-        let positions: Vec<i64> = (0..self.shape[dim] as i64).collect();
+        let mut positions = scratch(ctx, x.device(), self.shape[dim], 0i64)?;
+        for (i, p) in positions.iter_mut().enumerate() {
+            *p = i as i64;
+        }
         let mut pos_strides = vec![0usize; self.shape.len()];
         pos_strides[dim] = 1;
         let trailing = [Operand {
@@ -244,8 +260,30 @@ impl Reduction {
             &trailing,
             |plan| unsafe { self.backend.arg_best(plan, A::DTYPE, max) },
         );
-        (vals, idx)
+        Ok((vals, idx))
     }
+}
+
+/// `len` accumulators of `A` set to `init`: a temporary of `ctx`'s op on `device`, counted by
+/// its allocator (see [`HostScratch`]).
+pub(crate) fn scratch<A: Element>(
+    ctx: &OpContext,
+    device: Device,
+    len: usize,
+    init: A,
+) -> Result<HostScratch<A>> {
+    let bytes = len.checked_mul(A::DTYPE.size()).ok_or_else(|| {
+        Error::shape(
+            ctx.op(),
+            format!("{len} accumulators are too many to address"),
+            vec![],
+        )
+    })?;
+    let storage = ctx.allocate(bytes, device)?;
+    HostScratch::new(storage, len, init).ok_or_else(|| Error::Unsupported {
+        op: ctx.op(),
+        message: "internal: a new working buffer was shared or too small".into(),
+    })
 }
 
 /// Where a reduction's result goes.
@@ -448,13 +486,13 @@ impl ArgReduction {
         let (r, d) = (&self.r, self.d);
         let shape = &r.out_shape;
         let (v, i) = if x.dtype().is_floating() {
-            let (v, i) = r.arg_fold::<f64>(x, d, max);
+            let (v, i) = r.arg_fold::<f64>(ctx, x, d, max)?;
             let v = values
                 .map(|dest| finish(ctx, &v, shape, x.dtype(), dest, x.device()))
                 .transpose()?;
             (v, i)
         } else {
-            let (v, i) = r.arg_fold::<i64>(x, d, max);
+            let (v, i) = r.arg_fold::<i64>(ctx, x, d, max)?;
             let v = values
                 .map(|dest| finish(ctx, &v, shape, x.dtype(), dest, x.device()))
                 .transpose()?;
@@ -466,7 +504,14 @@ impl ArgReduction {
 
 /// Running sums of `x` along `d` written into `out` (same shape), read as `dtype` and
 /// accumulated in f64 or i64.
-pub(crate) fn scan_sum(backend: &dyn Backend, x: &Tensor, out: &Tensor, d: usize, dtype: DType) {
+pub(crate) fn scan_sum(
+    ctx: &OpContext,
+    backend: &dyn Backend,
+    x: &Tensor,
+    out: &Tensor,
+    d: usize,
+    dtype: DType,
+) -> Result<()> {
     let (xb, ob) = (x.body(), out.body());
     let shape = xb.layout.sizes().to_vec();
     let mut line = shape.clone();
@@ -478,13 +523,13 @@ pub(crate) fn scan_sum(backend: &dyn Backend, x: &Tensor, out: &Tensor, d: usize
         *s = 0;
     }
     let lines: usize = line.iter().product();
-    let (mut carry_f, mut carry_i) = (Vec::new(), Vec::new());
+    let (mut carry_f, mut carry_i) = (None, None);
     let carry = if dtype.is_floating() {
-        carry_f = vec![0f64; lines];
-        (carry_f.as_mut_ptr() as *mut u8, DType::F64)
+        let c = carry_f.insert(scratch(ctx, x.device(), lines, 0f64)?);
+        (c.as_mut_ptr() as *mut u8, DType::F64)
     } else {
-        carry_i = vec![0i64; lines];
-        (carry_i.as_mut_ptr() as *mut u8, DType::I64)
+        let c = carry_i.insert(scratch(ctx, x.device(), lines, 0i64)?);
+        (c.as_mut_ptr() as *mut u8, DType::I64)
     };
     // Memory order. A sequential walk visits the elements of every line in increasing
     // position along `d` whatever the order, and the carry's stride 0 along `d` keeps it
@@ -531,4 +576,5 @@ pub(crate) fn scan_sum(backend: &dyn Backend, x: &Tensor, out: &Tensor, d: usize
     unsafe { backend.scan_sum(&plan, dtype) };
     drop(guards);
     drop((carry_f, carry_i));
+    Ok(())
 }

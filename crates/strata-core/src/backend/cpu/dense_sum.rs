@@ -147,8 +147,8 @@ fn run<T: Wide>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]
 }
 
 /// Sums `outer` contiguous `[len, inner]` blocks of f32 or f64 (`dtype`) starting at `base`
-/// over their `len` dimension, into `outer·inner` f64 values (`[outer, inner]`); `None` for
-/// another dtype.
+/// over their `len` dimension, into the `outer·inner` f64 values `out` (`[outer, inner]`);
+/// false (nothing written) for another dtype.
 ///
 /// # Safety
 /// `base` must point to `outer·len·inner` readable elements of `dtype` that nothing writes
@@ -159,8 +159,12 @@ pub(crate) unsafe fn sum_blocks(
     outer: usize,
     len: usize,
     inner: usize,
-) -> Option<Vec<f64>> {
-    let mut out = vec![0f64; outer * inner];
+    out: &mut [f64],
+) -> bool {
+    if !matches!(dtype, DType::F32 | DType::F64) || out.len() != outer * inner {
+        return false;
+    }
+    out.fill(0.0);
     let n = outer * len * inner;
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -170,17 +174,17 @@ pub(crate) unsafe fn sum_blocks(
                 outer,
                 len,
                 inner,
-                &mut out,
+                out,
             ),
             DType::F64 => run(
                 std::slice::from_raw_parts(base as *const f64, n),
                 outer,
                 len,
                 inner,
-                &mut out,
+                out,
             ),
-            _ => return None,
+            _ => return false,
         }
     }
-    Some(out)
+    true
 }

@@ -57,9 +57,10 @@ impl Backend for Cpu {
         outer: usize,
         len: usize,
         inner: usize,
-    ) -> Option<Vec<f64>> {
+        out: &mut [f64],
+    ) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner) }
+        unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner, out) }
     }
 
     unsafe fn binary(&self, plan: &Plan, op: BinaryOp, compute: DType, scalar: Option<Scalar>) {

@@ -1,6 +1,17 @@
 //! Tests of `reduce_out.rs`: the reductions written into a given tensor.
 
-use crate::ops::out::testing::{check_dtype_refused, check_out_form, peak_during};
+use crate::ops::out::testing::{check_dtype_refused, check_out_form_with_scratch, peak_during};
+
+/// The working memory a reduction into `want` may use: its accumulators (at most three
+/// buffers of 8 bytes per result) and the positions along the reduced dimension.
+fn scratch(want: &Tensor, reduced: usize) -> usize {
+    3 * 8 * want.numel().max(1) + 8 * reduced
+}
+
+/// `check_out_form` for a reduction over at most `reduced` positions.
+fn check_out_form(want: &Tensor, tol: f64, run: impl Fn(&Tensor) -> crate::Result<Tensor>) {
+    check_out_form_with_scratch(want, tol, scratch(want, 64), run);
+}
 use crate::Error;
 use crate::{DType, Tensor};
 
@@ -228,7 +239,7 @@ fn max_and_min_along_a_dim_write_both_outputs() {
             let (r, peak) = peak_during(|| run(&vo, &io));
             let (rv, ri) = r.unwrap();
             assert!(rv.is_same(&vo) && ri.is_same(&io));
-            assert_eq!(peak, 0);
+            assert!(peak <= scratch(&v, 64), "{peak}");
             assert_eq!((vo.version(), io.version()), (1, 1));
             assert_eq!(vo.to_vec::<f32>().unwrap(), v.to_vec::<f32>().unwrap());
             assert_eq!(io.to_vec::<i64>().unwrap(), i.to_vec::<i64>().unwrap());
