@@ -72,6 +72,9 @@ pub(crate) enum BinaryOp {
     Gt,
     /// `a >= b`.
     Ge,
+    /// `a` where `b > 0`, else 0 (a NaN `b` passes `a`): relu's gradient `a` given its output
+    /// `b`, PyTorch's `threshold_backward`, in one pass.
+    ReluGrad,
 }
 
 impl BinaryOp {

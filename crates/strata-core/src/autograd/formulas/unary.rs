@@ -4,6 +4,7 @@
 use super::{record, sign, zero, Grads};
 use crate::autograd::record::InplaceRecorder;
 use crate::op::OpContext;
+use crate::ops::binary::{binary, BinaryOp, Other};
 use crate::ops::unary::{FloatOp, SameOp};
 use crate::{Result, Tensor};
 
@@ -108,7 +109,10 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
         // Selected, not multiplied by a mask: an infinite or NaN gradient where the output
         // is clamped must still give 0 there. As PyTorch's threshold backward, the gradient
         // is zeroed where the output is <= 0, so a NaN output passes its gradient.
-        SameOp::Relu => Tensor::where_cond(&v.le(0i64)?, &zero(g)?, g),
+        SameOp::Relu => {
+            let ctx = OpContext::enter("threshold_backward");
+            binary(&ctx, g, Other::Tensor(v), BinaryOp::ReluGrad)
+        }
         SameOp::Clamp(lo, hi) => {
             // The gradient passes where the input lies strictly within the bounds, as in
             // PyTorch (an input equal to a bound, or NaN, gets 0).

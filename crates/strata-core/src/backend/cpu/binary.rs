@@ -60,6 +60,7 @@ impl DTypeFn for Kernel<'_> {
             BinaryOp::Le => run!(|a: T, b: T| a <= b, bool),
             BinaryOp::Gt => run!(|a: T, b: T| a > b, bool),
             BinaryOp::Ge => run!(|a: T, b: T| a >= b, bool),
+            BinaryOp::ReluGrad => run!(|a: T, b: T| if b <= T::ZERO { T::ZERO } else { a }, T),
         }
     }
 }
