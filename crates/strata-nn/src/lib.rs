@@ -12,6 +12,7 @@ pub mod container;
 pub mod init;
 pub mod layers;
 pub mod module;
+pub mod prune;
 pub mod state;
 
 pub use container::{checkpoint_sequential, ModuleDict, ModuleList, Sequential};

@@ -40,7 +40,7 @@ struct Entries {
     buffers: Vec<(String, TensorSlot, bool)>,
     children: Vec<(String, Arc<dyn Module>)>,
     plain: Vec<(String, TensorSlot)>,
-    pre_hooks: Vec<(u64, PreForwardHook)>,
+    pre_hooks: Vec<(u64, Option<String>, PreForwardHook)>,
     next_hook: u64,
 }
 
@@ -257,10 +257,16 @@ impl ModuleCore {
 
     /// Adds a hook run before every forward; the returned id removes it.
     pub fn add_pre_forward_hook(&self, hook: PreForwardHook) -> u64 {
+        self.add_labelled_hook(None, hook)
+    }
+
+    /// Adds a hook that [`remove_labelled_hook`](ModuleCore::remove_labelled_hook) finds by
+    /// `label` (pruning labels its hook with the parameter's name).
+    pub(crate) fn add_labelled_hook(&self, label: Option<String>, hook: PreForwardHook) -> u64 {
         let mut e = self.entries_mut();
         let id = e.next_hook;
         e.next_hook += 1;
-        e.pre_hooks.push((id, hook));
+        e.pre_hooks.push((id, label, hook));
         id
     }
 
@@ -268,8 +274,15 @@ impl ModuleCore {
     pub fn remove_pre_forward_hook(&self, id: u64) -> bool {
         let mut e = self.entries_mut();
         let before = e.pre_hooks.len();
-        e.pre_hooks.retain(|(i, _)| *i != id);
+        e.pre_hooks.retain(|(i, ..)| *i != id);
         before != e.pre_hooks.len()
+    }
+
+    /// Removes the hooks labelled `label`.
+    pub(crate) fn remove_labelled_hook(&self, label: &str) {
+        self.entries_mut()
+            .pre_hooks
+            .retain(|(_, l, _)| l.as_deref() != Some(label));
     }
 
     /// Runs `f` as this module's forward: inside the module's scope (its registered name,
@@ -282,7 +295,7 @@ impl ModuleCore {
             .entries()
             .pre_hooks
             .iter()
-            .map(|(_, h)| h.clone())
+            .map(|(.., h)| h.clone())
             .collect();
         for h in hooks {
             h(self)?;

@@ -187,6 +187,3 @@ pub fn downcast_ref<T: Module>(m: &dyn Module) -> Option<&T> {
 pub fn shared<M: Module>(m: M) -> Arc<dyn Module> {
     Arc::new(m)
 }
-
-#[cfg(test)]
-mod tests;

@@ -103,3 +103,15 @@ impl StateError {
         }
     }
 }
+
+impl From<StateError> for strata_core::Error {
+    /// A state-dict error as a tensor library error (so `?` works in functions that return
+    /// `strata_core::Result`): tensor errors pass through, the others become
+    /// `Error::Argument` with the full message.
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::Tensor(e) => e,
+            other => strata_core::Error::argument("state dict", other.to_string(), None),
+        }
+    }
+}
