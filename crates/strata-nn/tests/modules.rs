@@ -158,6 +158,7 @@ fn to_dtype_keeps_each_parameter_the_same_tensor() {
         assert_eq!(old.dtype(), DType::F64);
         assert_eq!(old.grad().unwrap().dtype(), DType::F64);
         assert!(old.requires_grad() && old.is_leaf());
+        assert_eq!(old.memory_category(), Category::Parameter);
     }
     let y = m.call(&x.to(DType::F64).unwrap()).unwrap();
     assert_eq!(y.dtype(), DType::F64);

@@ -59,7 +59,7 @@ impl Tensor {
             ));
         }
         let addr = storage.data_ptr() as usize;
-        if addr % dtype.size() != 0 {
+        if !addr.is_multiple_of(dtype.size()) {
             return Err(Error::argument(
                 OP,
                 format!(

@@ -69,6 +69,17 @@ impl Module for Embedding {
     }
 
     fn forward(&self, index: &Tensor) -> Result<Tensor> {
-        embedding(index, &self.weight())
+        let w = self.weight();
+        let out = embedding(index, &w)?;
+        match self.padding_idx {
+            Some(p) if out.requires_grad() => {
+                // Rows looked up at the padding index come from a detached weight, so the
+                // padding row gets no gradient (the values are the same).
+                let detached = embedding(index, &w.detach()?)?;
+                let is_pad = index.eq(p)?.unsqueeze(-1)?;
+                Tensor::where_cond(&is_pad, &detached, &out)
+            }
+            _ => Ok(out),
+        }
     }
 }

@@ -243,3 +243,17 @@ fn grouped_and_dilated_convolutions_match_their_definitions() {
     assert_eq!(y.shape().as_slice(), [1, 1, 2, 2]);
     assert_eq!(y.to_vec::<f32>().unwrap(), [20.0, 24.0, 36.0, 40.0]);
 }
+
+#[test]
+fn embedding_padding_row_gets_no_gradient() {
+    let e = Embedding::new(4, 2, Some(0)).unwrap();
+    let idx = Tensor::from_vec(vec![0i64, 2, 0, 3], &[2, 2]).unwrap();
+    e.call(&idx)
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = e.weight().grad().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(g, [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
+}

@@ -60,8 +60,11 @@ unsafe fn convert(core: &ModuleCore, f: impl Fn(&Tensor) -> Result<Option<Tensor
             slot.set(fresh);
             continue;
         }
+        let category = t.memory_category();
         // SAFETY: the caller promises that no op uses the module's tensors meanwhile.
         unsafe { t.set_data(&new)? };
+        // The new memory is counted as the old was (a parameter stays a parameter).
+        t.mark_category(category);
         if let Some(g) = grad {
             t.set_grad(Some(g))?;
         }

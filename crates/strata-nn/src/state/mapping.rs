@@ -33,7 +33,7 @@ const BORROW_ALIGN: usize = 8;
 /// Whether an entry can borrow the mapping at `addr`: aligned, non-empty, and the host
 /// reads the file's little-endian bytes as they are.
 fn borrowable(e: &EntryInfo, addr: usize) -> bool {
-    cfg!(target_endian = "little") && e.end > e.start && addr % BORROW_ALIGN == 0
+    cfg!(target_endian = "little") && e.end > e.start && addr.is_multiple_of(BORROW_ALIGN)
 }
 
 /// Reads every tensor of the safetensors file at `path`, in the order of their bytes.
