@@ -9,7 +9,7 @@ use strata::prelude::Device;
 use strata_cli::conform::{run_document_with, RunOptions};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/conformance");
-const SUITES: [&str; 7] = [
+const SUITES: [&str; 8] = [
     "views",
     "inplace",
     "ops",
@@ -17,6 +17,7 @@ const SUITES: [&str; 7] = [
     "nn",
     "layout",
     "inference",
+    "layers",
 ];
 
 fn programs(suite: &str) -> (String, String) {

@@ -145,6 +145,13 @@ fn inplace_suite_matches_pytorch() {
     assert_all_pass("inplace");
 }
 
+/// Small models in training and eval mode: conv (dilation, groups), pools (padding,
+/// ceil_mode), batch norm, the RNN cells, the losses, embedding with padding_idx.
+#[test]
+fn layers_suite_matches_pytorch() {
+    assert_all_pass("layers");
+}
+
 /// Output layouts of element-wise ops when size-1 dimensions carry unusual strides (made by
 /// `as_strided`, unsqueeze of a transpose, narrow, select, expand, permutes), with inputs of
 /// other dtypes, numbers, 0-d and broadcast partners, in place and into `out=`.

@@ -221,6 +221,13 @@ impl Storage {
         }
     }
 
+    /// Forgets the in-place writes an op made to an output it has just allocated and not yet
+    /// handed out (filled in parts through in-place ops): nobody can have read its counter, and
+    /// PyTorch's counterpart starts at 0.
+    pub(crate) fn reset_fresh_version(&self) {
+        self.version.store(0, Ordering::Release);
+    }
+
     /// True for memory allocated inside inference mode (an inference tensor's storage).
     pub fn is_inference(&self) -> bool {
         self.inference

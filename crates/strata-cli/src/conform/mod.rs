@@ -22,7 +22,7 @@ use strata_alloc::{DeviceAllocator, HostAllocator};
 
 use allocations::Recorder;
 use args::Args;
-use observe::{observe, StorageNumbers};
+use observe::{observe, observe_values, StorageNumbers};
 
 /// Most bytes one program may hold at once; beyond it allocations fail as out-of-memory.
 pub const PROGRAM_MEMORY_LIMIT: usize = 2 << 30;
@@ -213,8 +213,17 @@ impl ProgramState {
             })
             .collect::<Result<_, _>>()?;
         if op == "observe" {
+            let values_only = step
+                .get("args")
+                .and_then(|a| a.get("values_only"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             for (n, t) in names.iter().zip(&inputs) {
-                observations.push(observe(n, t, &mut self.storages)?);
+                observations.push(if values_only {
+                    observe_values(n, t)?
+                } else {
+                    observe(n, t, &mut self.storages)?
+                });
             }
             return Ok(());
         }

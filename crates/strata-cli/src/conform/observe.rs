@@ -57,6 +57,21 @@ pub fn values(t: &Tensor) -> Result<Value, String> {
 /// Most elements the runner will print for one observation.
 pub const MAX_OBSERVED: usize = 1 << 24;
 
+/// The short form of an observation (`values_only`): no layout, storage or version, which
+/// may differ between correct implementations; the storage is not numbered.
+pub fn observe_values(name: &str, t: &Tensor) -> Result<Value, String> {
+    Ok(json!({
+        "var": name,
+        "dtype": t.dtype().name(),
+        "shape": t.shape().as_slice(),
+        "values": values(t)?,
+        "grad": match t.grad() {
+            Some(g) => values(&g)?,
+            None => Value::Null,
+        },
+    }))
+}
+
 /// One observation record.
 pub fn observe(name: &str, t: &Tensor, storages: &mut StorageNumbers) -> Result<Value, String> {
     if t.numel() > MAX_OBSERVED {

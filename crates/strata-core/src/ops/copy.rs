@@ -27,6 +27,17 @@ pub(crate) fn copy_(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor>
     prepared.execute(ctx, |plan| unsafe { backend.copy(plan) })
 }
 
+/// Copies `src` into `x` without counting it as a write to `x`: for buffers a kernel
+/// updates on the side, as PyTorch's CPU batch norm updates its running statistics.
+pub(crate) fn copy_unversioned(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor> {
+    let backend = for_device(x.device())?;
+    let prepared = ElementwiseSpec::new(Output::Existing(x), vec![src])
+        .infer(ctx.op())?
+        .without_version_bump();
+    // SAFETY: `execute` locks the storages and passes a plan valid for them.
+    prepared.execute(ctx, |plan| unsafe { backend.copy(plan) })
+}
+
 /// The version a copy of `src` starts at. PyTorch makes `clone`, `contiguous` and `to` by
 /// filling a new tensor with an in-place `copy_`, which the layer above the kernels normally hides.
 /// For an inference tensor outside inference mode that layer is skipped, so the write counts

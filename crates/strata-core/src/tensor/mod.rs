@@ -334,4 +334,11 @@ impl Tensor {
         }
         self.read_body().storage.bump_version();
     }
+
+    /// Sets the version counter of an output an op has just allocated, and filled in parts
+    /// through in-place ops, back to 0 before handing it out (see
+    /// [`Storage::reset_fresh_version`]).
+    pub(crate) fn reset_fresh_version(&self) {
+        self.read_body().storage.reset_fresh_version();
+    }
 }

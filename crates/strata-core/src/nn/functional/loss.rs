@@ -113,3 +113,25 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
         reduction.apply(&d.mul(&d)?)
     })
 }
+
+/// The mean absolute error `|input - target|`, reduced by `reduction` (PyTorch's
+/// `F.l1_loss`); the two broadcast together. Differentiable in both (the gradient at a zero
+/// difference is 0).
+///
+/// ```
+/// use strata_core::nn::functional::{l1_loss, Reduction};
+/// use strata_core::Tensor;
+/// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+/// let b = Tensor::from_vec(vec![1.0f32, 0.0, 4.0], &[3])?;
+/// assert_eq!(l1_loss(&a, &b, Reduction::Sum)?.item::<f32>()?, 3.0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    Entry::new("l1_loss", &[input, target])?.run_composite(|ctx, t| {
+        let (input, target) = (t[0], t[1]);
+        floating(ctx.op(), "the input", input)?;
+        dtype_is(ctx.op(), "the target", target, input.dtype())?;
+        reduction.apply(&input.sub(target)?.abs()?)
+    })
+}

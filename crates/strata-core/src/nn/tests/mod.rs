@@ -1,10 +1,13 @@
 //! Tests of the functional ops: forward values against small hand-computed cases, and every
 //! backward against central finite differences in f64.
 
+mod cells;
 mod class_losses;
+mod conv_options;
 mod conv_pool;
 mod layers;
 mod memory;
+mod pool_norm;
 
 use crate::autograd::no_grad;
 use crate::{DType, Generator, Result, Tensor};

@@ -1,18 +1,15 @@
 //! `max_pool2d`, as one node that saves the argmax positions (not a mask).
 
-use super::check::{ndim_in, shape};
-use super::Pair;
+use super::super::Pair;
+use super::{check, padded, windows_of, Pool2dOptions, Windows};
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
 use crate::op::OpContext;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Error, Result, Scalar, Tensor};
 
 /// The maximum of each `kernel` window of `x` (`[N, C, H, W]` or `[C, H, W]`), windows
-/// `stride` apart (the kernel size when `None`), without padding (PyTorch's
-/// `F.max_pool2d`). The result is `[N, C, OH, OW]` with `OH = (H - kh) / sh + 1`.
-///
-/// Backward routes each output's gradient to the position its maximum came from (the first
-/// one on ties); the node saves those positions as i64 indices into each `H·W` plane.
+/// `stride` apart (the kernel size when `None`), without padding; see [`max_pool2d_with`]
+/// for padding and `ceil_mode`. The result is `[N, C, OH, OW]` with `OH = (H - kh) / sh + 1`.
 ///
 /// ```
 /// use strata_core::nn::functional::max_pool2d;
@@ -24,20 +21,50 @@ use crate::{DType, Error, Result, Tensor};
 /// ```
 #[track_caller]
 pub fn max_pool2d(x: &Tensor, kernel: impl Into<Pair>, stride: Option<Pair>) -> Result<Tensor> {
-    let kernel = kernel.into();
-    let stride = stride.unwrap_or(kernel);
+    let opts = Pool2dOptions {
+        stride,
+        ..Pool2dOptions::new(kernel)
+    };
+    max_pool2d_with(x, opts)
+}
+
+/// PyTorch's `F.max_pool2d` with padding (never chosen: padded positions hold the lowest
+/// value) and `ceil_mode`. Padding may be at most half the kernel.
+///
+/// Backward routes each output's gradient to the position its maximum came from (the first
+/// one on ties); the node saves those positions as i64 indices into each `H·W` plane.
+///
+/// ```
+/// use strata_core::nn::functional::{max_pool2d_with, Pair, Pool2dOptions};
+/// use strata_core::{DType, Tensor};
+/// let x = Tensor::arange(9, DType::F32)?.view(&[1, 1, 3, 3])?;
+/// let opts = Pool2dOptions { ceil_mode: true, ..Pool2dOptions::new(2) };
+/// assert_eq!(max_pool2d_with(&x, opts)?.to_vec::<f32>()?, vec![4.0, 5.0, 7.0, 8.0]);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn max_pool2d_with(x: &Tensor, opts: Pool2dOptions) -> Result<Tensor> {
     Entry::new("max_pool2d", &[x])?
         .run(
-            |ctx, x| forward(ctx, x[0], kernel, stride),
+            |ctx, x| forward(ctx, x[0], &opts),
             |ctx, x, (out, indices)| backward(ctx, x[0], out, indices),
         )
         .map(|(out, _)| out)
 }
 
+/// The lowest value of `dtype`: what padding holds so that no maximum comes from it.
+fn lowest(dtype: DType) -> Scalar {
+    match dtype {
+        DType::U8 | DType::Bool => Scalar::from(0i64),
+        DType::I32 => Scalar::from(i32::MIN),
+        DType::I64 => Scalar::from(i64::MIN),
+        _ => Scalar::from(f64::NEG_INFINITY),
+    }
+}
+
 /// The pooled values, and the flat position in its plane each came from.
-fn forward(ctx: &OpContext, x: &Tensor, kernel: Pair, stride: Pair) -> Result<(Tensor, Tensor)> {
+fn forward(ctx: &OpContext, x: &Tensor, opts: &Pool2dOptions) -> Result<(Tensor, Tensor)> {
     let op = ctx.op();
-    ndim_in(op, "the input", x, &[3, 4])?;
     if x.dtype() == DType::Bool {
         return Err(Error::dtype(
             op,
@@ -45,55 +72,40 @@ fn forward(ctx: &OpContext, x: &Tensor, kernel: Pair, stride: Pair) -> Result<(T
             Some("convert it with .to(DType::F32)"),
         ));
     }
-    if kernel.0 == 0 || kernel.1 == 0 || stride.0 == 0 || stride.1 == 0 {
-        return Err(Error::argument(
-            op,
-            format!("the kernel {kernel:?} and stride {stride:?} must be positive"),
-            Some("a 2x2 pooling is kernel 2 (stride defaults to the kernel)"),
-        ));
-    }
+    let win = check(op, x, opts)?;
     let unbatched = x.dim() == 3;
-    let xs = x.shape().to_vec();
-    let nd = xs.len();
-    let (h, w) = (xs[nd - 2], xs[nd - 1]);
-    if h < kernel.0 || w < kernel.1 {
-        return Err(shape(
-            op,
-            format!(
-                "the input's {h}x{w} planes are smaller than the kernel {}x{}",
-                kernel.0, kernel.1
-            ),
-            vec![xs],
-            "use a smaller kernel or a larger input",
-        ));
-    }
-    let (oh, ow) = ((h - kernel.0) / stride.0 + 1, (w - kernel.1) / stride.1 + 1);
     let xb = if unbatched {
         x.unsqueeze(0)?
     } else {
         x.clone()
     };
-    let (n, c) = (xb.shape()[0] as i64, xb.shape()[1] as i64);
-    let kk = (kernel.0 * kernel.1) as i64;
-    let windows = |t: &Tensor, n: i64, c: i64| -> Result<Tensor> {
-        t.unfold(2, kernel.0, stride.0)?
-            .unfold(3, kernel.1, stride.1)?
-            .reshape(&[n, c, oh as i64, ow as i64, kk])
-    };
-    let (values, local) = windows(&xb, n, c)?.max_dim(4, false)?;
-    // Each window's flat positions in its plane, picked at the argmax.
-    let positions = Tensor::on(xb.device())
-        .arange(h * w, DType::I64)?
-        .view(&[1, 1, h as i64, w as i64])?;
-    let positions = windows(&positions, 1, 1)?.expand(&[n, c, oh as i64, ow as i64, kk])?;
-    let indices = positions
+    let (values, local) =
+        windows_of(&padded(&xb, &win, lowest(x.dtype()))?, &win)?.max_dim(4, false)?;
+    let indices = positions(&xb, &win)?
         .gather(4, &local.unsqueeze(4)?)?
         .squeeze(Some(&[4]))?;
+    let values = values.contiguous()?;
     if unbatched {
         Ok((values.squeeze(Some(&[0]))?, indices.squeeze(Some(&[0]))?))
     } else {
         Ok((values, indices))
     }
+}
+
+/// Each window's flat positions in the input plane (`[n, c, OH, OW, kh·kw]`, expanded; a
+/// padded position holds 0 and is never picked).
+fn positions(xb: &Tensor, win: &Windows) -> Result<Tensor> {
+    let (n, c) = (xb.shape()[0] as i64, xb.shape()[1] as i64);
+    let plane = Tensor::on(xb.device())
+        .arange(win.h * win.w, DType::I64)?
+        .view(&[1, 1, win.h as i64, win.w as i64])?;
+    windows_of(&padded(&plane, win, Scalar::from(0i64))?, win)?.expand(&[
+        n,
+        c,
+        win.oh as i64,
+        win.ow as i64,
+        (win.kernel.0 * win.kernel.1) as i64,
+    ])
 }
 
 /// Records `out = max_pool2d(x)`, whose maxima came from `indices`.

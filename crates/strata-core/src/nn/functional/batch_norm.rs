@@ -1,0 +1,325 @@
+//! `batch_norm`, as one node that saves the input, the weight and the per-channel mean and
+//! reciprocal standard deviation (as PyTorch's `native_batch_norm`).
+
+use super::check::{floating, shape};
+use crate::api::entry::Entry;
+use crate::api::ternary::fused_mul_add;
+use crate::autograd::formulas::{record, take, Grads};
+use crate::op::OpContext;
+use crate::ops::copy::copy_unversioned;
+use crate::{DType, Error, Result, Tensor};
+
+/// PyTorch's `F.batch_norm`: `x` (`[N, C, ...]`) normalised per channel (dimension 1) over
+/// every other dimension, then scaled by `weight` and shifted by `bias` (`[C]` each) when
+/// given.
+///
+/// In training mode it uses the batch's mean and biased variance, and updates
+/// `running_mean` and `running_var` in place (`r = (1 - momentum)·r + momentum·s`, with the
+/// unbiased variance) without counting a version step, as PyTorch's CPU kernel does. In eval
+/// mode it uses the running statistics, which must then be given. An f16 or bf16 input with
+/// f32 weight and statistics is computed in f32 and returned in its own dtype.
+///
+/// ```
+/// use strata_core::nn::functional::batch_norm;
+/// use strata_core::{DType, Tensor};
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 5.0], &[2, 2])?;
+/// let (mean, var) = (Tensor::zeros(&[2], DType::F32)?, Tensor::ones(&[2], DType::F32)?);
+/// let y = batch_norm(&x, Some(&mean), Some(&var), None, None, true, 0.5, 0.0)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, -1.0, 1.0, 1.0]);
+/// assert_eq!(mean.to_vec::<f32>()?, vec![1.0, 1.75]);
+/// assert_eq!(var.to_vec::<f32>()?, vec![1.5, 5.0]);
+/// assert_eq!(mean.version(), 0);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn batch_norm(
+    x: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Result<Tensor> {
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let stats = Stats {
+        running_mean,
+        running_var,
+        training,
+        momentum,
+        eps,
+    };
+    Entry::new("batch_norm", &inputs)?
+        .run(
+            |ctx, t| {
+                let (w, b) = (has_w.then(|| t[1]), has_b.then(|| t[1 + has_w as usize]));
+                forward(ctx, t[0], w, b, &stats)
+            },
+            |ctx, t, (out, mean, invstd)| {
+                backward(ctx, t, has_w, has_b, training, (out, mean, invstd))
+            },
+        )
+        .map(|(out, ..)| out)
+}
+
+/// The running statistics and the mode.
+struct Stats<'a> {
+    running_mean: Option<&'a Tensor>,
+    running_var: Option<&'a Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+}
+
+/// The dtype statistics are computed in for an input of `dtype`.
+fn acc_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
+/// Checks the operands; returns the channel count and the number of values per channel.
+fn check(
+    op: &'static str,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    stats: &Stats<'_>,
+) -> Result<(usize, usize)> {
+    floating(op, "the input", x)?;
+    let xs = x.shape().to_vec();
+    if xs.len() < 2 {
+        return Err(shape(
+            op,
+            format!("the input must be [N, C, ...], got shape {xs:?}"),
+            vec![xs],
+            "batch norm normalises each channel (dimension 1) over the batch",
+        ));
+    }
+    let c = xs[1];
+    let per_channel = xs.iter().product::<usize>() / c.max(1);
+    let acc = acc_dtype(x.dtype());
+    let params = [
+        ("the weight", weight),
+        ("the bias", bias),
+        ("running_mean", stats.running_mean),
+        ("running_var", stats.running_var),
+    ];
+    for (what, t) in params {
+        let Some(t) = t else { continue };
+        if t.dtype() != x.dtype() && t.dtype() != acc {
+            return Err(Error::dtype(
+                op,
+                format!("{what} is {} but the input is {}", t.dtype(), x.dtype()),
+                Some("keep the parameters and statistics in the input's dtype (or f32 for a half input)"),
+            ));
+        }
+        if t.shape().as_slice() != [c] {
+            return Err(shape(
+                op,
+                format!(
+                    "{what} must have shape [{c}] (one per channel), got {:?}",
+                    t.shape()
+                ),
+                vec![t.shape().to_vec(), xs.clone()],
+                "give one value per channel of dimension 1",
+            ));
+        }
+    }
+    if !stats.training && (stats.running_mean.is_none() || stats.running_var.is_none()) {
+        return Err(Error::argument(
+            op,
+            "eval mode needs running_mean and running_var",
+            Some("pass the running statistics, or use training mode"),
+        ));
+    }
+    if stats.training && per_channel <= 1 {
+        return Err(shape(
+            op,
+            format!("training needs more than 1 value per channel, got input {xs:?}"),
+            vec![xs],
+            "use a batch of more than one sample (or eval mode)",
+        ));
+    }
+    if !stats.eps.is_finite() || stats.eps < 0.0 || !stats.momentum.is_finite() {
+        return Err(Error::argument(
+            op,
+            format!(
+                "eps ({}) must be finite and non-negative and momentum ({}) finite",
+                stats.eps, stats.momentum
+            ),
+            Some("the usual values are eps=1e-5 and momentum=0.1"),
+        ));
+    }
+    Ok((c, per_channel))
+}
+
+/// The normalised `x`, and the per-channel mean and `1/sqrt(var + eps)` used (shaped
+/// `[1, C, 1, ..]`, in the statistics' dtype).
+fn forward(
+    ctx: &OpContext,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    stats: &Stats<'_>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = ctx.op();
+    let (c, per_channel) = check(op, x, weight, bias, stats)?;
+    let acc = acc_dtype(x.dtype());
+    let xa = x.to(acc)?;
+    let dims = reduced_dims(x.dim());
+    let bshape = broadcast_shape(x.dim(), c);
+    let (mean, invstd) = if stats.training {
+        let mean = xa.mean(Some(&dims), true)?;
+        let var = xa.var(Some(&dims), 0.0, true)?;
+        let invstd = var.add(stats.eps)?.rsqrt()?;
+        let m = stats.momentum;
+        if let Some(rm) = stats.running_mean {
+            let new = rm
+                .to(acc)?
+                .mul(1.0 - m)?
+                .add(&mean.reshape(&[c as i64])?.mul(m)?)?;
+            copy_unversioned(ctx, rm, &new)?;
+        }
+        if let Some(rv) = stats.running_var {
+            let unbiased = var
+                .reshape(&[c as i64])?
+                .mul(per_channel as f64 / (per_channel - 1) as f64)?;
+            let new = rv.to(acc)?.mul(1.0 - m)?.add(&unbiased.mul(m)?)?;
+            copy_unversioned(ctx, rv, &new)?;
+        }
+        (mean, invstd)
+    } else {
+        let (rm, rv) = match (stats.running_mean, stats.running_var) {
+            (Some(rm), Some(rv)) => (rm, rv),
+            _ => unreachable_stats(op)?,
+        };
+        let mean = rm.to(acc)?.reshape(&bshape)?;
+        let invstd = rv.to(acc)?.add(stats.eps)?.rsqrt()?.reshape(&bshape)?;
+        (mean, invstd)
+    };
+    // As PyTorch's kernel: y = x·alpha + beta with alpha = invstd·w, beta = b - mean·alpha.
+    let alpha = match weight {
+        Some(w) => invstd.mul(&w.to(acc)?.reshape(&bshape)?)?,
+        None => invstd.clone(),
+    };
+    let shift = mean.mul(&alpha)?.neg()?;
+    let beta = match bias {
+        Some(b) => shift.add(&b.to(acc)?.reshape(&bshape)?)?,
+        None => shift,
+    };
+    let y = fused_mul_add(&xa, &alpha, &beta)?
+        .to(x.dtype())?
+        .contiguous()?;
+    Ok((y, mean, invstd))
+}
+
+/// Eval mode without statistics is refused by `check`; this keeps the match total.
+fn unreachable_stats<T>(op: &'static str) -> Result<T> {
+    Err(Error::argument(
+        op,
+        "eval mode needs running_mean and running_var",
+        None,
+    ))
+}
+
+/// Every dimension but 1.
+fn reduced_dims(ndim: usize) -> Vec<i64> {
+    (0..ndim).filter(|&d| d != 1).map(|d| d as i64).collect()
+}
+
+/// `[1, C, 1, ..]` for an input of `ndim` dimensions.
+fn broadcast_shape(ndim: usize, c: usize) -> Vec<i64> {
+    (0..ndim)
+        .map(|d| if d == 1 { c as i64 } else { 1 })
+        .collect()
+}
+
+/// Records `out = batch_norm(inputs)` (the input, then the weight and the bias when given),
+/// normalised with `mean` and `invstd`.
+fn backward(
+    ctx: &OpContext,
+    inputs: &[&Tensor],
+    has_w: bool,
+    has_b: bool,
+    training: bool,
+    (out, mean, invstd): (&Tensor, &Tensor, &Tensor),
+) -> Result<()> {
+    let x = inputs[0];
+    let weight = has_w.then(|| inputs[1]);
+    let (ndim, dtype) = (x.dim(), x.dtype());
+    let c = x.shape()[1];
+    let count = x.numel() / c.max(1);
+    let w_dtype = weight.map(|w| w.dtype());
+    let b_dtype = inputs.last().map(|b| b.dtype());
+    record(ctx, "NativeBatchNormBackward0", inputs, out, |rec| {
+        let need_x = rec.needs(0);
+        let need_w = has_w && rec.needs(1);
+        let need_b = has_b && rec.needs(1 + has_w as usize);
+        let sx = rec.save_if(need_w || (need_x && training), x)?;
+        let smean = rec.save_if(need_w || (need_x && training), mean)?;
+        let sinv = rec.save(invstd)?;
+        let sw = match weight {
+            Some(w) if need_x => Some(rec.save(w)?),
+            _ => None,
+        };
+        Ok(move |g: Tensor| -> Grads {
+            let acc = acc_dtype(dtype);
+            let dims = reduced_dims(ndim);
+            let bshape = broadcast_shape(ndim, c);
+            let ga = g.to(acc)?;
+            let invstd = sinv.get()?;
+            let centred = if need_w || (need_x && training) {
+                Some(take(&sx)?.to(acc)?.sub(&take(&smean)?)?)
+            } else {
+                None
+            };
+            // Σ gy·(x - mean) per channel.
+            let dotp = match &centred {
+                Some(xmu) => Some(ga.mul(xmu)?.sum(Some(&dims), true)?),
+                None => None,
+            };
+            let sum_g = ga.sum(Some(&dims), true)?;
+            let mut grads = Vec::with_capacity(3);
+            if need_x {
+                let w = sw.as_ref().map(|w| w.get()).transpose()?;
+                let scale = match &w {
+                    Some(w) => invstd.mul(&w.to(acc)?.reshape(&bshape)?)?,
+                    None => invstd.clone(),
+                };
+                let gx = match (&centred, &dotp) {
+                    (Some(xmu), Some(dotp)) if training => {
+                        // dx = (gy - Σgy/n - (x - mean)·Σgy(x - mean)·invstd²/n)·invstd·w
+                        let k = dotp.mul(&invstd)?.mul(&invstd)?.div(count as f64)?;
+                        let grad_mean = sum_g.div(count as f64)?;
+                        ga.sub(&xmu.mul(&k)?)?.sub(&grad_mean)?.mul(&scale)?
+                    }
+                    _ => ga.mul(&scale)?,
+                };
+                grads.push(Some(gx.to(dtype)?));
+            } else {
+                grads.push(None);
+            }
+            if let Some(w) = w_dtype {
+                grads.push(match (&dotp, need_w) {
+                    (Some(dotp), true) => Some(dotp.mul(&invstd)?.reshape(&[c as i64])?.to(w)?),
+                    _ => None,
+                });
+            }
+            if has_b {
+                grads.push(if need_b {
+                    Some(sum_g.reshape(&[c as i64])?.to(b_dtype.unwrap_or(acc))?)
+                } else {
+                    None
+                });
+            }
+            Ok(grads)
+        })
+    })
+}

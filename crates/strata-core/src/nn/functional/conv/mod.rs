@@ -1,0 +1,319 @@
+//! `conv2d` as matrix products over column matrices built for a slice of the batch at a
+//! time, so the temporary stays bounded whatever the batch size.
+//!
+//! Forward builds the columns of up to [`COLUMN_BUDGET_BYTES`] worth of samples and
+//! multiplies each group's weight into them, writing straight into the output. Backward
+//! does the same per slice: the input's gradient is the weight's transpose times the output
+//! gradient, added back onto the input positions the columns came from; the weight's
+//! gradient accumulates slice by slice into one weight-sized buffer.
+
+mod columns;
+mod geometry;
+
+use super::Pair;
+use crate::api::entry::Entry;
+use crate::autograd::formulas::{record, take, Grads};
+use crate::op::OpContext;
+use crate::{Result, Tensor};
+use geometry::{check, Geometry};
+
+/// The most bytes of column matrix a convolution builds at once (8 MiB), in forward and in
+/// each backward product. A batch is processed in slices of as many samples as fit; a
+/// single sample whose columns are larger is built whole.
+pub const COLUMN_BUDGET_BYTES: usize = 8 << 20;
+
+/// The options of [`conv2d_with`], with PyTorch's defaults (stride 1, padding 0, dilation 1,
+/// groups 1).
+///
+/// ```
+/// use strata_core::nn::functional::{Conv2dOptions, Pair};
+/// let o = Conv2dOptions { padding: Pair(1, 1), ..Default::default() };
+/// assert_eq!(o.stride, Pair(1, 1));
+/// assert_eq!(o.groups, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    /// Distance between output positions, in input positions.
+    pub stride: Pair,
+    /// Zeros added on each side of the input.
+    pub padding: Pair,
+    /// Distance between the input positions a kernel reads.
+    pub dilation: Pair,
+    /// Channel groups: each group of `C/groups` input channels feeds `O/groups` outputs.
+    pub groups: usize,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions {
+            stride: Pair(1, 1),
+            padding: Pair(0, 0),
+            dilation: Pair(1, 1),
+            groups: 1,
+        }
+    }
+}
+
+/// The 2-d convolution (cross-correlation) of `x` (`[N, C, H, W]`, or `[C, H, W]` for one
+/// sample) with `weight` (`[O, C, kh, kw]`), plus `bias` (`[O]`) when given, with `stride`
+/// and zero `padding`; see [`conv2d_with`] for dilation and groups. The result is
+/// `[N, O, OH, OW]` with `OH = (H + 2·ph - kh) / sh + 1`.
+///
+/// ```
+/// use strata_core::nn::functional::conv2d;
+/// use strata_core::{DType, Tensor};
+/// let x = Tensor::arange(9, DType::F32)?.view(&[1, 1, 3, 3])?;
+/// let w = Tensor::ones(&[1, 1, 2, 2], DType::F32)?;
+/// let y = conv2d(&x, &w, None, 1, 0)?;
+/// assert_eq!(y.shape().as_slice(), [1, 1, 2, 2]);
+/// assert_eq!(y.to_vec::<f32>()?, vec![8.0, 12.0, 20.0, 24.0]);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn conv2d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: impl Into<Pair>,
+    padding: impl Into<Pair>,
+) -> Result<Tensor> {
+    let opts = Conv2dOptions {
+        stride: stride.into(),
+        padding: padding.into(),
+        ..Default::default()
+    };
+    conv2d_with(x, weight, bias, opts)
+}
+
+/// PyTorch's `F.conv2d` with every option: `x` (`[N, C, H, W]` or `[C, H, W]`) convolved
+/// with `weight` (`[O, C/groups, kh, kw]`), plus `bias` (`[O]`). The result is
+/// `[N, O, OH, OW]` with `OH = (H + 2·ph - dh·(kh - 1) - 1) / sh + 1`.
+///
+/// Memory: besides the output, forward holds one column buffer of at most
+/// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding). The backward
+/// node saves the input and the weight (no copies); backward holds one column buffer of the
+/// same bound per gradient it computes, a copy of one slice of the output gradient, and a
+/// weight-sized buffer for the weight's gradient.
+///
+/// ```
+/// use strata_core::nn::functional::{conv2d_with, Conv2dOptions, Pair};
+/// use strata_core::{DType, Tensor};
+/// let x = Tensor::ones(&[1, 4, 5, 5], DType::F32)?;
+/// let w = Tensor::ones(&[2, 2, 3, 3], DType::F32)?;
+/// let opts = Conv2dOptions { dilation: Pair(2, 2), groups: 2, ..Default::default() };
+/// let y = conv2d_with(&x, &w, None, opts)?;
+/// assert_eq!(y.shape().as_slice(), [1, 2, 1, 1]);
+/// assert_eq!(y.to_vec::<f32>()?, vec![18.0, 18.0]);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+#[track_caller]
+pub fn conv2d_with(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    opts: Conv2dOptions,
+) -> Result<Tensor> {
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    Entry::new("conv2d", &inputs)?
+        .run(
+            |ctx, t| forward(ctx, t[0], t[1], t.get(2).copied(), &opts),
+            |ctx, t, (out, g)| backward(ctx, t, out, *g),
+        )
+        .map(|(out, _)| out)
+}
+
+/// How many samples' columns fit in [`COLUMN_BUDGET_BYTES`] (at least one).
+fn slice_samples(g: &Geometry, element_size: usize) -> usize {
+    let per_sample = g.c * g.kernel.0 * g.kernel.1 * g.positions() * element_size;
+    (COLUMN_BUDGET_BYTES / per_sample.max(1)).clamp(1, g.n.max(1))
+}
+
+/// The batch's slices: `(first sample, samples)`.
+fn slices(g: &Geometry, step: usize) -> impl Iterator<Item = (usize, usize)> {
+    let n = g.n;
+    (0..n).step_by(step).map(move |s| (s, step.min(n - s)))
+}
+
+/// A column buffer for `step` samples, when the geometry needs one.
+fn column_buffer(x: &Tensor, g: &Geometry, step: usize) -> Result<Option<Tensor>> {
+    if g.columns_are_input() {
+        return Ok(None);
+    }
+    let per_sample = g.c * g.kernel.0 * g.kernel.1 * g.positions();
+    Tensor::on(x.device())
+        .empty(&[step, per_sample], x.dtype())
+        .map(Some)
+}
+
+/// The columns of `xs` (`b` samples) as `[b, groups, C/groups·kh·kw, OH·OW]`, built in
+/// `buffer` (or `xs` itself when the geometry needs no columns).
+fn columns_of(xs: &Tensor, buffer: Option<&Tensor>, g: &Geometry, b: usize) -> Result<Tensor> {
+    let grouped = [
+        b as i64,
+        g.groups as i64,
+        g.group_patch() as i64,
+        g.positions() as i64,
+    ];
+    let Some(buffer) = buffer else {
+        return xs.reshape(&grouped);
+    };
+    let cols = buffer.narrow(0, 0, b)?;
+    columns::fill(xs, &cols.view(&six_d(g, b))?, g)?;
+    cols.view(&grouped)
+}
+
+/// `[b, C, kh, kw, OH, OW]`.
+fn six_d(g: &Geometry, b: usize) -> [i64; 6] {
+    [b, g.c, g.kernel.0, g.kernel.1, g.oh, g.ow].map(|s| s as i64)
+}
+
+/// The weight as `[groups, O/groups, C/groups·kh·kw]`.
+fn grouped_weight(weight: &Tensor, g: &Geometry) -> Result<Tensor> {
+    weight.reshape(&[
+        g.groups as i64,
+        g.group_outputs() as i64,
+        g.group_patch() as i64,
+    ])
+}
+
+/// The convolution, and its checked sizes.
+fn forward(
+    ctx: &OpContext,
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    opts: &Conv2dOptions,
+) -> Result<(Tensor, Geometry)> {
+    let g = check(ctx.op(), x, weight, bias, opts)?;
+    let unbatched = x.dim() == 3;
+    let xb = if unbatched {
+        x.unsqueeze(0)?
+    } else {
+        x.clone()
+    };
+    let y = Tensor::on(x.device()).empty(&[g.n, g.o, g.oh, g.ow], x.dtype())?;
+    let wg = grouped_weight(weight, &g)?;
+    let step = slice_samples(&g, x.dtype().size());
+    let buffer = column_buffer(x, &g, step)?;
+    let out_shape = [g.groups, g.group_outputs(), g.positions()].map(|s| s as i64);
+    for (first, b) in slices(&g, step) {
+        let cols = columns_of(&xb.narrow(0, first as i64, b)?, buffer.as_ref(), &g, b)?;
+        let ys = y.narrow(0, first as i64, b)?;
+        wg.matmul_out(&cols, &ys.view(&[&[b as i64], &out_shape[..]].concat())?)?;
+    }
+    drop(buffer);
+    if let Some(bias) = bias {
+        y.add_(&bias.view(&[g.o as i64, 1, 1])?)?;
+    }
+    y.reset_fresh_version();
+    let y = if unbatched { y.squeeze(Some(&[0]))? } else { y };
+    Ok((y, g))
+}
+
+/// Records `out = conv2d(inputs)` (the input, the weight, and the bias when there is one).
+fn backward(ctx: &OpContext, inputs: &[&Tensor], out: &Tensor, g: Geometry) -> Result<()> {
+    let (x, weight) = (inputs[0], inputs[1]);
+    let has_b = inputs.len() > 2;
+    let unbatched = x.dim() == 3;
+    record(ctx, "ConvolutionBackward0", inputs, out, |rec| {
+        let (need_x, need_w) = (rec.needs(0), rec.needs(1));
+        let need_b = has_b && rec.needs(2);
+        let sx = rec.save_if(need_w, x)?;
+        let sw = rec.save_if(need_x, weight)?;
+        Ok(move |grad: Tensor| -> Grads {
+            let gy = if unbatched { grad.unsqueeze(0)? } else { grad };
+            let gx = if need_x {
+                let gx = input_grad(&gy, &take(&sw)?, &g)?;
+                Some(if unbatched {
+                    gx.squeeze(Some(&[0]))?
+                } else {
+                    gx
+                })
+            } else {
+                None
+            };
+            let gw = if need_w {
+                let x = take(&sx)?;
+                let xb = if unbatched { x.unsqueeze(0)? } else { x };
+                Some(weight_grad(&gy, &xb, &g)?)
+            } else {
+                None
+            };
+            let mut grads = vec![gx, gw];
+            if has_b {
+                grads.push(if need_b {
+                    Some(gy.sum(Some(&[0, 2, 3]), false)?)
+                } else {
+                    None
+                });
+            }
+            Ok(grads)
+        })
+    })
+}
+
+/// The input's gradient `[N, C, H, W]`: per slice, `Wᵀ · gy` as columns, added back.
+fn input_grad(gy: &Tensor, weight: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let gx = Tensor::on(gy.device()).zeros(&[g.n, g.c, g.h, g.w], gy.dtype())?;
+    let wt = grouped_weight(weight, g)?.transpose(1, 2)?;
+    let step = slice_samples(g, gy.dtype().size());
+    let buffer = column_buffer(gy, g, step)?;
+    for (first, b) in slices(g, step) {
+        let gys = gy.narrow(0, first as i64, b)?.reshape(&[
+            b as i64,
+            g.groups as i64,
+            g.group_outputs() as i64,
+            g.positions() as i64,
+        ])?;
+        let gxs = gx.narrow(0, first as i64, b)?;
+        match &buffer {
+            None => {
+                let shape = [b, g.groups, g.group_patch(), g.positions()].map(|s| s as i64);
+                wt.matmul_out(&gys, &gxs.view(&shape)?)?;
+            }
+            Some(buffer) => {
+                let cols = buffer.narrow(0, 0, b)?;
+                let shape = [b, g.groups, g.group_patch(), g.positions()].map(|s| s as i64);
+                wt.matmul_out(&gys, &cols.view(&shape)?)?;
+                columns::add_back(&cols.view(&six_d(g, b))?, &gxs, g)?;
+            }
+        }
+    }
+    Ok(gx)
+}
+
+/// The weight's gradient `[O, C/groups, kh, kw]`: per slice, `gy · colsᵀ` summed over the
+/// slice's samples in one product, accumulated into one weight-sized buffer.
+fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let (groups, og, k, l) = (g.groups, g.group_outputs(), g.group_patch(), g.positions());
+    let step = slice_samples(g, x.dtype().size());
+    let dev = x.device();
+    // Columns laid out [C, kh, kw, b, OH, OW]: each group's [K, b·L] matrix is contiguous.
+    let per_sample = g.c * g.kernel.0 * g.kernel.1 * l;
+    let buffer = Tensor::on(dev).empty(&[per_sample * step], x.dtype())?;
+    let gw = Tensor::on(dev).zeros(&[groups, og, k], gy.dtype())?;
+    let part = Tensor::on(dev).empty(&[groups, og, k], gy.dtype())?;
+    for (first, b) in slices(g, step) {
+        let cols = buffer.narrow(0, 0, per_sample * b)?;
+        let as_six = cols
+            .view(&[g.c, g.kernel.0, g.kernel.1, b, g.oh, g.ow].map(|s| s as i64))?
+            .permute(&[3, 0, 1, 2, 4, 5])?;
+        columns::fill(&x.narrow(0, first as i64, b)?, &as_six, g)?;
+        let cols = cols.view(&[groups as i64, k as i64, (b * l) as i64])?;
+        // gy's slice as [groups, O/groups, b·L] (one copy of the slice).
+        let gys = gy
+            .narrow(0, first as i64, b)?
+            .reshape(&[b as i64, groups as i64, og as i64, l as i64])?
+            .permute(&[1, 2, 0, 3])?
+            .reshape(&[groups as i64, og as i64, (b * l) as i64])?;
+        gys.matmul_out(&cols.transpose(1, 2)?, &part)?;
+        gw.add_(&part)?;
+    }
+    gw.view(&[
+        g.o as i64,
+        g.group_channels() as i64,
+        g.kernel.0 as i64,
+        g.kernel.1 as i64,
+    ])
+}
