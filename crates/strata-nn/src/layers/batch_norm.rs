@@ -1,6 +1,7 @@
 //! Batch normalisation over the channel dimension (`nn.BatchNorm1d`, `nn.BatchNorm2d`).
 
 use strata_core::autograd::GradModeGuard;
+use strata_core::nn::functional::batch_norm;
 use strata_core::{DType, Error, Result, Tensor};
 
 use crate::module::{Module, ModuleCore, TensorSlot};
@@ -109,13 +110,6 @@ impl<const D: usize> BatchNorm<D> {
         }
         Ok(())
     }
-
-    /// A per-channel vector shaped to broadcast against `x`: `[1, C, 1, ...]`.
-    fn per_channel(t: &Tensor, ndim: usize) -> Result<Tensor> {
-        let mut shape = vec![1i64; ndim];
-        shape[1] = t.numel() as i64;
-        t.reshape(&shape)
-    }
 }
 
 impl<const D: usize> Module for BatchNorm<D> {
@@ -125,11 +119,9 @@ impl<const D: usize> Module for BatchNorm<D> {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.check(x)?;
-        let nd = x.dim();
-        let dims: Vec<i64> = (0..nd as i64).filter(|&d| d != 1).collect();
-        let (mean, var) = if self.is_training() {
-            let count = x.numel() / self.num_features.max(1);
-            if count <= 1 {
+        let training = self.is_training();
+        let momentum = if training {
+            if x.numel() / self.num_features.max(1) <= 1 {
                 return Err(Error::argument(
                     Self::kind(),
                     format!(
@@ -139,42 +131,30 @@ impl<const D: usize> Module for BatchNorm<D> {
                     Some("use a larger batch or call eval()"),
                 ));
             }
-            let mean = x.mean(Some(&dims), true)?;
-            let var = x.var(Some(&dims), 0.0, true)?;
-            self.update_running(&mean, &var, count)?;
-            (mean, var)
+            let tracked = self.num_batches_tracked.get();
+            {
+                let _no_grad = GradModeGuard::no_grad();
+                tracked.add_(1i64)?;
+            }
+            match self.momentum {
+                Some(m) => m,
+                // A cumulative average: the newest batch weighs 1 / batches seen.
+                None => 1.0 / tracked.item::<i64>()?.max(1) as f64,
+            }
         } else {
-            let m = Self::per_channel(&self.running_mean.get(), nd)?;
-            let v = Self::per_channel(&self.running_var.get(), nd)?;
-            (m, v)
+            0.0
         };
-        let w = Self::per_channel(&self.weight.get(), nd)?;
-        let b = Self::per_channel(&self.bias.get(), nd)?;
-        x.sub(&mean)?
-            .mul(&var.add(self.eps)?.rsqrt()?)?
-            .mul(&w)?
-            .add(&b)
-    }
-}
-
-impl<const D: usize> BatchNorm<D> {
-    /// Moves the running statistics towards the batch's and counts the batch, in place.
-    fn update_running(&self, mean: &Tensor, var: &Tensor, count: usize) -> Result<()> {
-        let _no_grad = GradModeGuard::no_grad();
-        let tracked = self.num_batches_tracked.get();
-        tracked.add_(1i64)?;
-        let m = match self.momentum {
-            Some(m) => m,
-            None => 1.0 / tracked.item::<i64>()?.max(1) as f64,
-        };
-        let rm = self.running_mean.get();
-        let rv = self.running_var.get();
-        let unbiased = var.mul(count as f64 / (count - 1) as f64)?;
-        let c = [self.num_features as i64];
-        rm.mul_(1.0 - m)?
-            .add_scaled_(&mean.detach()?.reshape(&c)?.to(rm.dtype())?, m)?;
-        rv.mul_(1.0 - m)?
-            .add_scaled_(&unbiased.detach()?.reshape(&c)?.to(rv.dtype())?, m)?;
-        Ok(())
+        let (rm, rv) = (self.running_mean.get(), self.running_var.get());
+        let (w, b) = (self.weight.get(), self.bias.get());
+        batch_norm(
+            x,
+            Some(&rm),
+            Some(&rv),
+            Some(&w),
+            Some(&b),
+            training,
+            momentum,
+            self.eps,
+        )
     }
 }

@@ -1,10 +1,9 @@
 //! `Conv2d`: 2-d convolution over `[N, C, H, W]` inputs.
 
-use strata_core::nn::functional::{conv2d, Pair};
+use strata_core::nn::functional::{conv2d_with, Conv2dOptions, Pair};
 use strata_core::{DType, Error, Result, Tensor};
 
 use super::defaults;
-use super::pad::dilate_kernel;
 use crate::module::{Module, ModuleCore, TensorSlot};
 
 /// The settings of a [`Conv2d`] beyond its channels and kernel, PyTorch's defaults:
@@ -62,7 +61,7 @@ impl Conv2d {
     ) -> Result<Self> {
         let Pair(kh, kw) = kernel.into();
         let g = config.groups;
-        if g == 0 || in_channels % g != 0 || out_channels % g != 0 {
+        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
             return Err(Error::argument(
                 "Conv2d",
                 format!(
@@ -113,41 +112,12 @@ impl Module for Conv2d {
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let c = self.config;
-        let Pair(dh, dw) = c.dilation;
-        if dh == 0 || dw == 0 {
-            return Err(Error::argument(
-                "Conv2d",
-                "the dilation must be positive",
-                None,
-            ));
-        }
-        // A dilated kernel is the dense kernel with zeros between its taps.
-        let w = dilate_kernel(&self.weight(), dh, dw)?;
-        let b = self.bias();
-        if c.groups == 1 {
-            return conv2d(x, &w, b.as_ref(), c.stride, c.padding);
-        }
-        // Groups: independent convolutions over slices of the channels, concatenated.
-        let channel_dim = x.dim() as i64 - 3;
-        let xs = x.chunk(c.groups, channel_dim)?;
-        let ws = w.chunk(c.groups, 0)?;
-        let bs = match &b {
-            Some(b) => b.chunk(c.groups, 0)?.into_iter().map(Some).collect(),
-            None => vec![None; c.groups],
+        let opts = Conv2dOptions {
+            stride: c.stride,
+            padding: c.padding,
+            dilation: c.dilation,
+            groups: c.groups,
         };
-        if xs.len() != c.groups {
-            return Err(Error::shape(
-                "Conv2d",
-                format!("the input's channels do not split into {} groups", c.groups),
-                vec![x.shape().to_vec()],
-            ));
-        }
-        let outs = xs
-            .iter()
-            .zip(&ws)
-            .zip(&bs)
-            .map(|((xg, wg), bg)| conv2d(xg, wg, bg.as_ref(), c.stride, c.padding))
-            .collect::<Result<Vec<_>>>()?;
-        Tensor::cat(&outs.iter().collect::<Vec<_>>(), channel_dim)
+        conv2d_with(x, &self.weight(), self.bias().as_ref(), opts)
     }
 }

@@ -1,6 +1,6 @@
 //! `Embedding`: a lookup table of learned vectors.
 
-use strata_core::nn::functional::embedding;
+use strata_core::nn::functional::embedding_with;
 use strata_core::{DType, Error, Result, Tensor};
 
 use crate::init;
@@ -69,17 +69,6 @@ impl Module for Embedding {
     }
 
     fn forward(&self, index: &Tensor) -> Result<Tensor> {
-        let w = self.weight();
-        let out = embedding(index, &w)?;
-        match self.padding_idx {
-            Some(p) if out.requires_grad() => {
-                // Rows looked up at the padding index come from a detached weight, so the
-                // padding row gets no gradient (the values are the same).
-                let detached = embedding(index, &w.detach()?)?;
-                let is_pad = index.eq(p)?.unsqueeze(-1)?;
-                Tensor::where_cond(&is_pad, &detached, &out)
-            }
-            _ => Ok(out),
-        }
+        embedding_with(index, &self.weight(), self.padding_idx)
     }
 }

@@ -8,7 +8,6 @@ mod embedding;
 mod flatten;
 mod layer_norm;
 mod linear;
-mod pad;
 mod pool;
 mod rnn;
 

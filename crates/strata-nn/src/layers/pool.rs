@@ -1,61 +1,12 @@
 //! Pooling layers: `MaxPool2d`, `AvgPool2d`, `AdaptiveAvgPool2d`, over the last two
 //! dimensions of `[N, C, H, W]` or `[C, H, W]` inputs.
 
-use strata_core::nn::functional::{max_pool2d, Pair};
-use strata_core::{Error, Result, Tensor};
+use strata_core::nn::functional::{
+    adaptive_avg_pool2d, avg_pool2d, max_pool2d_with, Pair, Pool2dOptions,
+};
+use strata_core::{Result, Tensor};
 
-use super::pad::pad2d;
 use crate::module::{Module, ModuleCore};
-
-/// The output size along one dimension and the padding after the input that makes a
-/// floor-mode pooling produce it (PyTorch's rule: in ceil mode the last window must start
-/// inside the input or the padding before it).
-fn out_and_tail(
-    op: &'static str,
-    len: usize,
-    k: usize,
-    s: usize,
-    p: usize,
-    ceil: bool,
-) -> Result<(usize, usize)> {
-    if k == 0 || s == 0 || 2 * p > k {
-        return Err(Error::argument(
-            op,
-            format!("kernel {k} and stride {s} must be positive and padding {p} at most half the kernel"),
-            None,
-        ));
-    }
-    let span = len + 2 * p;
-    if span < k {
-        return Err(Error::argument(
-            op,
-            format!("the padded input ({span}) is smaller than the kernel ({k})"),
-            None,
-        ));
-    }
-    let mut out = if ceil {
-        (span - k).div_ceil(s) + 1
-    } else {
-        (span - k) / s + 1
-    };
-    if ceil && (out - 1) * s >= len + p {
-        out -= 1;
-    }
-    let needed = (out - 1) * s + k;
-    Ok((out, needed.saturating_sub(len + p)))
-}
-
-fn spatial(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
-    let s = x.shape();
-    if !matches!(s.len(), 3 | 4) {
-        return Err(Error::shape(
-            op,
-            format!("expected [N, C, H, W] or [C, H, W], got {:?}", s.as_slice()),
-            vec![s.to_vec()],
-        ));
-    }
-    Ok((s[s.len() - 2], s[s.len() - 1]))
-}
 
 /// The maximum of each window (`nn.MaxPool2d`): stride defaults to the kernel size; padding
 /// (−∞, at most half the kernel) and ceil mode as in PyTorch.
@@ -105,25 +56,13 @@ impl Module for MaxPool2d {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        const OP: &str = "MaxPool2d";
-        let (h, w) = spatial(OP, x)?;
-        let Pair(kh, kw) = self.kernel;
-        let Pair(sh, sw) = self.stride.unwrap_or(self.kernel);
-        let Pair(ph, pw) = self.padding;
-        let (_, tail_h) = out_and_tail(OP, h, kh, sh, ph, self.ceil_mode)?;
-        let (_, tail_w) = out_and_tail(OP, w, kw, sw, pw, self.ceil_mode)?;
-        if ph + pw + tail_h + tail_w == 0 {
-            return max_pool2d(x, self.kernel, Some(Pair(sh, sw)));
-        }
-        if !x.dtype().is_floating() {
-            return Err(Error::dtype(
-                OP,
-                "padding and ceil mode pool floating tensors only",
-                None,
-            ));
-        }
-        let padded = pad2d(x, (ph, tail_h), (pw, tail_w), f64::NEG_INFINITY)?;
-        max_pool2d(&padded, self.kernel, Some(Pair(sh, sw)))
+        let opts = Pool2dOptions {
+            kernel: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
+            ceil_mode: self.ceil_mode,
+        };
+        max_pool2d_with(x, opts)
     }
 }
 
@@ -135,6 +74,7 @@ pub struct AvgPool2d {
     kernel: Pair,
     stride: Option<Pair>,
     padding: Pair,
+    ceil_mode: bool,
 }
 
 impl AvgPool2d {
@@ -145,6 +85,7 @@ impl AvgPool2d {
             kernel: kernel.into(),
             stride: None,
             padding: Pair(0, 0),
+            ceil_mode: false,
         }
     }
 
@@ -159,6 +100,12 @@ impl AvgPool2d {
         self.padding = padding.into();
         self
     }
+
+    /// Rounds the output size up instead of down.
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+        self.ceil_mode = ceil_mode;
+        self
+    }
 }
 
 impl Module for AvgPool2d {
@@ -167,17 +114,13 @@ impl Module for AvgPool2d {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        const OP: &str = "AvgPool2d";
-        let (h, w) = spatial(OP, x)?;
-        let Pair(kh, kw) = self.kernel;
-        let Pair(sh, sw) = self.stride.unwrap_or(self.kernel);
-        let Pair(ph, pw) = self.padding;
-        out_and_tail(OP, h, kh, sh, ph, false)?;
-        out_and_tail(OP, w, kw, sw, pw, false)?;
-        let nd = x.dim() as i64;
-        let padded = pad2d(x, (ph, ph), (pw, pw), 0.0)?;
-        let windows = padded.unfold(nd - 2, kh, sh)?.unfold(nd - 1, kw, sw)?;
-        windows.mean(Some(&[nd, nd + 1]), false)
+        let opts = Pool2dOptions {
+            kernel: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
+            ceil_mode: self.ceil_mode,
+        };
+        avg_pool2d(x, opts)
     }
 }
 
@@ -205,32 +148,7 @@ impl Module for AdaptiveAvgPool2d {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        const OP: &str = "AdaptiveAvgPool2d";
-        let (h, w) = spatial(OP, x)?;
-        let Pair(oh, ow) = self.output;
-        if oh == 0 || ow == 0 {
-            return Err(Error::argument(
-                OP,
-                "the output size must be positive",
-                None,
-            ));
-        }
-        let nd = x.dim() as i64;
-        let bin = |i: usize, n: usize, o: usize| (i * n / o, ((i + 1) * n).div_ceil(o));
-        let mut cells = Vec::with_capacity(oh * ow);
-        for i in 0..oh {
-            let (r0, r1) = bin(i, h, oh);
-            let rows = x.narrow(nd - 2, r0 as i64, r1 - r0)?;
-            for j in 0..ow {
-                let (c0, c1) = bin(j, w, ow);
-                let cell = rows.narrow(nd - 1, c0 as i64, c1 - c0)?;
-                cells.push(cell.mean(Some(&[nd - 2, nd - 1]), false)?);
-            }
-        }
-        let flat = Tensor::stack(&cells.iter().collect::<Vec<_>>(), -1)?;
-        let mut shape: Vec<i64> = x.shape()[..x.dim() - 2].iter().map(|&d| d as i64).collect();
-        shape.extend([oh as i64, ow as i64]);
-        flat.reshape(&shape)
+        adaptive_avg_pool2d(x, self.output)
     }
 }
 

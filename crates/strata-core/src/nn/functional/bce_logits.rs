@@ -51,10 +51,8 @@ pub fn binary_cross_entropy_with_logits(
 /// The unreduced loss, one node.
 #[track_caller]
 fn elementwise(x: &Tensor, target: &Tensor) -> Result<Tensor> {
-    Entry::new("binary_cross_entropy_with_logits", &[x, target])?.run(
-        |_, t| forward(t[0], t[1]),
-        backward,
-    )
+    Entry::new("binary_cross_entropy_with_logits", &[x, target])?
+        .run(|_, t| forward(t[0], t[1]), backward)
 }
 
 /// `(1 - t)·x + max(-x, 0) + log(1 + e^-|x|)`.

@@ -5,7 +5,7 @@
 
 mod cells;
 
-use strata_core::nn::functional::linear;
+use strata_core::nn::functional::{gru_cell, linear, lstm_cell};
 use strata_core::{DType, Error, Result, Tensor};
 
 use crate::init;
@@ -202,11 +202,17 @@ impl Recurrent {
         };
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         for (l, layer) in self.layers.iter().enumerate() {
+            let (w_ih, w_hh) = (layer.w_ih.get(), layer.w_hh.get());
             let b_ih = layer.b_ih.as_ref().map(TensorSlot::get);
-            let gx_all = linear(&seq, &layer.w_ih.get(), b_ih.as_ref())?;
+            let b_hh = layer.b_hh.as_ref().map(TensorSlot::get);
+            // The Elman cell projects every step's input at once; the fused cells take x_t.
+            let gx_all = match self.kind {
+                Kind::Tanh => Some(linear(&seq, &w_ih, b_ih.as_ref())?),
+                _ => None,
+            };
             let w = LayerWeights {
-                w_hh: layer.w_hh.get(),
-                b_hh: layer.b_hh.as_ref().map(TensorSlot::get),
+                w_hh: w_hh.clone(),
+                b_hh: b_hh.clone(),
             };
             let mut h = h0.select(0, l as i64)?;
             let mut c = match &c0 {
@@ -215,15 +221,20 @@ impl Recurrent {
             };
             let mut outs = Vec::with_capacity(steps);
             for t in 0..steps {
-                let gx = gx_all.select(0, t as i64)?;
-                match (self.kind, &c) {
-                    (Kind::Lstm, Some(cp)) => {
-                        let (hn, cn) = cells::lstm_step(&gx, &h, cp, &w)?;
+                let t = t as i64;
+                match (&gx_all, &c) {
+                    (Some(gx), _) => h = cells::tanh_step(&gx.select(0, t)?, &h, &w)?,
+                    (None, Some(cp)) => {
+                        let x_t = seq.select(0, t)?;
+                        let (hn, cn) =
+                            lstm_cell(&x_t, &h, cp, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
                         h = hn;
                         c = Some(cn);
                     }
-                    (Kind::Gru, _) => h = cells::gru_step(&gx, &h, &w)?,
-                    _ => h = cells::tanh_step(&gx, &h, &w)?,
+                    (None, None) => {
+                        let x_t = seq.select(0, t)?;
+                        h = gru_cell(&x_t, &h, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
+                    }
                 }
                 outs.push(h.clone());
             }
