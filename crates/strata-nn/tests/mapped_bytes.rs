@@ -16,8 +16,10 @@ fn mapped_bytes_follow_the_borrowing_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.safetensors");
     let net = Sequential::new()
-        .add(Linear::new(64, 64, true).unwrap())
-        .add(Linear::new(64, 32, true).unwrap());
+        .append(Linear::new(64, 64, true).unwrap())
+        .unwrap()
+        .append(Linear::new(64, 32, true).unwrap())
+        .unwrap();
     net.save(&path).unwrap();
     let file_len = std::fs::metadata(&path).unwrap().len() as i64;
     assert_eq!(mapped().0, 0);
@@ -25,15 +27,19 @@ fn mapped_bytes_follow_the_borrowing_tensors() {
 
     // Copying loads map the file only while they read it.
     let copy = Sequential::new()
-        .add(Linear::new(64, 64, true).unwrap())
-        .add(Linear::new(64, 32, true).unwrap());
+        .append(Linear::new(64, 64, true).unwrap())
+        .unwrap()
+        .append(Linear::new(64, 32, true).unwrap())
+        .unwrap();
     copy.load(&path, LoadOptions::default()).unwrap();
     assert_eq!(mapped(), (0, file_len));
 
     // Assigned parameters keep the mapping, and it is counted until the last one drops.
     let borrowing = Sequential::new()
-        .add(Linear::new(64, 64, true).unwrap())
-        .add(Linear::new(64, 32, true).unwrap());
+        .append(Linear::new(64, 64, true).unwrap())
+        .unwrap()
+        .append(Linear::new(64, 32, true).unwrap())
+        .unwrap();
     let options = LoadOptions {
         assign: true,
         ..LoadOptions::default()

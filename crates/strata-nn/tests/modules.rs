@@ -8,9 +8,12 @@ use strata_nn::{Linear, Module, ModuleCore, ReLU, Sequential};
 
 fn mlp() -> Sequential {
     Sequential::new()
-        .add(Linear::new(3, 4, true).unwrap())
-        .add(ReLU::new())
-        .add(Linear::new(4, 2, false).unwrap())
+        .append(Linear::new(3, 4, true).unwrap())
+        .unwrap()
+        .append(ReLU::new())
+        .unwrap()
+        .append(Linear::new(4, 2, false).unwrap())
+        .unwrap()
 }
 
 #[test]
@@ -96,7 +99,11 @@ fn call_enters_the_dotted_scope_of_each_child() {
         core: ModuleCore::new("Probe"),
         seen: seen.clone(),
     };
-    let inner = Sequential::new().add(ReLU::new()).add(probe.clone());
+    let inner = Sequential::new()
+        .append(ReLU::new())
+        .unwrap()
+        .append(probe.clone())
+        .unwrap();
     let outer = ModuleCore::new("Net");
     outer.register_module("features", &inner).unwrap();
     let x = Tensor::ones(&[2], DType::F32).unwrap();
@@ -108,7 +115,9 @@ fn call_enters_the_dotted_scope_of_each_child() {
 
 #[test]
 fn memory_is_reported_under_the_child_path() {
-    let net = Sequential::new().add(Linear::new(256, 256, true).unwrap());
+    let net = Sequential::new()
+        .append(Linear::new(256, 256, true).unwrap())
+        .unwrap();
     let outer = ModuleCore::new("Net");
     outer.register_module("encoder", &net).unwrap();
     let x = Tensor::ones(&[64, 256], DType::F32).unwrap();

@@ -9,11 +9,16 @@ use strata_nn::{checkpoint_sequential, BatchNorm1d, Dropout, Linear, Module, ReL
 
 fn model() -> Sequential {
     Sequential::new()
-        .add(Linear::new(4, 16, true).unwrap())
-        .add(BatchNorm1d::new(16).unwrap())
-        .add(ReLU::new())
-        .add(Dropout::new(0.1).unwrap())
-        .add(Linear::new(16, 3, true).unwrap())
+        .append(Linear::new(4, 16, true).unwrap())
+        .unwrap()
+        .append(BatchNorm1d::new(16).unwrap())
+        .unwrap()
+        .append(ReLU::new())
+        .unwrap()
+        .append(Dropout::new(0.1).unwrap())
+        .unwrap()
+        .append(Linear::new(16, 3, true).unwrap())
+        .unwrap()
 }
 
 /// A separable problem: the class is the index of the largest of the first three features.

@@ -17,8 +17,8 @@ use crate::module::Module;
 /// ```
 /// use strata_core::{DType, Tensor};
 /// use strata_nn::{checkpoint_sequential, Linear, Module, ReLU, Sequential};
-/// let net = Sequential::new().add(Linear::new(8, 8, true)?).add(ReLU::new())
-///     .add(Linear::new(8, 8, true)?).add(ReLU::new());
+/// let net = Sequential::new().append(Linear::new(8, 8, true)?)?.append(ReLU::new())?
+///     .append(Linear::new(8, 8, true)?)?.append(ReLU::new())?;
 /// let x = Tensor::ones(&[2, 8], DType::F32)?.requires_grad_(true)?;
 /// let y = checkpoint_sequential(&net, 2, &x)?;
 /// y.sum(None, false)?.backward()?;

@@ -21,18 +21,17 @@ impl ModuleList {
         }
     }
 
-    /// Appends `m` and returns the list.
-    pub fn add<M: Module>(self, m: M) -> Self {
-        self.push(Arc::new(m));
-        self
+    /// Appends `m` and returns the list; refused when `m` contains this list.
+    pub fn append<M: Module>(self, m: M) -> Result<Self> {
+        self.push(Arc::new(m))?;
+        Ok(self)
     }
 
-    /// Appends a shared module under the next index.
-    pub fn push(&self, m: Arc<dyn Module>) {
+    /// Appends a shared module under the next index; an error when `m` is (or contains)
+    /// this list.
+    pub fn push(&self, m: Arc<dyn Module>) -> Result<()> {
         let name = self.len().to_string();
-        if self.core.register_dyn(&name, m).is_err() {
-            debug_assert!(false, "a list cannot contain itself");
-        }
+        self.core.register_dyn(&name, m)
     }
 
     /// The number of modules.

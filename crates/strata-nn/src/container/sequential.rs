@@ -17,9 +17,9 @@ use crate::module::{Module, ModuleCore};
 /// use strata_core::{DType, Tensor};
 /// use strata_nn::{Linear, Module, ReLU, Sequential};
 /// let net = Sequential::new()
-///     .add(Linear::new(4, 8, true)?)
-///     .add(ReLU::new())
-///     .add(Linear::new(8, 2, true)?);
+///     .append(Linear::new(4, 8, true)?)?
+///     .append(ReLU::new())?
+///     .append(Linear::new(8, 2, true)?)?;
 /// let names: Vec<String> = net.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
 /// let y = net.call(&Tensor::ones(&[5, 4], DType::F32)?)?;
@@ -39,21 +39,18 @@ impl Sequential {
         }
     }
 
-    /// Appends `m` under the next index and returns the sequence.
-    pub fn add<M: Module>(self, m: M) -> Self {
-        self.push(Arc::new(m));
-        self
+    /// Appends `m` under the next index and returns the sequence. Refused (as by
+    /// [`push`](Sequential::push)) when `m` contains this sequence.
+    pub fn append<M: Module>(self, m: M) -> Result<Self> {
+        self.push(Arc::new(m))?;
+        Ok(self)
     }
 
-    /// Appends a shared module under the next index.
-    pub fn push(&self, m: Arc<dyn Module>) {
+    /// Appends a shared module under the next index; an error when `m` is (or contains)
+    /// this sequence, which would make it run itself forever.
+    pub fn push(&self, m: Arc<dyn Module>) -> Result<()> {
         let name = self.len().to_string();
-        // Indices are fresh names and `m` is a child, not this sequence's own registry
-        // (it cannot be: `self` is borrowed, not moved into `m`), so this cannot fail
-        // unless `m` is a handle to this very sequence.
-        if self.core.register_dyn(&name, m).is_err() {
-            debug_assert!(false, "a sequence cannot contain itself");
-        }
+        self.core.register_dyn(&name, m)
     }
 
     /// The number of children.

@@ -11,8 +11,10 @@ fn stack(layers: usize, width: usize) -> Sequential {
     let mut s = Sequential::new();
     for _ in 0..layers {
         s = s
-            .add(Linear::new(width, width, true).unwrap())
-            .add(ReLU::new());
+            .append(Linear::new(width, width, true).unwrap())
+            .unwrap()
+            .append(ReLU::new())
+            .unwrap();
     }
     s
 }
@@ -56,8 +58,10 @@ fn sequential_keys_count_parameter_free_children() {
 #[test]
 fn list_and_dict_register_in_order_and_have_no_forward() {
     let list = ModuleList::new()
-        .add(Linear::new(2, 2, false).unwrap())
-        .add(Linear::new(2, 3, false).unwrap());
+        .append(Linear::new(2, 2, false).unwrap())
+        .unwrap()
+        .append(Linear::new(2, 3, false).unwrap())
+        .unwrap();
     let names: Vec<String> = list
         .named_parameters()
         .into_iter()
@@ -121,4 +125,17 @@ fn a_block_moves_into_a_checkpointed_closure() {
     let out = checkpoint(move |x| moved.forward(&x[0]).map(|y| vec![y]), &[x]).unwrap();
     out[0].sum(None, false).unwrap().backward().unwrap();
     assert!(block.parameters().iter().all(|p| p.grad().is_some()));
+}
+
+#[test]
+fn a_container_cannot_contain_itself() {
+    let outer = Sequential::new().append(ReLU::new()).unwrap();
+    assert!(outer.push(Arc::new(outer.clone())).is_err());
+    let inner = Sequential::new();
+    let outer = outer.append(inner.clone()).unwrap();
+    let err = inner.push(Arc::new(outer.clone())).unwrap_err();
+    assert!(err.to_string().contains("cannot contain itself"), "{err}");
+    assert_eq!(inner.len(), 0);
+    let list = ModuleList::new();
+    assert!(list.push(Arc::new(list.clone())).is_err());
 }

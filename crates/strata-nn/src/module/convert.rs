@@ -80,9 +80,9 @@ pub(super) unsafe fn to_device(core: &ModuleCore, device: Device) -> Result<()> 
     // SAFETY: forwarded from the caller.
     unsafe {
         convert(core, |t| {
-            Ok((t.device() != device)
+            (t.device() != device)
                 .then(|| t.to_device(device))
-                .transpose()?)
+                .transpose()
         })
     }
 }
@@ -102,9 +102,9 @@ pub(super) unsafe fn to_dtype(core: &ModuleCore, dtype: DType) -> Result<()> {
     // SAFETY: forwarded from the caller.
     unsafe {
         convert(core, |t| {
-            Ok((t.dtype().is_floating() && t.dtype() != dtype)
+            (t.dtype().is_floating() && t.dtype() != dtype)
                 .then(|| t.to(dtype))
-                .transpose()?)
+                .transpose()
         })
     }
 }

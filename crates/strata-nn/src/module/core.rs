@@ -175,10 +175,16 @@ impl ModuleCore {
 
     /// [`register_module`](ModuleCore::register_module) for a module already behind an `Arc`.
     pub fn register_dyn(&self, name: &str, child: Arc<dyn Module>) -> Result<()> {
-        if child.core().is_same(self) {
+        let contains_self = child.core().is_same(self)
+            || child
+                .core()
+                .named_descendants()
+                .iter()
+                .any(|(_, m)| m.core().is_same(self));
+        if contains_self {
             return Err(Error::argument(
                 OP,
-                "a module cannot be its own child",
+                format!("{name:?} is or contains this module: a module cannot contain itself"),
                 None,
             ));
         }

@@ -155,7 +155,9 @@ fn structured_random_and_global() {
 
 #[test]
 fn pytorch_keys_from_the_in_place_form() {
-    let net = Sequential::new().add(layer_with(vec![1.0, 0.1, 2.0, 0.2], 2, 2));
+    let net = Sequential::new()
+        .append(layer_with(vec![1.0, 0.1, 2.0, 0.2], 2, 2))
+        .unwrap();
     l1_unstructured(
         net.get(0).unwrap().as_ref(),
         "weight",

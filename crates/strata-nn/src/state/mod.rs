@@ -8,9 +8,9 @@
 //! let dir = std::env::temp_dir().join(format!("strata-doc-{}", std::process::id()));
 //! std::fs::create_dir_all(&dir).ok();
 //! let path = dir.join("model.safetensors");
-//! let a = Sequential::new().add(Linear::new(4, 4, true)?).add(LayerNorm::new(&[4])?);
+//! let a = Sequential::new().append(Linear::new(4, 4, true)?)?.append(LayerNorm::new(&[4])?)?;
 //! a.save(&path)?;
-//! let b = Sequential::new().add(Linear::new(4, 4, true)?).add(LayerNorm::new(&[4])?);
+//! let b = Sequential::new().append(Linear::new(4, 4, true)?)?.append(LayerNorm::new(&[4])?)?;
 //! b.load(&path, LoadOptions::default())?;       // copies into b's parameters
 //! assert_eq!(a.state_dict().keys(), b.state_dict().keys());
 //! # std::fs::remove_dir_all(&dir).ok();

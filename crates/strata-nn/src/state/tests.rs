@@ -7,8 +7,10 @@ use crate::{LayerNorm, Linear, Module, Sequential};
 
 fn net() -> Sequential {
     Sequential::new()
-        .add(Linear::new(4, 6, true).unwrap())
-        .add(LayerNorm::new(&[6]).unwrap())
+        .append(Linear::new(4, 6, true).unwrap())
+        .unwrap()
+        .append(LayerNorm::new(&[6]).unwrap())
+        .unwrap()
 }
 
 fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
@@ -82,9 +84,13 @@ fn assign_takes_the_mapped_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let path = file(&dir, "m.safetensors");
     // Even element counts keep every tensor 8-byte aligned in the file.
-    let a = Sequential::new().add(Linear::new(4, 4, true).unwrap());
+    let a = Sequential::new()
+        .append(Linear::new(4, 4, true).unwrap())
+        .unwrap();
     a.save(&path).unwrap();
-    let b = Sequential::new().add(Linear::new(4, 4, true).unwrap());
+    let b = Sequential::new()
+        .append(Linear::new(4, 4, true).unwrap())
+        .unwrap();
     let dict = StateDict::load(&path).unwrap();
     let w = dict.get("0.weight").unwrap().clone();
     let options = LoadOptions {
