@@ -290,8 +290,11 @@ pub(crate) fn write(path: &Path, entries: &[(String, Tensor)]) -> Result<(), Sta
     let name = path
         .file_name()
         .ok_or_else(|| StateError::format(path, "the path names no file"))?;
+    // Unique per process and call, so concurrent saves never share a temporary file.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(
-        ".{}.{}.tmp",
+        ".{}.{}.{n}.tmp",
         name.to_string_lossy(),
         std::process::id()
     ));
