@@ -258,3 +258,40 @@ impl GemmScratch {
             .saturating_add(m.saturating_mul(n))
     }
 }
+
+/// The windows of a 2-d pooling over planes of `h×w` elements: output `(y, x)` of `oh×ow`
+/// reads rows `y·sh - ph ..` and columns `x·sw - pw ..`, `kh×kw` of them, clipped to the
+/// plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolWindows {
+    /// Input plane height and width.
+    pub h: usize,
+    pub w: usize,
+    /// Output plane height and width.
+    pub oh: usize,
+    pub ow: usize,
+    /// Window height and width.
+    pub kh: usize,
+    pub kw: usize,
+    /// Distance between windows.
+    pub sh: usize,
+    pub sw: usize,
+    /// Padding before the first row and column.
+    pub ph: usize,
+    pub pw: usize,
+}
+
+impl PoolWindows {
+    /// The input range along one axis that output `o` reads, clipped to `0..size`.
+    pub fn span(
+        o: usize,
+        stride: usize,
+        pad: usize,
+        k: usize,
+        size: usize,
+    ) -> std::ops::Range<usize> {
+        let start = (o * stride).saturating_sub(pad);
+        let end = (o * stride + k).saturating_sub(pad).min(size);
+        start..end.max(start)
+    }
+}

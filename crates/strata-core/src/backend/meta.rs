@@ -7,7 +7,9 @@
 //! own for meta, the allocator sees exactly the calls a CPU run makes, and a program's
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
-use super::kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
+use super::kernel::{
+    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+};
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
 
@@ -100,6 +102,29 @@ impl Backend for Meta {
         _: *mut u8,
         _: &[i64],
         _: isize,
+    ) {
+    }
+
+    unsafe fn max_pool2d(
+        &self,
+        _: DType,
+        _: *const u8,
+        _: *mut u8,
+        _: *mut i64,
+        _: usize,
+        _: &PoolWindows,
+    ) {
+    }
+
+    unsafe fn max_pool2d_backward(
+        &self,
+        _: DType,
+        _: *const u8,
+        _: *const i64,
+        _: *mut u8,
+        _: usize,
+        _: usize,
+        _: usize,
     ) {
     }
 }

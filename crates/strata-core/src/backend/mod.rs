@@ -26,7 +26,9 @@ pub(crate) use cpu::{Dims, Operand, Plan};
 
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
-use kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
+use kernel::{
+    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+};
 
 /// The kernels of one device.
 pub(crate) trait Backend: Sync {
@@ -198,6 +200,42 @@ pub(crate) trait Backend: Sync {
         dst: *mut u8,
         idx: &[i64],
         dim_stride: isize,
+    );
+
+    /// 2-d max pooling of `planes` contiguous planes of `src` into `dst`, with each maximum's
+    /// flat position in its plane written to `idx` (i64).
+    ///
+    /// # Safety
+    /// `src` holds `planes·h·w` readable elements of `dtype`, `dst` and `idx` `planes·oh·ow`
+    /// writable elements of `dtype` and i64, sharing no memory with `src` or each other; every
+    /// window holds at least one position inside its plane.
+    unsafe fn max_pool2d(
+        &self,
+        dtype: DType,
+        src: *const u8,
+        dst: *mut u8,
+        idx: *mut i64,
+        planes: usize,
+        windows: &PoolWindows,
+    );
+
+    /// Max pooling's backward: per plane, zeros `gx` (`plane_in` elements) and adds each
+    /// `grad` element (`plane_out` per plane) at the position `idx` names (positions outside
+    /// the plane are skipped).
+    ///
+    /// # Safety
+    /// `grad` and `idx` hold `planes·plane_out` readable elements of `dtype` and i64, `gx`
+    /// `planes·plane_in` writable elements of `dtype` sharing no memory with them.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn max_pool2d_backward(
+        &self,
+        dtype: DType,
+        grad: *const u8,
+        idx: *const i64,
+        gx: *mut u8,
+        planes: usize,
+        plane_in: usize,
+        plane_out: usize,
     );
 }
 

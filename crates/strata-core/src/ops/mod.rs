@@ -11,6 +11,7 @@ pub mod joining;
 pub mod matmul;
 pub mod operators;
 pub(crate) mod out;
+pub(crate) mod pool;
 pub mod promote;
 pub mod reduce;
 pub(crate) mod reduce_out;

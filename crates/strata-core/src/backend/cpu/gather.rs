@@ -82,7 +82,7 @@ pub(crate) unsafe fn scatter_add(
 
 /// A raw address that the walk's closures may share across the pool's threads.
 #[derive(Clone, Copy)]
-struct SharedPtr(*mut u8);
+pub(super) struct SharedPtr(pub(super) *mut u8);
 
 // SAFETY: only an address. The kernels below dereference it while the op holds the storage
 // locks, and run in parallel only when every element of the written tensor is written by
@@ -93,7 +93,7 @@ unsafe impl Send for SharedPtr {}
 unsafe impl Sync for SharedPtr {}
 
 impl SharedPtr {
-    fn get(self) -> *mut u8 {
+    pub(super) fn get(self) -> *mut u8 {
         self.0
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod gemm;
 pub(crate) mod kernels;
 pub(crate) mod math;
 pub mod pool;
+pub(crate) mod pool2d;
 pub(crate) mod reduce;
 mod run;
 pub(crate) mod softmax;
@@ -27,7 +28,9 @@ pub(crate) mod unary;
 
 pub use run::Plan;
 
-use super::kernel::{BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, Product, SameOp, TernaryOp};
+use super::kernel::{
+    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+};
 use super::Backend;
 use crate::Device;
 use crate::Scalar;
@@ -183,6 +186,33 @@ impl Backend for Cpu {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe { gather::scatter_add(dtype, shape, strides, src, dst, idx, dim_stride) }
+    }
+
+    unsafe fn max_pool2d(
+        &self,
+        dtype: DType,
+        src: *const u8,
+        dst: *mut u8,
+        idx: *mut i64,
+        planes: usize,
+        windows: &PoolWindows,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { pool2d::max_pool2d(dtype, src, dst, idx, planes, windows) }
+    }
+
+    unsafe fn max_pool2d_backward(
+        &self,
+        dtype: DType,
+        grad: *const u8,
+        idx: *const i64,
+        gx: *mut u8,
+        planes: usize,
+        plane_in: usize,
+        plane_out: usize,
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { pool2d::max_pool2d_backward(dtype, grad, idx, gx, planes, plane_in, plane_out) }
     }
 }
 

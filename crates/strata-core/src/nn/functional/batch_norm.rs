@@ -275,6 +275,9 @@ fn backward(
             let bshape = broadcast_shape(ndim, c);
             let ga = g.to(acc)?;
             let invstd = sinv.get()?;
+            let sum_g = ga.sum(Some(&dims), true)?;
+            // x - mean, the one full-size temporary besides the result (it becomes the
+            // result when the input needs a gradient in training mode).
             let centred = if need_w || (need_x && training) {
                 Some(take(&sx)?.to(acc)?.sub(&take(&smean)?)?)
             } else {
@@ -285,7 +288,6 @@ fn backward(
                 Some(xmu) => Some(ga.mul(xmu)?.sum(Some(&dims), true)?),
                 None => None,
             };
-            let sum_g = ga.sum(Some(&dims), true)?;
             let mut grads = Vec::with_capacity(3);
             if need_x {
                 let w = sw.as_ref().map(|w| w.get()).transpose()?;
@@ -295,10 +297,14 @@ fn backward(
                 };
                 let gx = match (&centred, &dotp) {
                     (Some(xmu), Some(dotp)) if training => {
-                        // dx = (gy - Σgy/n - (x - mean)·Σgy(x - mean)·invstd²/n)·invstd·w
+                        // dx = (gy - Σgy/n - (x - mean)·Σgy(x - mean)·invstd²/n)·invstd·w,
+                        // as (x - mean)·(-k·scale) - (Σgy/n)·scale + gy·scale, written into
+                        // the centred input in place.
                         let k = dotp.mul(&invstd)?.mul(&invstd)?.div(count as f64)?;
-                        let grad_mean = sum_g.div(count as f64)?;
-                        ga.sub(&xmu.mul(&k)?)?.sub(&grad_mean)?.mul(&scale)?
+                        let shift = sum_g.div(count as f64)?.mul(&scale)?.neg()?;
+                        xmu.mul_(&k.mul(&scale)?.neg()?)?;
+                        xmu.add_(&shift)?;
+                        xmu.addcmul_out(&ga, &scale, 1.0, xmu)?
                     }
                     _ => ga.mul(&scale)?,
                 };
