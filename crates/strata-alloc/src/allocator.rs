@@ -80,4 +80,19 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     fn set_category(&self, block: &Block, category: Category) {
         let _ = (block, category);
     }
+
+    /// Counts `bytes` more of a file mapped into memory for this device's tensors (the
+    /// `mapped_bytes` statistic; see [`MappedBytes`](crate::MappedBytes), which pairs this
+    /// with [`remove_mapped_bytes`](DeviceAllocator::remove_mapped_bytes)). The bytes are not
+    /// the allocator's: allocated and reserved bytes are unchanged. Allocators that keep no
+    /// statistics ignore it.
+    fn add_mapped_bytes(&self, bytes: usize) {
+        let _ = bytes;
+    }
+
+    /// Counts `bytes` fewer mapped bytes: a mapping counted with
+    /// [`add_mapped_bytes`](DeviceAllocator::add_mapped_bytes) was released.
+    fn remove_mapped_bytes(&self, bytes: usize) {
+        let _ = bytes;
+    }
 }

@@ -24,6 +24,7 @@ pub mod caching;
 mod category;
 mod error;
 mod host;
+mod mapped;
 mod site;
 mod size;
 pub mod trace;
@@ -37,4 +38,5 @@ pub use caching::{
 pub use category::Category;
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
+pub use mapped::MappedBytes;
 pub use site::{GroupUsage, Grouping, Site, SiteUsage};

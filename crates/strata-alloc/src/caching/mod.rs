@@ -456,6 +456,14 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
                 .set_category(block.ptr().as_ptr() as usize, category);
         }
     }
+
+    fn add_mapped_bytes(&self, bytes: usize) {
+        self.lock_raw().stats.mapped_bytes.increase(bytes);
+    }
+
+    fn remove_mapped_bytes(&self, bytes: usize) {
+        self.lock_raw().stats.mapped_bytes.decrease(bytes);
+    }
 }
 
 #[cfg(test)]

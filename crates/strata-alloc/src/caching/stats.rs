@@ -182,6 +182,11 @@ pub struct MemoryStats {
     /// categories add up to `allocated_bytes.all`.
     #[serde(default)]
     pub category_bytes: CategoryBytes,
+    /// Bytes of files memory-mapped for tensors on this device (`mapped_bytes`): not
+    /// allocated here, but held by the program all the same; released when the mapping
+    /// drops. Counted apart from `allocated_bytes` and `reserved_bytes`.
+    #[serde(default)]
+    pub mapped_bytes: Stat,
 }
 
 impl MemoryStats {
@@ -207,6 +212,7 @@ impl MemoryStats {
         self.oversize_allocations.reset_peak();
         self.oversize_segments.reset_peak();
         self.category_bytes.each_mut().for_each(Stat::reset_peak);
+        self.mapped_bytes.reset_peak();
     }
 
     /// Zeroes every `allocated`/`freed` total and the event counters.
@@ -219,6 +225,7 @@ impl MemoryStats {
         self.category_bytes
             .each_mut()
             .for_each(Stat::reset_accumulated);
+        self.mapped_bytes.reset_accumulated();
         self.num_alloc_retries = 0;
         self.num_ooms = 0;
         self.num_sync_all_streams = 0;
@@ -253,6 +260,7 @@ impl MemoryStats {
         m.insert("num_device_free".into(), self.num_device_free as i64);
         m.insert("max_split_size".into(), self.max_split_size);
         self.category_bytes.put(&mut m);
+        self.mapped_bytes.put(&mut m, "mapped_bytes");
         m
     }
 }
@@ -339,8 +347,11 @@ mod tests {
             assert!(m.contains_key(k), "{k}");
         }
         assert_eq!(m["max_split_size"], -1);
-        // 9 arrays x 3 pools x 4 + 2 x 4 + 6 counters + 7 categories x (current, peak).
-        assert_eq!(m.len(), 9 * 12 + 8 + 6 + 7 * 2);
+        // 9 arrays x 3 pools x 4 + 2 x 4 + 6 counters + 7 categories x (current, peak)
+        // + mapped bytes x 4.
+        assert_eq!(m.len(), 9 * 12 + 8 + 6 + 7 * 2 + 4);
+        assert_eq!(m["mapped_bytes.current"], 0);
+        assert_eq!(m["mapped_bytes.peak"], 0);
         assert_eq!(m["category_bytes.optimizer_state.current"], 0);
         st.reset_accumulated();
         assert_eq!(st.allocated_bytes.all.allocated, 0);

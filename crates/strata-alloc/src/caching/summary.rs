@@ -106,6 +106,14 @@ pub fn render(stats: &MemoryStats, title: &str, abbreviated: bool) -> String {
         lines.push("-".repeat(WIDTH));
         lines.push(row(name, s, s, count_cell));
     }
+    // Files mapped for tensors: held by the program, not allocated from the pools.
+    lines.push("-".repeat(WIDTH));
+    lines.push(row(
+        "Mapped file memory",
+        &stats.mapped_bytes,
+        &stats.mapped_bytes,
+        size_cell,
+    ));
     // What the allocated bytes hold; the rows add up to "Allocated memory".
     lines.push("=".repeat(WIDTH));
     lines.push(format!("{:^WIDTH$}", "Allocated memory by category"));
@@ -162,6 +170,20 @@ mod tests {
         assert!(s.ends_with("|\n"));
         let short = render(&st, "x", true);
         assert!(!short.contains("from large pool"));
+    }
+
+    #[test]
+    fn mapped_bytes_have_a_row_of_their_own() {
+        let mut st = MemoryStats::default();
+        st.mapped_bytes.increase(3 << 20);
+        st.mapped_bytes.decrease(1 << 20);
+        let s = render(&st, "x", true);
+        assert!(
+            s.contains(
+                "| Mapped file memory    |   2048 KiB |   3072 KiB |   3072 KiB |   1024 KiB |"
+            ),
+            "{s}"
+        );
     }
 
     #[test]

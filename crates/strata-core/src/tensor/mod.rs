@@ -6,6 +6,7 @@
 
 mod create;
 mod display;
+mod external;
 mod factory;
 pub(crate) mod grad_meta;
 pub(crate) mod graph;

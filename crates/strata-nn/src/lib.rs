@@ -1,0 +1,20 @@
+//! strata's nn modules: PyTorch's `torch.nn` over strata tensors.
+//!
+//! - [`Module`]: the trait every layer implements, over a shared registry ([`ModuleCore`]):
+//!   parameters, buffers and children with PyTorch's dotted names, training mode, scopes that
+//!   name each module in memory reports, in-place device and dtype conversion.
+//! - The layers ([`Linear`], [`Conv2d`], [`Sequential`], ...) with PyTorch's defaults.
+//! - [`init`]: the initialisers of `torch.nn.init`.
+//! - [`state`]: state dicts, saved and loaded as safetensors files that PyTorch reads.
+//! - [`prune`]: magnitude and random pruning with masks.
+
+pub mod container;
+pub mod init;
+pub mod layers;
+pub mod module;
+pub mod prune;
+pub mod state;
+
+pub use container::{checkpoint_sequential, ModuleDict, ModuleList, Sequential};
+pub use layers::*;
+pub use module::{Module, ModuleCore, TensorSlot};
