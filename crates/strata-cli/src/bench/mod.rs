@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod autograd;
+mod cnn;
 
 use std::time::{Duration, Instant};
 
@@ -224,6 +225,7 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     push("memory-copy probe", probe, "GB/s", false, false);
     rows.extend(alloc::rows(quick)?);
     rows.extend(autograd::rows(quick, torch.as_ref())?);
+    rows.extend(cnn::rows(quick, torch.as_ref())?);
     Ok(rows)
 }
 

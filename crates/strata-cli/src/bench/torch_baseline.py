@@ -95,4 +95,56 @@ ckpt = median(lambda: step(True), STEP_REPS) * 1e3
 out["8 residual blocks: training step"] = plain
 out["8 residual blocks: training step, checkpointed"] = ckpt
 out["8 residual blocks: checkpointed / plain step time"] = ckpt / plain
+# A training step of a small CNN on 256 images of 1x28x28, and its peak allocated bytes
+# above what the model and the batch hold (the CPU allocator's total from the profiler's
+# memory events).
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        layers, c_in = [], 1
+        for c in (32, 64):
+            layers += [torch.nn.Conv2d(c_in, c, 3, padding=1), torch.nn.BatchNorm2d(c),
+                       torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+            c_in = c
+        self.features = torch.nn.Sequential(*layers)
+        self.head = torch.nn.Linear(64 * 7 * 7, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+cnn = Cnn().train()
+images = torch.randn(256, 1, 28, 28)
+labels = torch.arange(256) * 7 % 10
+
+
+def cnn_step():
+    torch.nn.functional.cross_entropy(cnn(images), labels).backward()
+    cnn.zero_grad(set_to_none=True)
+
+
+out["small CNN, batch 256: training step"] = median(cnn_step, STEP_REPS) * 1e3
+
+
+def cnn_peak():
+    import os
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        cnn_step()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    memory = [e["args"] for e in events if e.get("name") == "[memory]"]
+    if not memory:
+        return None
+    base = memory[0]["Total Allocated"] - memory[0]["Bytes"]
+    return (max(m["Total Allocated"] for m in memory) - base) / (1 << 20)
+
+
+peak = cnn_peak()
+if peak is not None:
+    out["small CNN, batch 256: peak allocated in the step"] = peak
 print(json.dumps(out))
