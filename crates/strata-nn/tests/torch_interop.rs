@@ -64,7 +64,12 @@ fn lstm() -> LSTM {
 }
 
 /// The model's outputs on `x`, named as in the io files.
-fn outputs(name: &str, model: &dyn Module, lstm: Option<&LSTM>, x: &Tensor) -> Vec<(String, Tensor)> {
+fn outputs(
+    name: &str,
+    model: &dyn Module,
+    lstm: Option<&LSTM>,
+    x: &Tensor,
+) -> Vec<(String, Tensor)> {
     match lstm {
         Some(l) => {
             let (out, (h, c)) = l.call_with(x, None).unwrap();
@@ -101,7 +106,13 @@ fn pytorch_files_load_and_reproduce_pytorch_outputs() {
             };
             let dict = StateDict::load(fixtures().join(format!("{name}.safetensors"))).unwrap();
             let report = model
-                .load_state_dict(&dict, LoadOptions { strict: true, assign })
+                .load_state_dict(
+                    &dict,
+                    LoadOptions {
+                        strict: true,
+                        assign,
+                    },
+                )
                 .unwrap();
             assert!(report.missing.is_empty() && report.unexpected.is_empty());
             model.eval();
@@ -109,7 +120,11 @@ fn pytorch_files_load_and_reproduce_pytorch_outputs() {
             let x = io.get("input").unwrap();
             let lstm_ref = (name == "lstm").then_some(&l);
             for (key, got) in outputs(name, model.as_ref(), lstm_ref, x) {
-                assert_close(&format!("{name} {key} (assign {assign})"), &got, io.get(&key).unwrap());
+                assert_close(
+                    &format!("{name} {key} (assign {assign})"),
+                    &got,
+                    io.get(&key).unwrap(),
+                );
             }
         }
     }
@@ -120,7 +135,9 @@ fn pytorch_files_load_and_reproduce_pytorch_outputs() {
 fn batch_norm_buffers_load_with_their_dtypes() {
     let model = cnn();
     let dict = StateDict::load(fixtures().join("cnn.safetensors")).unwrap();
-    model.load_state_dict(&dict, LoadOptions::default()).unwrap();
+    model
+        .load_state_dict(&dict, LoadOptions::default())
+        .unwrap();
     let ours = model.state_dict();
     let tracked = ours.get("1.num_batches_tracked").unwrap();
     assert_eq!(tracked.dtype(), strata_core::DType::I64);
@@ -158,7 +175,10 @@ fn strata_files_round_trip_under_pytorch_keys() {
             .clone();
         let lstm_ref = (name == "lstm").then_some(&l);
         let outs = outputs(name, model.as_ref(), lstm_ref, &x);
-        model.state_dict().save(dir.join(format!("{name}.safetensors"))).unwrap();
+        model
+            .state_dict()
+            .save(dir.join(format!("{name}.safetensors")))
+            .unwrap();
         let mut io = StateDict::new();
         io.insert("input", x.clone());
         for (k, t) in &outs {
@@ -173,10 +193,15 @@ fn strata_files_round_trip_under_pytorch_keys() {
             _ => Box::new(l2.clone()),
         };
         let saved = StateDict::load(dir.join(format!("{name}.safetensors"))).unwrap();
-        again.load_state_dict(&saved, LoadOptions::default()).unwrap();
+        again
+            .load_state_dict(&saved, LoadOptions::default())
+            .unwrap();
         again.eval();
         let lstm_ref = (name == "lstm").then_some(&l2);
-        for ((k, a), (_, b)) in outputs(name, again.as_ref(), lstm_ref, &x).iter().zip(&outs) {
+        for ((k, a), (_, b)) in outputs(name, again.as_ref(), lstm_ref, &x)
+            .iter()
+            .zip(&outs)
+        {
             assert_close(&format!("{name} {k} after a round trip"), a, b);
         }
     }

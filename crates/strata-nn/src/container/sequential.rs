@@ -31,54 +31,7 @@ pub struct Sequential {
     core: ModuleCore,
 }
 
-impl Sequential {
-    /// An empty sequence (the identity).
-    pub fn new() -> Self {
-        Sequential {
-            core: ModuleCore::new("Sequential"),
-        }
-    }
-
-    /// Appends `m` under the next index and returns the sequence. Refused (as by
-    /// [`push`](Sequential::push)) when `m` contains this sequence.
-    pub fn append<M: Module>(self, m: M) -> Result<Self> {
-        self.push(Arc::new(m))?;
-        Ok(self)
-    }
-
-    /// Appends a shared module under the next index; an error when `m` is (or contains)
-    /// this sequence, which would make it run itself forever.
-    pub fn push(&self, m: Arc<dyn Module>) -> Result<()> {
-        let name = self.len().to_string();
-        self.core.register_dyn(&name, m)
-    }
-
-    /// The number of children.
-    pub fn len(&self) -> usize {
-        self.core.children().len()
-    }
-
-    /// Whether it has no children.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The child at `index`.
-    pub fn get(&self, index: usize) -> Option<Arc<dyn Module>> {
-        self.core.children().get(index).map(|(_, m)| m.clone())
-    }
-
-    /// The children, in order.
-    pub fn modules(&self) -> Vec<Arc<dyn Module>> {
-        self.core.children().into_iter().map(|(_, m)| m).collect()
-    }
-}
-
-impl Default for Sequential {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+indexed_container!(Sequential);
 
 /// Runs `modules` in order on `x`, dropping each intermediate as soon as the next module
 /// has returned.

@@ -8,121 +8,72 @@ use strata_core::{Result, Tensor};
 
 use crate::module::{Module, ModuleCore};
 
-/// The maximum of each window (`nn.MaxPool2d`): stride defaults to the kernel size; padding
-/// (−∞, at most half the kernel) and ceil mode as in PyTorch.
-#[derive(Debug, Clone)]
-pub struct MaxPool2d {
-    core: ModuleCore,
-    kernel: Pair,
-    stride: Option<Pair>,
-    padding: Pair,
-    ceil_mode: bool,
-}
-
-impl MaxPool2d {
-    /// `nn.MaxPool2d(kernel)`: stride = kernel, no padding, floor mode.
-    pub fn new(kernel: impl Into<Pair>) -> Self {
-        MaxPool2d {
-            core: ModuleCore::new("MaxPool2d"),
-            kernel: kernel.into(),
-            stride: None,
-            padding: Pair(0, 0),
-            ceil_mode: false,
+/// A fixed-window pooling layer: its name, the functional op it runs and what its padding
+/// holds, with PyTorch's builder-style options.
+macro_rules! window_pool {
+    ($name:ident, $op:ident, $doc:literal, $padding_doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            core: ModuleCore,
+            opts: Pool2dOptions,
         }
-    }
 
-    /// Sets the stride.
-    pub fn stride(mut self, stride: impl Into<Pair>) -> Self {
-        self.stride = Some(stride.into());
-        self
-    }
+        impl $name {
+            #[doc = concat!("`nn.", stringify!($name), "(kernel)`: stride = kernel, no padding, floor mode.")]
+            pub fn new(kernel: impl Into<Pair>) -> Self {
+                $name {
+                    core: ModuleCore::new(stringify!($name)),
+                    opts: Pool2dOptions::new(kernel),
+                }
+            }
 
-    /// Sets the implicit padding (−∞ on each side).
-    pub fn padding(mut self, padding: impl Into<Pair>) -> Self {
-        self.padding = padding.into();
-        self
-    }
+            /// Sets the stride.
+            pub fn stride(mut self, stride: impl Into<Pair>) -> Self {
+                self.opts.stride = Some(stride.into());
+                self
+            }
 
-    /// Rounds the output size up instead of down.
-    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
-        self.ceil_mode = ceil_mode;
-        self
-    }
-}
+            #[doc = $padding_doc]
+            pub fn padding(mut self, padding: impl Into<Pair>) -> Self {
+                self.opts.padding = padding.into();
+                self
+            }
 
-impl Module for MaxPool2d {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
-
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let opts = Pool2dOptions {
-            kernel: self.kernel,
-            stride: self.stride,
-            padding: self.padding,
-            ceil_mode: self.ceil_mode,
-        };
-        max_pool2d_with(x, opts)
-    }
-}
-
-/// The mean of each window (`nn.AvgPool2d`): stride defaults to the kernel size; zero
-/// padding counted in the mean (PyTorch's default `count_include_pad=True`).
-#[derive(Debug, Clone)]
-pub struct AvgPool2d {
-    core: ModuleCore,
-    kernel: Pair,
-    stride: Option<Pair>,
-    padding: Pair,
-    ceil_mode: bool,
-}
-
-impl AvgPool2d {
-    /// `nn.AvgPool2d(kernel)`: stride = kernel, no padding.
-    pub fn new(kernel: impl Into<Pair>) -> Self {
-        AvgPool2d {
-            core: ModuleCore::new("AvgPool2d"),
-            kernel: kernel.into(),
-            stride: None,
-            padding: Pair(0, 0),
-            ceil_mode: false,
+            /// Rounds the output size up instead of down.
+            pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+                self.opts.ceil_mode = ceil_mode;
+                self
+            }
         }
-    }
 
-    /// Sets the stride.
-    pub fn stride(mut self, stride: impl Into<Pair>) -> Self {
-        self.stride = Some(stride.into());
-        self
-    }
+        impl Module for $name {
+            fn core(&self) -> &ModuleCore {
+                &self.core
+            }
 
-    /// Sets the zero padding on each side.
-    pub fn padding(mut self, padding: impl Into<Pair>) -> Self {
-        self.padding = padding.into();
-        self
-    }
-
-    /// Rounds the output size up instead of down.
-    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
-        self.ceil_mode = ceil_mode;
-        self
-    }
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                $op(x, self.opts)
+            }
+        }
+    };
 }
 
-impl Module for AvgPool2d {
-    fn core(&self) -> &ModuleCore {
-        &self.core
-    }
+window_pool!(
+    MaxPool2d,
+    max_pool2d_with,
+    "The maximum of each window (`nn.MaxPool2d`): stride defaults to the kernel size; padding \
+     (never chosen, at most half the kernel) and ceil mode as in PyTorch.",
+    "Sets the implicit padding on each side (never chosen by the maximum)."
+);
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let opts = Pool2dOptions {
-            kernel: self.kernel,
-            stride: self.stride,
-            padding: self.padding,
-            ceil_mode: self.ceil_mode,
-        };
-        avg_pool2d(x, opts)
-    }
-}
+window_pool!(
+    AvgPool2d,
+    avg_pool2d,
+    "The mean of each window (`nn.AvgPool2d`): stride defaults to the kernel size; zero \
+     padding counted in the mean (PyTorch's default `count_include_pad=True`).",
+    "Sets the zero padding on each side."
+);
 
 /// Averages into a fixed output size (`nn.AdaptiveAvgPool2d`): output cell `i` of `out`
 /// covers input rows `⌊i·H/out⌋ .. ⌈(i+1)·H/out⌉`, and likewise for columns.
