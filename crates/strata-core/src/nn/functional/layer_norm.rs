@@ -11,7 +11,8 @@ use crate::{DType, Result, Tensor};
 /// Normalises `x` over its last dimensions, `normalized_shape`, to zero mean and unit
 /// variance (biased, with `eps` added to it), then scales by `weight` and shifts by `bias`
 /// (both of shape `normalized_shape`) when given (PyTorch's `F.layer_norm`). f16 and bf16
-/// are computed in f32. The result is contiguous.
+/// are computed in f32, and may come with f32 weight and bias; the result has the input's
+/// dtype and is contiguous.
 ///
 /// ```
 /// use strata_core::nn::functional::layer_norm;
@@ -72,7 +73,13 @@ fn forward(
     }
     for (what, t) in [("the weight", weight), ("the bias", bias)] {
         if let Some(t) = t {
-            dtype_is(op, what, t, x.dtype())?;
+            // A half-precision input may have f32 parameters (as in PyTorch, so that a
+            // bf16-autocast model keeps f32 weights).
+            let half_with_f32 =
+                matches!(x.dtype(), DType::F16 | DType::BF16) && t.dtype() == DType::F32;
+            if !half_with_f32 {
+                dtype_is(op, what, t, x.dtype())?;
+            }
             if t.shape().as_slice() != normalized_shape {
                 return Err(shape(
                     op,

@@ -187,3 +187,37 @@ fn batch_norm_accepts_bf16_input_with_f32_statistics() {
         .zip(&want)
         .for_each(|(a, b)| assert!((a - b).abs() < 0.05, "{a} vs {b}"));
 }
+
+#[test]
+fn layer_norm_accepts_bf16_input_with_f32_weight_and_bias() {
+    use crate::nn::functional::layer_norm;
+    let x = Tensor::randn(&[3, 4], DType::F32).unwrap();
+    let w = Tensor::ones(&[4], DType::F32)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let b = Tensor::zeros(&[4], DType::F32)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let xh = x.to(DType::BF16).unwrap().requires_grad_(true).unwrap();
+    let y = layer_norm(&xh, &[4], Some(&w), Some(&b), 1e-5).unwrap();
+    assert_eq!(y.dtype(), DType::BF16);
+    y.to(DType::F32)
+        .unwrap()
+        .sum(None, false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(xh.grad().unwrap().dtype(), DType::BF16);
+    assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+    assert_eq!(b.grad().unwrap().dtype(), DType::F32);
+    let want = layer_norm(&x, &[4], None, None, 1e-5)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let got = y.to(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    got.iter()
+        .zip(&want)
+        .for_each(|(a, b)| assert!((a - b).abs() < 0.05, "{a} vs {b}"));
+}
