@@ -29,7 +29,7 @@ use crate::{DType, Error, Result, Tensor};
 ///     assert!((got - want).abs() < 1e-6);
 /// }
 /// assert_eq!(mean.to_vec::<f32>()?, vec![1.0, 1.75]);
-/// assert_eq!(var.to_vec::<f32>()?, vec![1.5, 5.0]);
+/// assert_eq!(var.to_vec::<f32>()?, vec![1.5, 2.75]); // unbiased: 2 and 4.5
 /// assert_eq!(mean.version(), 0);
 /// # Ok::<(), strata_core::Error>(())
 /// ```
