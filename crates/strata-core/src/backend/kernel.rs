@@ -298,3 +298,93 @@ impl PoolWindows {
         start..end.max(start)
     }
 }
+
+/// One SGD step on a parameter (PyTorch's single-tensor SGD, each operation rounded to the
+/// parameter's compute dtype): `d = ±g + weight_decay·p`; with momentum `b = d` on the
+/// buffer's first step, else `b = momentum·b + (1 − dampening)·d`, then `d = d + momentum·b`
+/// (nesterov) or `d = b`; `p = p − lr·d`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SgdStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor (0: no buffer).
+    pub momentum: f64,
+    /// Dampening of the gradient's share of the momentum buffer.
+    pub dampening: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f64,
+    /// Ascend instead of descend.
+    pub maximize: bool,
+    /// The buffer's first step: it is set to the gradient, not blended.
+    pub first_step: bool,
+}
+
+/// One Adam or AdamW step on a parameter (PyTorch's single-tensor Adam): `d = ±g`; with
+/// decoupled weight decay `p = p·(1 − lr·wd)`, else `d = d + wd·p`; `m = lerp(m, d, 1 − β₁)`;
+/// `v = β₂·v + (1 − β₂)·d²`; with amsgrad `vmax = max(vmax, v)` stands for `v`;
+/// `p = p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// Decay of the first moment.
+    pub beta1: f64,
+    /// Decay of the second moment.
+    pub beta2: f64,
+    /// Added to the denominator.
+    pub eps: f64,
+    /// Weight decay: an L2 penalty on the gradient, or decoupled (AdamW).
+    pub weight_decay: f64,
+    /// AdamW's decoupled weight decay.
+    pub decoupled_weight_decay: bool,
+    /// Keep the running maximum of the second moment.
+    pub amsgrad: bool,
+    /// Ascend instead of descend.
+    pub maximize: bool,
+    /// The step number `t`, counted from 1.
+    pub step: u64,
+}
+
+/// An in-place parameter update: one fused pass over the parameter, its gradient and its
+/// state (operands `p, g, s0, s1, s2`, state as the rule needs it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum UpdateRule {
+    /// SGD; state: the momentum buffer when momentum is non-zero.
+    Sgd(SgdStep),
+    /// Adam; state: `exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` with amsgrad.
+    Adam(AdamStep),
+}
+
+impl UpdateRule {
+    /// How many state tensors the rule reads and writes.
+    pub(crate) fn state_count(&self) -> usize {
+        match self {
+            UpdateRule::Sgd(s) => usize::from(s.momentum != 0.0),
+            UpdateRule::Adam(a) => 2 + usize::from(a.amsgrad),
+        }
+    }
+
+    /// The in-place writes to the parameter that PyTorch's step makes, each of which moves
+    /// its version: AdamW's decay is one (`mul_`), the update another.
+    pub(crate) fn param_writes(&self) -> u32 {
+        match self {
+            UpdateRule::Adam(a) if a.decoupled_weight_decay && a.weight_decay != 0.0 => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The operands of one update: the parameter, its gradient and up to three state tensors,
+/// all dense with the same `n` elements of the parameter's dtype.
+pub(crate) struct UpdatePtrs {
+    /// The parameter (written).
+    pub(crate) param: *mut u8,
+    /// The gradient (read).
+    pub(crate) grad: *const u8,
+    /// The state tensors the rule uses, in its order (written); null where unused.
+    pub(crate) state: [*mut u8; 3],
+    /// Elements of each operand.
+    pub(crate) n: usize,
+}

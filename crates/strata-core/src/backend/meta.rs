@@ -9,6 +9,7 @@
 
 use super::kernel::{
     BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+    UpdatePtrs, UpdateRule,
 };
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
@@ -127,4 +128,6 @@ impl Backend for Meta {
         _: usize,
     ) {
     }
+
+    unsafe fn update(&self, _: &UpdateRule, _: DType, _: &UpdatePtrs) {}
 }

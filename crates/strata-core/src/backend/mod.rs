@@ -28,6 +28,7 @@ use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use kernel::{
     BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+    UpdatePtrs, UpdateRule,
 };
 
 /// The kernels of one device.
@@ -237,6 +238,15 @@ pub(crate) trait Backend: Sync {
         plane_in: usize,
         plane_out: usize,
     );
+
+    /// Applies an optimizer's update `rule` in place, in one pass over the parameter, its
+    /// gradient and the rule's state tensors (see [`UpdatePtrs`]).
+    ///
+    /// # Safety
+    /// The parameter and the used state pointers address `n` writable elements of `dtype`, the
+    /// gradient `n` readable ones; the written operands share no memory with each other or
+    /// the gradient, and the op holds their storages locked.
+    unsafe fn update(&self, rule: &UpdateRule, dtype: DType, ptrs: &UpdatePtrs);
 }
 
 /// The backend whose kernels run on `device`'s memory.

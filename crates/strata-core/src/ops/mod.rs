@@ -19,4 +19,5 @@ pub(crate) mod reduction;
 pub mod softmax;
 pub mod ternary;
 pub mod unary;
+pub mod update;
 pub mod views;

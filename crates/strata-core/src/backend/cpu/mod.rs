@@ -25,11 +25,13 @@ pub(crate) mod softmax_row;
 pub(crate) mod ternary;
 mod tile;
 pub(crate) mod unary;
+pub(crate) mod update;
 
 pub use run::Plan;
 
 use super::kernel::{
     BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
+    UpdatePtrs, UpdateRule,
 };
 use super::Backend;
 use crate::Device;
@@ -213,6 +215,11 @@ impl Backend for Cpu {
     ) {
         // SAFETY: forwarded from the caller.
         unsafe { pool2d::max_pool2d_backward(dtype, grad, idx, gx, planes, plane_in, plane_out) }
+    }
+
+    unsafe fn update(&self, rule: &UpdateRule, dtype: DType, ptrs: &UpdatePtrs) {
+        // SAFETY: forwarded from the caller.
+        unsafe { update::update(rule, dtype, ptrs) }
     }
 }
 
