@@ -1,7 +1,8 @@
 //! Adding a gradient into a leaf's `.grad`, as PyTorch's `AccumulateGrad`: the first
 //! gradient is taken over without a copy when nothing else holds it and its layout fits
 //! (the same strides as the parameter when that is dense, else contiguous); later ones are
-//! added in place, so the `.grad` buffer stays the same.
+//! added in place, so the `.grad` buffer stays the same. Then the leaf's post-accumulate-grad
+//! hooks run, given the leaf with its complete `.grad`.
 
 use crate::layout::Layout;
 use crate::op::OpContext;
@@ -56,6 +57,16 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
         Some(prev) => {
             prev.add_(&g)?;
         }
+    }
+    let post: Vec<_> = leaf
+        .autograd_meta()
+        .state()
+        .post_accumulate_hooks
+        .iter()
+        .map(|(_, h)| h.clone())
+        .collect();
+    for h in post {
+        h(leaf)?;
     }
     Ok(())
 }

@@ -29,6 +29,10 @@ impl HookHandle {
             .state()
             .leaf_hooks
             .retain(|(id, _)| *id != self.id);
+        t.autograd_meta()
+            .state()
+            .post_accumulate_hooks
+            .retain(|(id, _)| *id != self.id);
         if let Some(node) = current_grad_fn(&t) {
             node.hooks().retain(|(id, _)| *id != self.id);
         }
@@ -190,6 +194,50 @@ impl Tensor {
             Some(node) => node.hooks().push((id, hook)),
             None => self.autograd_meta().state().leaf_hooks.push((id, hook)),
         }
+        Ok(HookHandle {
+            id,
+            tensor: self.downgrade(),
+        })
+    }
+
+    /// Runs `hook` on this leaf after each backward has accumulated a gradient into its
+    /// `.grad` (PyTorch's `register_post_accumulate_grad_hook`): the hook sees the complete
+    /// gradient and may use it and drop it (`set_grad(None)`), which is how an optimizer
+    /// steps inside backward. Leaves only.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use strata_core::{DType, Tensor};
+    /// let w = Tensor::ones(&[3], DType::F32)?.requires_grad_(true)?;
+    /// let seen = Arc::new(AtomicUsize::new(0));
+    /// let s = seen.clone();
+    /// w.register_post_accumulate_grad_hook(move |leaf| {
+    ///     s.fetch_add(leaf.grad().map_or(0, |g| g.numel()), Ordering::SeqCst);
+    ///     leaf.set_grad(None) // the gradient is freed as soon as it was used
+    /// })?;
+    /// w.mul(&w)?.sum(None, false)?.backward()?;
+    /// assert_eq!(seen.load(Ordering::SeqCst), 3);
+    /// assert!(w.grad().is_none());
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    pub fn register_post_accumulate_grad_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
+    ) -> Result<HookHandle> {
+        if !self.requires_grad() || !self.is_leaf() {
+            return Err(Error::Autograd {
+                message: "register_post_accumulate_grad_hook: only a leaf that requires grad \
+                          accumulates gradients. Hint: register it on the parameter, or use \
+                          register_hook on an intermediate tensor"
+                    .into(),
+            });
+        }
+        let id = NEXT_HOOK.fetch_add(1, Ordering::Relaxed);
+        self.autograd_meta()
+            .state()
+            .post_accumulate_hooks
+            .push((id, Arc::new(hook)));
         Ok(HookHandle {
             id,
             tensor: self.downgrade(),

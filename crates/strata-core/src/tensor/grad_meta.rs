@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::storage::Role;
-use crate::tensor::graph::{GradHook, Node};
+use crate::tensor::graph::{GradHook, Node, PostAccumulateHook};
 use crate::Tensor;
 
 /// Per-tensor autograd state.
@@ -37,6 +37,8 @@ pub(crate) struct GradState {
     pub accumulator: Weak<Node>,
     /// Hooks of a leaf, run before accumulation.
     pub leaf_hooks: Vec<(u64, GradHook)>,
+    /// Hooks of a leaf, run after a gradient was accumulated into its `.grad`.
+    pub post_accumulate_hooks: Vec<(u64, PostAccumulateHook)>,
     pub retains_grad: bool,
 }
 

@@ -19,6 +19,10 @@ pub(crate) type BackwardFn = Box<dyn FnMut(Tensor) -> Result<Vec<Option<Tensor>>
 /// replace the gradient.
 pub(crate) type GradHook = Arc<dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sync>;
 
+/// A hook run on a leaf after a gradient was accumulated into its `.grad`; it is given the
+/// leaf.
+pub(crate) type PostAccumulateHook = Arc<dyn Fn(&Tensor) -> Result<()> + Send + Sync>;
+
 /// Where an edge leads: a node and which of its inputs.
 #[derive(Clone)]
 pub(crate) struct Edge {
