@@ -7,11 +7,15 @@
 //! - [`init`]: the initialisers of `torch.nn.init`.
 //! - [`state`]: state dicts, saved and loaded as safetensors files that PyTorch reads.
 //! - [`prune`]: magnitude and random pruning with masks.
+//! - [`optim`]: optimizers, learning-rate schedules, gradient clipping, optimizer in backward.
+//! - [`amp`]: loss scaling for f16 mixed precision ([`amp::GradScaler`]).
 
+pub mod amp;
 pub mod container;
 pub mod init;
 pub mod layers;
 pub mod module;
+pub mod optim;
 pub mod prune;
 pub mod state;
 

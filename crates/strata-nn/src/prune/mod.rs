@@ -1,8 +1,8 @@
 //! Pruning (`torch.nn.utils.prune`): zeroing the least important weights with a mask.
 //!
 //! strata's default [`Form::InPlace`] masks the parameter itself and keeps a `bool` mask
-//! (one byte per weight); call [`reapply`] after each optimizer step to keep pruned weights
-//! at zero (in place, allocating nothing). [`Form::Reparametrized`] is PyTorch's form
+//! (one byte per weight); call [`reapply`] after each optimizer step (or register it once
+//! with [`reapply_after_steps`]) to keep pruned weights at zero (in place, allocating nothing). [`Form::Reparametrized`] is PyTorch's form
 //! (`weight_orig`, `weight_mask`, and `weight` recomputed before every forward), about three
 //! weights of memory. [`pytorch_state_dict`] writes PyTorch's keys for either form.
 //!
@@ -27,7 +27,8 @@ use strata_core::{DType, Error, Generator, Result, Tensor};
 pub use apply::Form;
 pub use mask::Amount;
 
-use crate::module::{join_path, Module};
+use crate::module::{join_path, Module, ModuleCore};
+use crate::optim::{Optimizer, PostStepHandle};
 use crate::state::{StateDict, StateDictExt};
 use apply::{mask_name, orig_name, State};
 
@@ -162,9 +163,37 @@ pub fn is_pruned(module: &dyn Module, name: &str) -> bool {
 /// [`Form::InPlace`] in `module` and its descendants: run it after each optimizer step.
 /// It allocates nothing.
 pub fn reapply(module: &dyn Module) -> Result<()> {
+    reapply_core(module.core())
+}
+
+/// Registers [`reapply`] on `module` as a post-step hook of `opt`, so that pruned weights
+/// are zeroed again after every step; remove it with the returned handle.
+///
+/// ```
+/// use strata_core::{DType, Tensor};
+/// use strata_nn::optim::{Optimizer, Sgd};
+/// use strata_nn::prune::{self, Amount, Form};
+/// use strata_nn::{Linear, Module};
+/// let fc = Linear::new(8, 4, true)?;
+/// prune::l1_unstructured(&fc, "weight", Amount::Fraction(0.5), Form::InPlace)?;
+/// let mut opt = Optimizer::sgd(fc.parameters(), Sgd { lr: 0.1, ..Sgd::default() })?;
+/// prune::reapply_after_steps(&fc, &mut opt);
+/// let x = Tensor::ones(&[2, 8], DType::F32)?;
+/// fc.call(&x)?.sum(None, false)?.backward()?;
+/// opt.step()?; // moves every weight, then the hook zeroes the pruned ones again
+/// let zeros = fc.weight().to_vec::<f32>()?.iter().filter(|&&v| v == 0.0).count();
+/// assert_eq!(zeros, 16);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn reapply_after_steps(module: &dyn Module, opt: &mut Optimizer) -> PostStepHandle {
+    let core = module.core().clone();
+    opt.register_post_step_hook(move || reapply_core(&core))
+}
+
+fn reapply_core(root: &ModuleCore) -> Result<()> {
     let _g = GradModeGuard::no_grad();
     let mut result = Ok(());
-    module.core().visit(&mut |_, core| {
+    root.visit(&mut |_, core| {
         for (n, mask, _) in core.own_buffers() {
             let Some(param) = n.strip_suffix("_mask") else {
                 continue;

@@ -25,7 +25,12 @@ pub(crate) struct EntryInfo {
 pub(crate) struct Header {
     pub entries: Vec<EntryInfo>,
     pub data_start: usize,
+    /// The `__metadata__` strings, `format` included.
+    pub metadata: Metadata,
 }
+
+/// A file's `__metadata__`: string keys to string values.
+pub(crate) type Metadata = std::collections::BTreeMap<String, String>;
 
 /// The largest header accepted (safetensors' own limit).
 const MAX_HEADER: usize = 100_000_000;
@@ -113,8 +118,10 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Header, StateError> {
         return Err(StateError::format(path, "the header is not a JSON object"));
     };
     let mut entries = Vec::with_capacity(map.len());
+    let mut metadata = Metadata::new();
     for (key, value) in map {
         if key == "__metadata__" {
+            metadata = parse_metadata(path, value)?;
             continue;
         }
         entries.push(entry(path, &key, &value)?);
@@ -163,6 +170,7 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Header, StateError> {
         ));
     }
     Ok(Header {
+        metadata,
         entries,
         data_start,
     })
@@ -256,16 +264,42 @@ fn tensor_bytes(t: &Tensor) -> strata_core::Result<Vec<u8>> {
     })
 }
 
+/// The `__metadata__` object: every value must be a string, as safetensors requires.
+fn parse_metadata(path: &Path, value: serde_json::Value) -> Result<Metadata, StateError> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(StateError::format(
+            path,
+            "__metadata__ is not a JSON object",
+        ));
+    };
+    map.into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => Ok((k, s)),
+            other => Err(StateError::format(
+                path,
+                format!("__metadata__ entry {k:?} is {other}, not a string"),
+            )),
+        })
+        .collect()
+}
+
 /// Writes `entries` to `path` as a safetensors file, atomically: into a temporary file
 /// beside it, flushed to disk, then renamed over `path` (and the directory synced), so a
 /// crash leaves either the old file or the new one. Tensors are laid out as safetensors
 /// does (by dtype size, largest first, then by name), which keeps each one aligned.
-pub(crate) fn write(path: &Path, entries: &[(String, Tensor)]) -> Result<(), StateError> {
+pub(crate) fn write(
+    path: &Path,
+    entries: &[(String, Tensor)],
+    metadata: &Metadata,
+) -> Result<(), StateError> {
     let mut order: Vec<&(String, Tensor)> = entries.iter().collect();
     order.sort_by(|(a, x), (b, y)| y.dtype().size().cmp(&x.dtype().size()).then(a.cmp(b)));
     let mut header = serde_json::Map::new();
     let mut meta = serde_json::Map::new();
     meta.insert("format".into(), "pt".into());
+    for (k, v) in metadata {
+        meta.insert(k.clone(), v.clone().into());
+    }
     header.insert("__metadata__".into(), meta.into());
     let mut at = 0usize;
     for (key, t) in &order {

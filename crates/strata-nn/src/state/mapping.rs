@@ -37,7 +37,7 @@ fn borrowable(e: &EntryInfo, addr: usize) -> bool {
 }
 
 /// Reads every tensor of the safetensors file at `path`, in the order of their bytes.
-pub(crate) fn read(path: &Path) -> Result<Vec<(String, Tensor)>, StateError> {
+pub(crate) fn read(path: &Path) -> Result<(Vec<(String, Tensor)>, format::Metadata), StateError> {
     let file = File::open(path).map_err(|e| StateError::io(path, e))?;
     let len = file.metadata().map_err(|e| StateError::io(path, e))?.len();
     if len == 0 {
@@ -95,5 +95,5 @@ pub(crate) fn read(path: &Path) -> Result<Vec<(String, Tensor)>, StateError> {
         };
         out.push((e.key.clone(), t));
     }
-    Ok(out)
+    Ok((out, header.metadata))
 }

@@ -34,6 +34,8 @@ pub use load::{LoadOptions, LoadReport, StateDictExt};
 #[derive(Debug, Clone, Default)]
 pub struct StateDict {
     entries: Vec<(String, Tensor)>,
+    /// Strings saved in the file's `__metadata__` (an optimizer's step counts and groups).
+    metadata: format::Metadata,
 }
 
 impl StateDict {
@@ -85,7 +87,17 @@ impl StateDict {
     /// Writes the dict to `path` as a safetensors file, atomically (a temporary file beside
     /// it, synced, then renamed over it).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), StateError> {
-        format::write(path.as_ref(), &self.entries)
+        format::write(path.as_ref(), &self.entries, &self.metadata)
+    }
+
+    /// Sets a metadata string, saved in the file's `__metadata__`.
+    pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.metadata.insert(key.into(), value.into());
+    }
+
+    /// The metadata string under `key` (a loaded file's `format` is `pt`).
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).map(String::as_str)
     }
 
     /// Reads a safetensors file. The file is memory-mapped privately (copy-on-write):
@@ -97,9 +109,8 @@ impl StateDict {
     /// The file must not be truncated or rewritten in place by another program while
     /// tensors view it (replacing it by a rename, as [`StateDict::save`] does, is fine).
     pub fn load(path: impl AsRef<Path>) -> Result<StateDict, StateError> {
-        Ok(StateDict {
-            entries: mapping::read(path.as_ref())?,
-        })
+        let (entries, metadata) = mapping::read(path.as_ref())?;
+        Ok(StateDict { entries, metadata })
     }
 }
 
