@@ -9,6 +9,7 @@ mod args;
 mod nn;
 mod observe;
 mod ops;
+mod train;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,12 +18,14 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 use strata::core::device::DefaultDevice;
 use strata::core::with_device_allocator;
+use strata::nn::optim::Scheduler;
 use strata::prelude::*;
 use strata_alloc::{DeviceAllocator, HostAllocator};
 
 use allocations::Recorder;
 use args::Args;
 use observe::{observe, observe_values, StorageNumbers};
+use train::{Made, Object};
 
 /// Most bytes one program may hold at once; beyond it allocations fail as out-of-memory.
 pub const PROGRAM_MEMORY_LIMIT: usize = 2 << 30;
@@ -152,6 +155,8 @@ pub fn run_program_with(id: Value, steps: &[Value], options: RunOptions) -> Valu
 #[derive(Default)]
 pub struct ProgramState {
     env: HashMap<String, Tensor>,
+    /// Optimizers, schedulers and grad scalers, by name.
+    objects: HashMap<String, Object>,
     /// Bound names, oldest binding first (a rebound name moves to the end).
     order: Vec<String>,
     storages: StorageNumbers,
@@ -179,6 +184,7 @@ impl ProgramState {
     fn release(&mut self) {
         while let Some(name) = self.order.pop() {
             drop(self.env.remove(&name));
+            drop(self.objects.remove(&name));
         }
         while self.modes.pop().is_some() {}
     }
@@ -187,7 +193,15 @@ impl ProgramState {
         self.order.retain(|n| *n != name);
         self.order.push(name.clone());
         // The old value (if any) is dropped here, when the name is rebound.
+        drop(self.objects.remove(&name));
         self.env.insert(name, t);
+    }
+
+    fn insert_object(&mut self, name: String, o: Object) {
+        self.order.retain(|n| *n != name);
+        self.order.push(name.clone());
+        drop(self.env.remove(&name));
+        self.objects.insert(name, o);
     }
 
     fn step(&mut self, step: &Value, observations: &mut Vec<Value>) -> Result<(), String> {
@@ -203,13 +217,19 @@ impl ProgramState {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err("\"in\" must be a list of names".into()),
         };
+        if train::OPS.contains(&op) {
+            return self.train_step(op, &names, step);
+        }
         let inputs: Vec<Tensor> = names
             .iter()
-            .map(|n| {
-                self.env
-                    .get(*n)
-                    .cloned()
-                    .ok_or_else(|| format!("unknown variable: {n}"))
+            .map(|n| match (self.env.get(*n), self.objects.get(*n)) {
+                (Some(t), _) => Ok(t.clone()),
+                (None, Some(o)) => Err(format!(
+                    "cannot {} {n}: it is {}, not a tensor",
+                    if op == "observe" { "observe" } else { "pass" },
+                    o.kind()
+                )),
+                (None, None) => Err(format!("unknown variable: {n}")),
             })
             .collect::<Result<_, _>>()?;
         if op == "observe" {
@@ -239,8 +259,88 @@ impl ProgramState {
         // Only steps without tensor inputs (creation ops) are told the device: every other
         // op must follow its inputs there by itself.
         let _device = inputs.is_empty().then(|| DefaultDevice::set(self.device));
-        let produced = ops::run(op, &inputs, &args)?;
+        let produced = if op == "clip_grad_norm_" {
+            Produced::One(train::clip_grad_norm(&inputs, &args)?)
+        } else {
+            ops::run(op, &inputs, &args)?
+        };
         self.bind(op, step.get("let"), produced)
+    }
+
+    /// A step on training objects (see [`train`]).
+    fn train_step(&mut self, op: &str, names: &[&str], step: &Value) -> Result<(), String> {
+        let empty = Map::new();
+        let args = match step.get("args") {
+            Some(Value::Object(m)) => Args(m),
+            _ => Args(&empty),
+        };
+        let target = step.get("let").and_then(Value::as_str).map(str::to_owned);
+        // `get_scale` makes a tensor from no tensor input: on the program's device.
+        let _device = DefaultDevice::set(self.device);
+        let tensor = |n: &str| self.env.get(n).cloned();
+        let made = match op {
+            "optimizer" => {
+                let params = names
+                    .iter()
+                    .map(|n| tensor(n).ok_or_else(|| format!("unknown tensor: {n}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Made::Object(train::optimizer(params, &args)?)
+            }
+            "grad_scaler" => Made::Object(train::grad_scaler(&args)?),
+            "lr_scheduler" | "sched_step" => {
+                let name = *names
+                    .first()
+                    .ok_or_else(|| format!("{op} needs an input"))?;
+                let opt_name = match (op, self.objects.get(name)) {
+                    ("lr_scheduler", Some(Object::Optimizer(_))) => name.to_owned(),
+                    ("sched_step", Some(Object::Scheduler(_, o))) => o.clone(),
+                    _ => return Err(format!("{op}: {name} is not the right kind of object")),
+                };
+                let Some(Object::Optimizer(opt)) = self.objects.get_mut(&opt_name) else {
+                    return Err(format!("{op}: the optimizer {opt_name} is gone"));
+                };
+                let sched = if op == "lr_scheduler" {
+                    let s =
+                        Scheduler::new(opt, train::schedule(&args)?).map_err(|e| e.to_string())?;
+                    Made::Object(Object::Scheduler(s, opt_name))
+                } else {
+                    let Some(Object::Scheduler(s, _)) = self.objects.get_mut(name) else {
+                        return Err(format!("{op}: {name} is not a scheduler"));
+                    };
+                    let mut s = s.clone();
+                    let Some(Object::Optimizer(opt)) = self.objects.get_mut(&opt_name) else {
+                        return Err(format!("{op}: the optimizer {opt_name} is gone"));
+                    };
+                    s.step(opt).map_err(|e| e.to_string())?;
+                    if let Some(Object::Scheduler(slot, _)) = self.objects.get_mut(name) {
+                        *slot = s;
+                    }
+                    Made::Nothing
+                };
+                sched
+            }
+            _ => {
+                let first = *names
+                    .first()
+                    .ok_or_else(|| format!("{op} needs an input"))?;
+                let mut obj = self
+                    .objects
+                    .remove(first)
+                    .ok_or_else(|| format!("unknown object: {first}"))?;
+                let second = names.get(1).copied();
+                let t = second.and_then(tensor);
+                let other = second.and_then(|n| self.objects.get_mut(n));
+                let made = train::on_object(op, &mut obj, other, t.as_ref(), &args);
+                self.objects.insert(first.to_owned(), obj);
+                made?
+            }
+        };
+        match (made, target) {
+            (Made::Tensor(t), Some(n)) => self.insert(n, t),
+            (Made::Object(o), Some(n)) => self.insert_object(n, o),
+            _ => {}
+        }
+        Ok(())
     }
 
     fn grad_mode(&mut self, args: &Args<'_>) -> Result<(), String> {
