@@ -52,6 +52,12 @@ fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
     if matches!(f, FloatOp::Tanh | FloatOp::Sigmoid) && half(g) && half(v) {
         return half_slope_grad(f, g, v);
     }
+    if matches!(f, FloatOp::Gelu | FloatOp::Silu) && half(g) && half(v) {
+        // PyTorch's `gelu_backward` and `silu_backward` kernels compute bf16 and f16 in f32
+        // and round once.
+        let wide = float_grad(f, &g.to(DType::F32)?, &v.to(DType::F32)?)?;
+        return wide.to(g.dtype());
+    }
     match f {
         FloatOp::Exp => g.mul(v),
         FloatOp::Log => g.div(v),
