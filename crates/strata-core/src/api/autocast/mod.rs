@@ -41,7 +41,7 @@
 //! PyTorch's CPU lists name more ops than strata has (`conv1d`, `conv3d`, the transposed
 //! convolutions, `baddbmm`, `addbmm`, `prelu`, `scaled_dot_product_attention` in lower
 //! precision; `smooth_l1_loss`, `huber_loss`, `kl_div` and other losses in f32); they join
-//! the tables as the ops are added ([`policy`]'s lists).
+//! the tables as the ops are added (the lists in `api/autocast/policy.rs`).
 //!
 //! `cat` and `stack` follow PyTorch's promotion in operand order: starting from `D`, an f32
 //! operand makes the type f32, and an operand of the other half dtype (f16 in a bf16 region,

@@ -1,7 +1,9 @@
 //! `lstm_cell` and `gru_cell`: the two gate products are ordinary recorded `linear`s (which
 //! save only the tensors they were given), and the element-wise rest of each cell is a node
 //! of its own that saves the pre-activation gates and the states, not the dozen
-//! intermediates a composition of generic ops would keep.
+//! intermediates a composition of generic ops would keep. With bf16 or f16 gates (under
+//! autocast, or with half-precision inputs) the rest is PyTorch's composition of generic
+//! recorded ops instead, so that every step rounds as PyTorch's CPU cells do.
 
 use super::check::{floating, shape};
 use super::linear;
