@@ -101,6 +101,11 @@ pub(crate) fn user_grad_mode() -> bool {
     MODE.with(|m| m.get().grad)
 }
 
+/// True while an op runs its own forward (its parts neither record nor are cast again).
+pub(crate) fn is_internal() -> bool {
+    MODE.with(|m| m.get().internal)
+}
+
 /// Runs the parts of a composite op without recording them.
 pub(crate) fn internal<R>(f: impl FnOnce() -> R) -> R {
     let _g = GradModeGuard::set(|m| Mode {

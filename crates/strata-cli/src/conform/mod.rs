@@ -6,6 +6,7 @@
 
 mod allocations;
 mod args;
+mod mixed_precision;
 mod nn;
 mod observe;
 mod ops;
@@ -161,14 +162,18 @@ pub struct ProgramState {
     order: Vec<String>,
     storages: StorageNumbers,
     modes: Vec<GradModeGuard>,
+    /// Open autocast regions, innermost last (they nest apart from grad modes).
+    regions: Vec<strata::core::autocast::AutocastGuard>,
     /// The device creation steps make tensors on.
     device: Device,
 }
 
 impl Drop for ProgramState {
     fn drop(&mut self) {
-        // Modes still open close innermost first, restoring the mode outside each.
+        // Modes and regions still open close innermost first, restoring the state
+        // outside each.
         while self.modes.pop().is_some() {}
+        while self.regions.pop().is_some() {}
     }
 }
 
@@ -187,6 +192,7 @@ impl ProgramState {
             drop(self.objects.remove(&name));
         }
         while self.modes.pop().is_some() {}
+        while self.regions.pop().is_some() {}
     }
 
     fn insert(&mut self, name: String, t: Tensor) {
@@ -255,6 +261,9 @@ impl ProgramState {
         };
         if op == "grad_mode" {
             return self.grad_mode(&args);
+        }
+        if let Some(done) = self.autocast_step(op, &args) {
+            return done;
         }
         // Only steps without tensor inputs (creation ops) are told the device: every other
         // op must follow its inputs there by itself.

@@ -5,15 +5,17 @@
 //! 1. captures the caller's source location and notifies the op observer, with the input
 //!    shapes and dtypes ([`OpContext::enter_described`]);
 //! 2. checks that the tensor operands share a device (a 0-d CPU tensor may join any device's
-//!    op, as in PyTorch);
-//! 3. lets the installed mixed-precision policy cast the inputs ([`super::autocast`]);
-//! 4. decides whether autograd records the op (grad mode on and an input requiring grad).
+//!    op, as in PyTorch).
 //!
 //! Then one of the runners finishes the op: [`Entry::run`] (out of place: the forward, then
 //! the backward node), [`Entry::run_inplace`] (autograd's in-place refusals before anything
 //! is written, then the forward, then the history rewrite) or [`Entry::run_out`] (`out=`
-//! forms, refused when autograd would have to record them). The forward runs with recording
-//! off, so the parts of a composite op are not recorded one by one; the op records itself.
+//! forms, refused when autograd would have to record them). The out-of-place runners
+//! ([`Entry::run`], [`Entry::run_untracked`], [`Entry::run_composite`]) first let the
+//! mixed-precision policy cast the inputs ([`super::autocast`]) and decide whether autograd
+//! records the op (grad mode on and an operand requiring grad); in-place ops, `out=` forms
+//! and views are never cast. The forward runs with recording off, so the parts of a
+//! composite op are not recorded one by one (nor cast again); the op records itself.
 //!
 //! An op is thus its infer-and-forward function in [`crate::ops`] (running kernels on the
 //! operands' backend) and its backward formula in [`crate::autograd::formulas`]; the
@@ -33,9 +35,27 @@ type Refs<'a> = SmallVec<[&'a Tensor; 4]>;
 pub(crate) struct Entry<'a> {
     ctx: OpContext,
     inputs: &'a [&'a Tensor],
-    /// The inputs as the mixed-precision policy cast them, when it did.
+}
+
+/// An out-of-place op's operands: the inputs, or their mixed-precision casts.
+struct Operands<'a> {
+    inputs: &'a [&'a Tensor],
     cast: Option<Vec<Tensor>>,
-    records: bool,
+}
+
+impl Operands<'_> {
+    /// The operands the op computes with.
+    fn refs(&self) -> Refs<'_> {
+        match &self.cast {
+            Some(c) => c.iter().collect(),
+            None => self.inputs.iter().copied().collect(),
+        }
+    }
+}
+
+/// Whether autograd records an op on `operands`: grad mode on and one requires grad.
+fn records(operands: &[&Tensor]) -> bool {
+    is_grad_enabled() && operands.iter().any(|t| t.requires_grad())
 }
 
 impl<'a> Entry<'a> {
@@ -54,26 +74,22 @@ impl<'a> Entry<'a> {
                 .collect()
         });
         check_devices(name, inputs)?;
-        let cast = super::autocast::cast_inputs(name, inputs)?;
-        let records = is_grad_enabled()
-            && match &cast {
-                Some(c) => c.iter().any(Tensor::requires_grad),
-                None => inputs.iter().any(|t| t.requires_grad()),
-            };
-        Ok(Entry {
-            ctx,
-            inputs,
-            cast,
-            records,
+        Ok(Entry { ctx, inputs })
+    }
+
+    /// The operands of an out-of-place op: the inputs as the mixed-precision policy casts
+    /// them (see [`super::autocast`]).
+    fn cast_operands(&self) -> Result<Operands<'a>> {
+        Ok(Operands {
+            inputs: self.inputs,
+            cast: super::autocast::cast_inputs(self.ctx.op(), self.inputs)?,
         })
     }
 
-    /// The operands the op computes with: the inputs, or their casts.
-    fn operands(&self) -> Refs<'_> {
-        match &self.cast {
-            Some(c) => c.iter().collect(),
-            None => self.inputs.iter().copied().collect(),
-        }
+    /// The operands of an in-place op, an `out=` form or a view: the inputs themselves,
+    /// never cast.
+    fn operands(&self) -> Refs<'a> {
+        self.inputs.iter().copied().collect()
     }
 
     /// Runs an out-of-place op: `forward(ctx, inputs)` computes the result with recording
@@ -84,9 +100,11 @@ impl<'a> Entry<'a> {
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
         backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
     ) -> Result<T> {
-        let x = self.operands();
+        let operands = self.cast_operands()?;
+        let x = operands.refs();
+        let records = records(&x);
         let out = internal(|| forward(&self.ctx, &x))?;
-        if self.records {
+        if records {
             backward(&self.ctx, &x, &out)?;
         }
         Ok(out)
@@ -98,7 +116,8 @@ impl<'a> Entry<'a> {
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
-        let x = self.operands();
+        let operands = self.cast_operands()?;
+        let x = operands.refs();
         internal(|| forward(&self.ctx, &x))
     }
 
@@ -157,7 +176,8 @@ impl<'a> Entry<'a> {
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
-        let x = self.operands();
+        let operands = self.cast_operands()?;
+        let x = operands.refs();
         forward(&self.ctx, &x)
     }
 

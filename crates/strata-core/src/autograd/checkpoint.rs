@@ -1,14 +1,16 @@
 //! Activation checkpointing (non-reentrant, as PyTorch recommends): the forward of a region
 //! keeps only its inputs; every tensor its ops would save for backward is replaced by an empty
 //! holder, and the first backward that needs one recomputes the region (with the random
-//! generator restored, so dropout draws the same mask) and fills them all.
+//! generator restored, so dropout draws the same mask, and the autocast state of the forward,
+//! so the recomputed ops run in the same dtypes) and fills them all.
 
 use std::sync::{Arc, Mutex, Weak};
 
 use super::saved::{with_hook_pair, HookPair, Packed, SavedTensor};
+use crate::api::autocast;
 use crate::mode::{is_grad_enabled, GradModeGuard};
 use crate::random::global_generator;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 type Region = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
 
@@ -22,6 +24,8 @@ struct Frame {
     plain_inputs: Vec<Tensor>,
     requires_grad: Vec<bool>,
     rng_state: Vec<u8>,
+    /// The autocast region's dtype at forward (`None`: outside autocast).
+    autocast: Option<DType>,
     holders: Mutex<Vec<Weak<Holder>>>,
 }
 
@@ -37,7 +41,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Runs `region` on `inputs` keeping only the inputs for backward; the activations are
 /// recomputed when backward needs them. Regions nest; several inputs and outputs are fine.
-/// Without grad mode it just runs the region.
+/// Without grad mode it just runs the region. The recomputation runs in the autocast state
+/// the forward ran in (inside a region of the same dtype, or outside autocast), whatever
+/// the state around the backward call.
 ///
 /// ```
 /// use strata_core::{autograd, DType, Tensor};
@@ -81,6 +87,7 @@ where
         plain_inputs,
         requires_grad: inputs.iter().map(Tensor::requires_grad).collect(),
         rng_state: global_generator().get_state(),
+        autocast: autocast::state(),
         holders: Mutex::new(Vec::new()),
     });
     let for_pack = frame.clone();
@@ -168,7 +175,9 @@ fn recompute(frame: &Arc<Frame>) -> Result<()> {
     global_generator().set_state(&frame.rng_state)?;
     let result = {
         let _grad = GradModeGuard::enable_grad();
-        with_hook_pair(Arc::new(pair), || (frame.region)(&inputs))
+        autocast::with_state(frame.autocast, || {
+            with_hook_pair(Arc::new(pair), || (frame.region)(&inputs))
+        })
     };
     global_generator().set_state(&saved_rng)?;
     drop(result?);

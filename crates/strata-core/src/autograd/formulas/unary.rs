@@ -6,7 +6,7 @@ use crate::autograd::record::InplaceRecorder;
 use crate::op::OpContext;
 use crate::ops::binary::{binary, BinaryOp, Other};
 use crate::ops::unary::{FloatOp, SameOp};
-use crate::{Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 fn float_name(f: FloatOp) -> &'static str {
     match f {
@@ -32,7 +32,32 @@ fn uses_output(f: FloatOp) -> bool {
     )
 }
 
+/// `tanh` and `sigmoid`'s gradients from their output `y` in bf16 and f16, as PyTorch's
+/// CPU `tanh_backward` and `sigmoid_backward` kernels compute them: in f32, rounded once,
+/// except f16's sigmoid, which rounds after each step of `g·(1 - y)·y`.
+fn half_slope_grad(f: FloatOp, g: &Tensor, y: &Tensor) -> Result<Tensor> {
+    if f == FloatOp::Sigmoid && g.dtype() == DType::F16 {
+        return g.mul(&y.neg()?.add(1i64)?)?.mul(y);
+    }
+    let (g32, y32) = (g.to(DType::F32)?, y.to(DType::F32)?);
+    let d = match f {
+        FloatOp::Tanh => g32.mul(&y32.mul(&y32)?.neg()?.add(1i64)?)?,
+        _ => g32.mul(&y32.neg()?.add(1i64)?)?.mul(&y32)?,
+    };
+    d.to(g.dtype())
+}
+
 fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let half = |t: &Tensor| matches!(t.dtype(), DType::BF16 | DType::F16);
+    if matches!(f, FloatOp::Tanh | FloatOp::Sigmoid) && half(g) && half(v) {
+        return half_slope_grad(f, g, v);
+    }
+    if matches!(f, FloatOp::Gelu | FloatOp::Silu) && half(g) && half(v) {
+        // PyTorch's `gelu_backward` and `silu_backward` kernels compute bf16 and f16 in f32
+        // and round once.
+        let wide = float_grad(f, &g.to(DType::F32)?, &v.to(DType::F32)?)?;
+        return wide.to(g.dtype());
+    }
     match f {
         FloatOp::Exp => g.mul(v),
         FloatOp::Log => g.div(v),

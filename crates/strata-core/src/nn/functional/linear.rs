@@ -6,8 +6,10 @@ use crate::op::OpContext;
 use crate::{Result, Tensor};
 
 /// `x @ w.T + b` for `x` of shape `[.., in]`, `w` of shape `[out, in]` and an optional bias
-/// of shape `[out]` (PyTorch's `F.linear`). Differentiable in all three through the matmul
-/// and the addition, which save only views of their operands.
+/// of shape `[out]` (PyTorch's `F.linear`). Differentiable in all three through the
+/// product, which saves only views of its operands. As in PyTorch, the bias is added inside
+/// the product (`addmm`, rounded once in bf16 and f16) when the input is 2-d or contiguous,
+/// and after it otherwise.
 ///
 /// ```
 /// use strata_core::nn::functional::linear;
@@ -73,9 +75,20 @@ fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
             ));
         }
     }
-    let y = x.matmul(&w.t()?)?;
     match b {
-        Some(b) => y.add(b),
-        None => Ok(y),
+        // PyTorch adds the bias inside the product (one rounding in bf16 and f16) for a 2-d
+        // input, and for a contiguous input of any rank through a 2-d view of it.
+        Some(b) if b.dim() <= 1 && (x.dim() == 2 || x.is_contiguous()) => {
+            let rows = x.reshape(&[-1, xs[xs.len() - 1] as i64])?;
+            let y = b.addmm(&rows, &w.t()?, 1i64, 1i64)?;
+            if x.dim() == 2 {
+                return Ok(y);
+            }
+            let mut out: Vec<i64> = xs[..xs.len() - 1].iter().map(|&d| d as i64).collect();
+            out.push(ws[0] as i64);
+            y.reshape(&out)
+        }
+        Some(b) => x.matmul(&w.t()?)?.add(b),
+        None => x.matmul(&w.t()?),
     }
 }

@@ -1,13 +1,15 @@
 //! `lstm_cell` and `gru_cell`: the two gate products are ordinary recorded `linear`s (which
 //! save only the tensors they were given), and the element-wise rest of each cell is a node
 //! of its own that saves the pre-activation gates and the states, not the dozen
-//! intermediates a composition of generic ops would keep.
+//! intermediates a composition of generic ops would keep. With bf16 or f16 gates (under
+//! autocast, or with half-precision inputs) the rest is PyTorch's composition of generic
+//! recorded ops instead, so that every step rounds as PyTorch's CPU cells do.
 
 use super::check::{floating, shape};
 use super::linear;
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::{Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// PyTorch's `lstm_cell`: for `x` (`[B, I]` or `[I]`), `h` and `c` (`[B, H]` or `[H]`),
 /// `gates = linear(h, w_hh, b_hh) + linear(x, w_ih, b_ih)` (`w_ih` is `[4H, I]`, `w_hh`
@@ -49,6 +51,9 @@ pub fn lstm_cell(
         let b_hh = has_bh.then(|| t[5 + has_bi as usize]);
         check(ctx.op(), t[0], t[1], Some(t[2]), t[3], t[4], 4)?;
         let gates = linear(t[1], t[4], b_hh)?.add(&linear(t[0], t[3], b_ih)?)?;
+        if composed(&gates, t[2]) {
+            return lstm_composed(&gates, t[2]);
+        }
         let c1 = lstm_state(&gates, t[2])?;
         let h1 = lstm_output(&gates, &c1)?;
         Ok((h1, c1))
@@ -91,6 +96,9 @@ pub fn gru_cell(
         check(ctx.op(), t[0], t[1], None, t[2], t[3], 3)?;
         let gi = linear(t[0], t[2], b_ih)?;
         let gh = linear(t[1], t[3], b_hh)?;
+        if composed(&gi, t[1]) {
+            return gru_composed(&gi, &gh, t[1]);
+        }
         gru_update(&gi, &gh, t[1])
     })
 }
@@ -158,6 +166,42 @@ fn check(
         ));
     }
     Ok(())
+}
+
+/// Whether a cell runs as PyTorch's composition of recorded ops rather than as one node:
+/// when its gates are bf16 or f16 (under autocast, or with half-precision inputs), or of
+/// another dtype than the state. There every op rounds to its own dtype, as PyTorch's
+/// composition does, which a fused node computing in the widest dtype would not mirror.
+fn composed(gates: &Tensor, state: &Tensor) -> bool {
+    matches!(gates.dtype(), DType::BF16 | DType::F16) || gates.dtype() != state.dtype()
+}
+
+/// PyTorch's CPU `lstm_cell` after the products, op by op: `i, f, g, o` are the sigmoid,
+/// sigmoid, tanh and sigmoid of the gates' chunks (in the gates' dtype),
+/// `c1 = f·c + i·g` and `h1 = o·tanh(c1)`, each product and sum in its operands' promoted
+/// dtype.
+fn lstm_composed(gates: &Tensor, c: &Tensor) -> Result<(Tensor, Tensor)> {
+    let q = chunks(gates, 4)?;
+    let (i, f, g, o) = (
+        q[0].sigmoid()?,
+        q[1].sigmoid()?,
+        q[2].tanh()?,
+        q[3].sigmoid()?,
+    );
+    let c1 = f.mul(c)?.add(&i.mul(&g)?)?;
+    let h1 = o.mul(&c1.tanh()?)?;
+    Ok((h1, c1))
+}
+
+/// PyTorch's CPU `gru_cell` after the products, op by op: `r = σ(hr + ir)`,
+/// `z = σ(hz + iz)`, `n = tanh(in + hn·r)` in the gates' dtype, and `h1 = (h - n)·z + n`
+/// in the promoted dtype of `h` and the gates.
+fn gru_composed(gi: &Tensor, gh: &Tensor, h: &Tensor) -> Result<Tensor> {
+    let (i, hh) = (chunks(gi, 3)?, chunks(gh, 3)?);
+    let r = hh[0].add(&i[0])?.sigmoid()?;
+    let z = hh[1].add(&i[1])?.sigmoid()?;
+    let n = i[2].add(&hh[2].mul(&r)?)?.tanh()?;
+    h.sub(&n)?.mul(&z)?.add(&n)
 }
 
 /// The gates' `k` chunks along the last dimension.

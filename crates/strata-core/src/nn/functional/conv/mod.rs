@@ -14,7 +14,7 @@ use super::Pair;
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::op::OpContext;
-use crate::{Result, Tensor};
+use crate::{DType, Result, Tensor};
 use geometry::{check, Geometry};
 
 /// The most bytes of column matrix a convolution builds at once (8 MiB), in forward and in
@@ -93,7 +93,9 @@ pub fn conv2d(
 /// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding). The backward
 /// node saves the input and the weight (no copies); backward holds one column buffer of the
 /// same bound per gradient it computes, a copy of one slice of the output gradient, and a
-/// weight-sized buffer for the weight's gradient.
+/// weight-sized buffer for the weight's gradient. A bf16 or f16 convolution with a bias
+/// computes its forward in f32 (f32 copies of the input, weight and output) so that the
+/// bias is added before the one rounding, as in PyTorch.
 ///
 /// ```
 /// use strata_core::nn::functional::{conv2d_with, Conv2dOptions, Pair};
@@ -186,6 +188,13 @@ fn forward(
     opts: &Conv2dOptions,
 ) -> Result<(Tensor, Geometry)> {
     let g = check(ctx.op(), x, weight, bias, opts)?;
+    if let Some(b) = bias.filter(|_| matches!(x.dtype(), DType::BF16 | DType::F16)) {
+        // PyTorch adds a half-precision bias inside the product, rounding once: compute
+        // in f32 (exact for the operands, summed in f32 as the half product is) and round.
+        let wide = |t: &Tensor| t.to(DType::F32);
+        let (y, g) = forward(ctx, &wide(x)?, &wide(weight)?, Some(&wide(b)?), opts)?;
+        return Ok((y.to(x.dtype())?, g));
+    }
     let unbatched = x.dim() == 3;
     let xb = if unbatched {
         x.unsqueeze(0)?

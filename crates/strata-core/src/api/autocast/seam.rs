@@ -1,0 +1,250 @@
+//! The cast seam: the per-thread stack of cast scopes and the one function every op entry
+//! calls, [`cast_inputs`].
+//!
+//! A scope is either a custom [`CastPolicy`] (opened by [`with_cast_policy`]) or an autocast
+//! region (opened by [`super::autocast`]). The innermost open scope on the thread decides an
+//! op's casts. While no scope is open on any thread, an op's entry costs one relaxed atomic
+//! load here and nothing is cast.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::{cache, policy};
+use crate::mode::is_internal;
+use crate::{DType, Result, Tensor};
+
+/// Decides the dtype an op's floating operands are computed in.
+pub trait CastPolicy: Send + Sync {
+    /// The dtype `op`'s floating operands are cast to, or `None` to leave them as they are.
+    fn cast_dtype(&self, op: &'static str, inputs: &[&Tensor]) -> Option<DType>;
+}
+
+/// One open cast scope.
+#[derive(Clone)]
+pub(super) enum Scope {
+    /// A custom policy from [`with_cast_policy`].
+    Custom(Arc<dyn CastPolicy>),
+    /// An autocast region computing in this dtype, or a region that turns autocast off
+    /// (`None`: a checkpoint's recomputation of a forward that ran outside autocast).
+    Autocast(Option<DType>),
+}
+
+/// How many scopes are open, on all threads: while none is, an op's entry skips the
+/// thread-local lookup.
+static OPEN_SCOPES: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SCOPES: RefCell<Vec<Scope>> = const { RefCell::new(Vec::new()) };
+    /// Set while the entry casts operands, so that the casts themselves are not cast.
+    static CASTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Opens `scope` on this thread; returns the stack depth to close it at with
+/// [`close_scopes`]. The scope is counted before it is pushed, so this thread never misses
+/// its own scope on the fast path.
+pub(super) fn open_scope(scope: Scope) -> usize {
+    OPEN_SCOPES.fetch_add(1, Ordering::Acquire);
+    SCOPES.with(|s| {
+        let mut s = s.borrow_mut();
+        s.push(scope);
+        s.len() - 1
+    })
+}
+
+/// Closes every scope at `depth` and above (nothing when they are already closed). Clears
+/// the autocast cast cache when this closes the thread's outermost autocast region.
+pub(super) fn close_scopes(depth: usize) {
+    let (closed, autocast_left) = SCOPES.with(|s| {
+        let mut s = s.borrow_mut();
+        let from = depth.min(s.len());
+        let closed: Vec<Scope> = s.drain(from..).collect();
+        let left = s.iter().any(|x| matches!(x, Scope::Autocast(_)));
+        (closed, left)
+    });
+    if closed.is_empty() {
+        return;
+    }
+    OPEN_SCOPES.fetch_sub(closed.len(), Ordering::Release);
+    let closed_autocast = closed.iter().any(|x| matches!(x, Scope::Autocast(_)));
+    // Dropped outside the stack's borrow: a custom policy's drop may do anything.
+    drop(closed);
+    if closed_autocast && !autocast_left {
+        cache::clear();
+    }
+}
+
+/// The innermost autocast scope on this thread: `None` when there is none, `Some(None)`
+/// when it turns autocast off.
+pub(super) fn innermost_autocast() -> Option<Option<DType>> {
+    if OPEN_SCOPES.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    SCOPES.with(|s| {
+        s.borrow().iter().rev().find_map(|x| match x {
+            Scope::Autocast(d) => Some(*d),
+            Scope::Custom(_) => None,
+        })
+    })
+}
+
+/// Runs `f` with `policy` deciding the casts of every op on this thread; the previous policy
+/// (or autocast region, or none) comes back afterwards, even if `f` panics. Like autocast, a
+/// policy casts the operands of out-of-place ops only: in-place ops, `out=` forms and views
+/// run on their operands as they are.
+///
+/// ```
+/// use std::sync::Arc;
+/// use strata_core::autocast::{with_cast_policy, CastPolicy};
+/// use strata_core::{DType, Tensor};
+///
+/// /// Matrix products in bf16, everything else as it is.
+/// struct MatmulInBf16;
+/// impl CastPolicy for MatmulInBf16 {
+///     fn cast_dtype(&self, op: &'static str, _: &[&Tensor]) -> Option<DType> {
+///         (op == "matmul").then_some(DType::BF16)
+///     }
+/// }
+///
+/// let a = Tensor::ones(&[2, 3], DType::F32)?;
+/// let b = Tensor::ones(&[3, 2], DType::F32)?;
+/// let c = with_cast_policy(Arc::new(MatmulInBf16), || a.matmul(&b))?;
+/// assert_eq!(c.dtype(), DType::BF16);
+/// assert_eq!(a.add(&a)?.dtype(), DType::F32);
+/// # Ok::<(), strata_core::Error>(())
+/// ```
+pub fn with_cast_policy<R>(policy: Arc<dyn CastPolicy>, f: impl FnOnce() -> R) -> R {
+    struct Close(usize);
+    impl Drop for Close {
+        fn drop(&mut self) {
+            close_scopes(self.0);
+        }
+    }
+    let _close = Close(open_scope(Scope::Custom(policy)));
+    f()
+}
+
+/// Runs `f` with this thread's casting flag set, so the casts it makes are not cast again.
+fn casting<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CASTING.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(CASTING.with(|c| c.replace(true)));
+    f()
+}
+
+/// The operands `op` computes with: `None` to use `inputs` as they are, or the inputs as the
+/// innermost scope casts them. Nothing is cast while the entry casts, nor inside an op's
+/// own forward (its parts run on operands the op's entry already cast).
+pub(crate) fn cast_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
+    // A scope opened on this thread is counted before it is pushed, so this thread never
+    // misses its own scope; other threads' scopes only cost the lookup.
+    if OPEN_SCOPES.load(Ordering::Relaxed) == 0 || CASTING.with(Cell::get) || is_internal() {
+        return Ok(None);
+    }
+    let Some(scope) = SCOPES.with(|s| s.borrow().last().cloned()) else {
+        return Ok(None);
+    };
+    match scope {
+        Scope::Custom(p) => {
+            let Some(dtype) = p.cast_dtype(op, inputs) else {
+                return Ok(None);
+            };
+            let cast = |t: &Tensor| t.dtype().is_floating() && t.dtype() != dtype;
+            if !inputs.iter().any(|t| cast(t)) {
+                return Ok(None);
+            }
+            casting(|| {
+                inputs
+                    .iter()
+                    .map(|t| {
+                        if cast(t) {
+                            t.to(dtype)
+                        } else {
+                            Ok((*t).clone())
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()
+                    .map(Some)
+            })
+        }
+        Scope::Autocast(None) => Ok(None),
+        Scope::Autocast(Some(region)) => {
+            let Some(target) = policy::target_dtype(op, region, inputs)? else {
+                return Ok(None);
+            };
+            let cast = |t: &Tensor| policy::eligible(t.dtype()) && t.dtype() != target;
+            if !inputs.iter().any(|t| cast(t)) {
+                return Ok(None);
+            }
+            casting(|| {
+                inputs
+                    .iter()
+                    .map(|t| {
+                        if cast(t) {
+                            cache::cast(t, target, region)
+                        } else {
+                            Ok((*t).clone())
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()
+                    .map(Some)
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Everything(DType);
+    impl CastPolicy for Everything {
+        fn cast_dtype(&self, _: &'static str, _: &[&Tensor]) -> Option<DType> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn a_policy_casts_floating_operands_and_gradients_flow_back_in_their_dtype() {
+        let w = Tensor::ones(&[4], DType::F32)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let i = Tensor::arange(4, DType::I64).unwrap();
+        let y = with_cast_policy(Arc::new(Everything(DType::F64)), || w.mul(&w)).unwrap();
+        assert_eq!(y.dtype(), DType::F64);
+        // Integer operands are left alone.
+        let k = with_cast_policy(Arc::new(Everything(DType::F64)), || i.add(&i)).unwrap();
+        assert_eq!(k.dtype(), DType::I64);
+        y.sum(None, false).unwrap().backward().unwrap();
+        let g = w.grad().unwrap();
+        assert_eq!(g.dtype(), DType::F32);
+        assert_eq!(g.to_vec::<f32>().unwrap(), vec![2.0; 4]);
+        // The policy ends with the closure.
+        assert_eq!(w.mul(&w).unwrap().dtype(), DType::F32);
+    }
+
+    #[test]
+    fn a_policy_leaves_in_place_ops_alone() {
+        let x = Tensor::ones(&[2], DType::F32).unwrap();
+        let y = with_cast_policy(Arc::new(Everything(DType::F64)), || x.mul_(2.0)).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        assert_eq!(x.to_vec::<f32>().unwrap(), vec![2.0; 2]);
+    }
+
+    #[test]
+    fn scopes_close_at_their_depth_even_out_of_order() {
+        let outer = open_scope(Scope::Autocast(Some(DType::BF16)));
+        let inner = open_scope(Scope::Autocast(Some(DType::F16)));
+        assert_eq!(innermost_autocast(), Some(Some(DType::F16)));
+        close_scopes(outer);
+        assert_eq!(innermost_autocast(), None);
+        // Closing the inner one afterwards is a no-op.
+        close_scopes(inner);
+        assert_eq!(innermost_autocast(), None);
+    }
+}
