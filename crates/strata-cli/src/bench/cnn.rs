@@ -11,7 +11,7 @@ use strata_core::nn::functional::{
     batch_norm, conv2d, cross_entropy, linear, max_pool2d, Reduction,
 };
 
-use super::{median, Row};
+use super::{median, torch_row, Row};
 
 /// Images per batch.
 const BATCH: usize = 256;
@@ -135,23 +135,7 @@ pub fn rows(
     memory::reset_peak_memory_stats(Device::Cpu)?;
     model.step(&x, &labels)?;
     let peak = (memory::max_memory_allocated(Device::Cpu)? - base) as f64 / (1 << 20) as f64;
-    let torch_fig = |name: &str| torch.and_then(|m| m.get(name)).and_then(|v| v.as_f64());
-    let row = |name: &str, strata: f64, unit: &str| {
-        let baseline = torch_fig(name);
-        Row {
-            name: name.to_string(),
-            strata,
-            baseline,
-            baseline_name: if baseline.is_some() {
-                "PyTorch"
-            } else {
-                "none"
-            }
-            .to_string(),
-            ratio: baseline.map(|b| b / strata),
-            unit: unit.to_string(),
-        }
-    };
+    let row = |name: &str, strata: f64, unit: &str| torch_row(torch, name, strata, unit);
     Ok(vec![
         row(
             "small CNN, batch 256: training step",

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod autograd;
 mod cnn;
+mod mlp;
 
 use std::time::{Duration, Instant};
 
@@ -210,23 +211,47 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
         false,
         true,
     );
+    let mut sgemm_1024 = 0.0;
     for k in [512usize, 1024, 2048] {
         let x = Tensor::rand(&[k, k], DType::F32)?;
         let y = Tensor::rand(&[k, k], DType::F32)?;
         let t = median(reps, || drop(x.matmul(&y)));
-        push(
-            &format!("sgemm {k}"),
-            2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9,
-            "GFLOP/s",
-            false,
-            false,
-        );
+        let rate = 2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9;
+        if k == 1024 {
+            sgemm_1024 = rate;
+        }
+        push(&format!("sgemm {k}"), rate, "GFLOP/s", false, false);
     }
     push("memory-copy probe", probe, "GB/s", false, false);
     rows.extend(alloc::rows(quick)?);
     rows.extend(autograd::rows(quick, torch.as_ref())?);
     rows.extend(cnn::rows(quick, torch.as_ref())?);
+    rows.extend(mlp::rows(quick, torch.as_ref(), sgemm_1024)?);
     Ok(rows)
+}
+
+/// A row whose baseline is PyTorch's figure of the same name, when PyTorch ran (lower is
+/// better: a time or a peak).
+pub(crate) fn torch_row(
+    torch: Option<&serde_json::Map<String, serde_json::Value>>,
+    name: &str,
+    strata: f64,
+    unit: &str,
+) -> Row {
+    let baseline = torch.and_then(|m| m.get(name)).and_then(|v| v.as_f64());
+    Row {
+        name: name.to_string(),
+        strata,
+        baseline,
+        baseline_name: if baseline.is_some() {
+            "PyTorch"
+        } else {
+            "none"
+        }
+        .to_string(),
+        ratio: baseline.map(|b| b / strata),
+        unit: unit.to_string(),
+    }
 }
 
 /// The rows as a plain-text table.
