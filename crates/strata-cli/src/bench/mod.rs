@@ -222,6 +222,25 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
         }
         push(&format!("sgemm {k}"), rate, "GFLOP/s", false, false);
     }
+    // Half-precision products, named by the path they take: f16's own `gemm` kernel up to a
+    // depth of 512, f32 blocks of bounded size beyond it and for bf16.
+    for (k, dtype, path) in [
+        (512usize, DType::F16, "gemm-f16"),
+        (512, DType::BF16, "f32 blocks"),
+        (1024, DType::F16, "f32 blocks"),
+        (1024, DType::BF16, "f32 blocks"),
+    ] {
+        let x = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
+        let y = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
+        let t = median(reps, || drop(x.matmul(&y)));
+        push(
+            &format!("{dtype} gemm {k} ({path})"),
+            2.0 * (k as f64).powi(3) / t.as_secs_f64() / 1e9,
+            "GFLOP/s",
+            false,
+            false,
+        );
+    }
     push("memory-copy probe", probe, "GB/s", false, false);
     rows.extend(alloc::rows(quick)?);
     rows.extend(autograd::rows(quick, torch.as_ref())?);

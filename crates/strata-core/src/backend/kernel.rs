@@ -219,6 +219,80 @@ pub(crate) struct Product {
     pub(crate) b: Mat,
 }
 
+/// The most rows, columns and depth of the f32 blocks an f16/bf16 product widens into.
+pub(crate) const HALF_BLOCK: usize = 256;
+
+/// The most products of a batch that widen side by side, each in its own slot of the room.
+pub(crate) const HALF_SLOTS: usize = 4;
+
+/// The most bytes one slot of widened room holds (768 KiB): a block of `a`, one of `b` and
+/// the f32 sums of one output block. A product's room is at most [`HALF_SLOTS`] slots
+/// (3 MiB), whatever its sizes and the number of threads.
+pub(crate) const HALF_SLOT_BYTES: usize = 3 * HALF_BLOCK * HALF_BLOCK * 4;
+
+/// The depth up to which the `gemm` crate's f16 kernel sums a whole product in f32 before
+/// rounding: its depth blocks are never shorter than this, and it rounds the f16 output after
+/// each one.
+pub(crate) const F16_NATIVE_MAX_DEPTH: usize = 512;
+
+/// The f32 blocks one f16/bf16 product widens into: `m×k` of `a`, `k×n` of `b` and `m×n`
+/// sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct HalfBlock {
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+}
+
+impl HalfBlock {
+    /// The blocks of `m×k · k×n` products: each dimension capped at [`HALF_BLOCK`].
+    pub(crate) fn for_product(m: usize, n: usize, k: usize) -> HalfBlock {
+        HalfBlock {
+            m: m.min(HALF_BLOCK),
+            n: n.min(HALF_BLOCK),
+            k: k.min(HALF_BLOCK),
+        }
+    }
+
+    /// f32 elements of one slot (at most [`HALF_SLOT_BYTES`] / 4).
+    pub(crate) fn len(self) -> usize {
+        let len = self.m * self.k + self.k * self.n + self.m * self.n;
+        debug_assert!(len * 4 <= HALF_SLOT_BYTES);
+        len
+    }
+}
+
+/// Whether an f16 `m×k · k×n` product runs on the `gemm` crate's own f16 kernel, which widens
+/// to f32 inside its packing and sums in f32. It rounds once only when the depth fits one of
+/// its depth blocks (3..=[`F16_NATIVE_MAX_DEPTH`]; for `k` ≤ 2 it rounds after each term),
+/// both `m` and `n` are at least 2 (its matrix-vector kernels accumulate in f16), no input is
+/// added (it would round `beta·c` first) and `alpha` is an f16 (it takes it as one).
+pub(crate) fn f16_native(m: usize, n: usize, k: usize, alpha: f32, adds_c: bool) -> bool {
+    (3..=F16_NATIVE_MAX_DEPTH).contains(&k)
+        && m >= 2
+        && n >= 2
+        && !adds_c
+        && half::f16::from_f32(alpha).to_f32() == alpha
+}
+
+/// Whether a product widens in f32 blocks: f16 and bf16 products with something to multiply
+/// (`k` > 0, `alpha` ≠ 0) that f16's own kernel does not take ([`f16_native`]).
+pub(crate) fn widens_in_blocks(
+    dtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    adds_c: bool,
+) -> bool {
+    let product = k > 0 && m > 0 && n > 0 && alpha != 0.0;
+    match dtype {
+        DType::BF16 => product,
+        DType::F16 => product && !f16_native(m, n, k, alpha, adds_c),
+        _ => false,
+    }
+}
+
 /// Buffers a matrix product works in, allocated by the op (so they are counted, attributed
 /// and predicted like any tensor): null where the product needs none.
 #[derive(Debug, Clone, Copy)]
@@ -226,8 +300,13 @@ pub(crate) struct GemmScratch {
     /// Room for every result, in the product's dtype, when the output cannot be written
     /// directly (it shares memory with an input, or is not dense): [`GemmScratch::buffer_len`].
     pub(crate) buffer: *mut u8,
-    /// f32 room for f16/bf16 products, which are widened: [`GemmScratch::widened_len`].
+    /// f32 room for f16/bf16 products that widen in blocks: `slots` slots of `block.len()`
+    /// elements ([`GemmScratch::half_room`]).
     pub(crate) widened: *mut u8,
+    /// The blocks each slot of `widened` holds.
+    pub(crate) block: HalfBlock,
+    /// Slots in `widened` (0 when the product does not widen in blocks).
+    pub(crate) slots: usize,
 }
 
 impl GemmScratch {
@@ -242,23 +321,23 @@ impl GemmScratch {
             .saturating_mul(p.m.saturating_mul(p.n))
     }
 
-    /// f32 elements `p` needs widened when its dtype is f16 or bf16: each product's `a`, `b`
-    /// and result, for every product of the batch (products may run at once).
-    pub(crate) fn widened_len(p: &Product, dtype: DType) -> usize {
-        if !matches!(dtype, DType::F16 | DType::BF16) {
-            return 0;
+    /// The blocks and the number of slots of the f32 room `p` widens in, in `dtype`, with
+    /// `alpha` and whether an input is added: one slot per product of the batch that may run
+    /// at once, at most [`HALF_SLOTS`]; no slot when it does not widen.
+    pub(crate) fn half_room(
+        p: &Product,
+        dtype: DType,
+        alpha: f32,
+        adds_c: bool,
+    ) -> (HalfBlock, usize) {
+        if !widens_in_blocks(dtype, p.m, p.n, p.k, alpha, adds_c) {
+            return (HalfBlock::default(), 0);
         }
-        p.batch
-            .iter()
-            .product::<usize>()
-            .saturating_mul(Self::widened_slot(p.m, p.n, p.k))
-    }
-
-    /// f32 elements one `m×k · k×n` widened product uses.
-    pub(crate) fn widened_slot(m: usize, n: usize, k: usize) -> usize {
-        m.saturating_mul(k)
-            .saturating_add(k.saturating_mul(n))
-            .saturating_add(m.saturating_mul(n))
+        let batches = p.batch.iter().product::<usize>();
+        (
+            HalfBlock::for_product(p.m, p.n, p.k),
+            batches.min(HALF_SLOTS),
+        )
     }
 }
 

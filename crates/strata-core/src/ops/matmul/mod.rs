@@ -4,12 +4,15 @@
 //! Every product is described as a batch of `m×k · k×n` products over strided operands
 //! (`Product`), so transposed, sliced and broadcast operands are read where they are, never
 //! copied. The argument checks (`check`) build that description; the products run on the
-//! backend's `gemm` (on the CPU, `backend/cpu/gemm.rs`: the `gemm` crate for floating
-//! dtypes, f16 and bf16 widened to f32; a plain loop with wrapping arithmetic for integers);
+//! backend's `gemm` (on the CPU, `backend/cpu/gemm/`: the `gemm` crate for floating
+//! dtypes, f16 and bf16 summed in f32 and rounded once; a plain loop with wrapping arithmetic
+//! for integers);
 //! bool is refused, as PyTorch refuses it on the CPU. Matrix products do not promote: both
 //! operands (and `addmm`'s input) must share a dtype. Large products run on strata's pool.
 
 mod check;
+#[cfg(test)]
+mod half_tests;
 pub(crate) mod out;
 #[cfg(test)]
 mod tests;
@@ -35,7 +38,9 @@ const ZERO: Scalar = Scalar::Int(0);
 
 /// `out = beta·c + alpha·(a @ b)` through `out_mat` into `out`'s storage, everything checked.
 /// The product's buffers (a result buffer when the output shares memory with an input or is
-/// not dense; f32 room for f16/bf16) come from the allocator as temporaries of this op.
+/// not dense; for f16/bf16 products that widen, f32 room of a bounded size: at most
+/// `HALF_SLOTS` slots of `HALF_SLOT_BYTES`) come from the allocator as temporaries of this
+/// op.
 #[allow(clippy::too_many_arguments)]
 fn execute(
     ctx: &OpContext,
@@ -62,12 +67,9 @@ fn execute(
         dtype,
         device,
     )?;
-    let mut widened = temporary(
-        ctx,
-        GemmScratch::widened_len(product, dtype),
-        DType::F32,
-        device,
-    )?;
+    let adds_c = c.is_some() && beta.to::<f32>() != 0.0;
+    let (block, slots) = GemmScratch::half_room(product, dtype, alpha.to::<f32>(), adds_c);
+    let mut widened = temporary(ctx, block.len() * slots, DType::F32, device)?;
     let scratch = GemmScratch {
         buffer: buffer
             .as_mut()
@@ -77,6 +79,8 @@ fn execute(
             .as_mut()
             .and_then(Storage::unshared_write_ptr)
             .unwrap_or(std::ptr::null_mut()),
+        block,
+        slots,
     };
     let mut locks = vec![
         (&*out.storage, Access::Write),

@@ -1,10 +1,14 @@
-//! Matrix products over strided memory: the `gemm` crate for f32 and f64 (f16 and bf16
-//! widened to f32), a plain loop with wrapping arithmetic for integers.
+//! Matrix products over strided memory: the `gemm` crate for f32 and f64, f16 and bf16 summed
+//! in f32 and rounded once (`half`), a plain loop with wrapping arithmetic for integers.
 //!
 //! A product is a batch of `m×k · k×n` products whose operands are described by their element
 //! offsets and strides ([`Mat`], [`Product`]), so transposed, sliced and broadcast operands are
 //! read where they are. [`gemm`] runs one over raw storage pointers; the op layer validates the
 //! operands and locks the storages first.
+
+mod blocks;
+mod fold;
+mod half;
 
 use ::gemm::Parallelism;
 use rayon::prelude::*;
@@ -14,6 +18,9 @@ use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 use crate::layout::{checked_numel, contiguous_strides};
 use crate::Scalar;
+use blocks::Room;
+use fold::fold;
+pub(crate) use fold::unravel;
 
 /// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
 const PARALLEL_WORK: usize = 1 << 17;
@@ -23,7 +30,8 @@ const PARALLEL_WORK: usize = 1 << 17;
 /// (`p.a`, `p.b` and the `Mat` given with `c`), `out` that of the output, written through
 /// `out_mat`. `c` is ignored when absent or when `beta` is zero (even where it holds NaN), the
 /// product when `alpha` is zero. With a result buffer in `scratch` the products are computed
-/// there first and then copied into the output; f16 and bf16 widen into its f32 room.
+/// there first and then copied into the output; f16 and bf16 products that widen in blocks
+/// do so in its f32 room.
 ///
 /// # Safety
 /// Every element that `p`, `c`'s `Mat` and `out_mat` address, counted in elements of `dtype`
@@ -65,6 +73,18 @@ struct MatPtr<T> {
     ptr: *mut T,
     rs: usize,
     cs: usize,
+}
+
+impl<T> MatPtr<T> {
+    /// The same matrix read as elements of `U` (of the same size: the dtype's own type).
+    fn cast<U>(self) -> MatPtr<U> {
+        debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
+        MatPtr {
+            ptr: self.ptr.cast(),
+            rs: self.rs,
+            cs: self.cs,
+        }
+    }
 }
 
 impl<T> Clone for MatPtr<T> {
@@ -117,27 +137,26 @@ struct One<T> {
     c: Option<MatPtr<T>>,
     alpha: Scalar,
     beta: Scalar,
-    /// f32 room for a widened product: `m·k + k·n + m·n` elements (null for other dtypes).
-    widened: *mut f32,
+    /// f32 room for f16/bf16 products that widen in blocks: one slot (or none), used by
+    /// this product alone while it runs.
+    room: Room,
 }
 
-/// The f32 room of a widened batch, shared by the threads that run its products (each
-/// writes only its own slot).
-#[derive(Clone, Copy)]
-struct WidePtr(*mut f32);
-
-// SAFETY: products use disjoint slots of the buffer (see `slot`).
-unsafe impl Send for WidePtr {}
-// SAFETY: as above.
-unsafe impl Sync for WidePtr {}
-
-impl WidePtr {
-    /// Product `e`'s slot of `len` elements (null when there is no room: other dtypes).
-    fn slot(self, e: usize, len: usize) -> *mut f32 {
-        if self.0.is_null() {
-            return self.0;
+impl<T> One<T> {
+    /// The same product read as elements of `U` (the dtype's own type).
+    fn cast<U>(&self) -> One<U> {
+        One {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            dst: self.dst.cast(),
+            a: self.a.cast(),
+            b: self.b.cast(),
+            c: self.c.map(MatPtr::cast),
+            alpha: self.alpha,
+            beta: self.beta,
+            room: self.room,
         }
-        self.0.wrapping_add(e * len)
     }
 }
 
@@ -148,10 +167,12 @@ impl<T: Element> One<T> {
         match T::DTYPE {
             // SAFETY: forwarded from the caller.
             DType::F32 | DType::F64 => unsafe { self.run_gemm(par) },
-            // Half precision accumulates in f32, as PyTorch's CPU kernels do (an f16
-            // accumulator overflows on sums whose result fits).
-            // SAFETY: forwarded from the caller.
-            DType::F16 | DType::BF16 => unsafe { self.run_widened(par) },
+            // Half precision accumulates in f32 and rounds once, as PyTorch's CPU kernels do
+            // (an f16 accumulator overflows on sums whose result fits).
+            // SAFETY: forwarded from the caller; f16 and bf16 are these types' dtypes.
+            DType::F16 => unsafe { half::run(&self.cast::<::half::f16>(), par) },
+            // SAFETY: as above.
+            DType::BF16 => unsafe { half::run(&self.cast::<::half::bf16>(), par) },
             // SAFETY: forwarded from the caller.
             _ => unsafe { self.run_loop(par) },
         }
@@ -209,70 +230,6 @@ impl<T: Element> One<T> {
         }
     }
 
-    /// f16 and bf16: the operands widened to contiguous f32, multiplied by `gemm` in f32,
-    /// rounded once.
-    unsafe fn run_widened(&self, par: Parallelism) {
-        let (m, n, k) = (self.m, self.n, self.k);
-        let alpha: f32 = self.alpha.to();
-        let beta: f32 = self.beta.to();
-        let c = self.c.filter(|_| beta != 0.0);
-        // SAFETY: the op gave this product `m·k + k·n + m·n` f32 elements of its own (the
-        // `widened` contract): `a`, then `b`, then the result.
-        let (a32, b32, acc) = unsafe {
-            let room = std::slice::from_raw_parts_mut(self.widened, m * k + k * n + m * n);
-            let (a32, rest) = room.split_at_mut(m * k);
-            let (b32, acc) = rest.split_at_mut(k * n);
-            (a32, b32, acc)
-        };
-        acc.fill(0.0);
-        // SAFETY: indices stay inside the matrices (caller's contract); the f32 buffers are
-        // sized for their matrices.
-        unsafe {
-            if k > 0 && alpha != 0.0 {
-                for i in 0..m {
-                    for l in 0..k {
-                        a32[i * k + l] = cast::<T, f32>(*self.a.at(i, l));
-                    }
-                }
-                for l in 0..k {
-                    for j in 0..n {
-                        b32[l * n + j] = cast::<T, f32>(*self.b.at(l, j));
-                    }
-                }
-                ::gemm::gemm::<f32>(
-                    m,
-                    n,
-                    k,
-                    acc.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    a32.as_ptr(),
-                    1,
-                    k as isize,
-                    b32.as_ptr(),
-                    1,
-                    n as isize,
-                    0.0,
-                    alpha,
-                    false,
-                    false,
-                    false,
-                    par,
-                );
-            }
-            for i in 0..m {
-                for j in 0..n {
-                    let mut v = acc[i * n + j];
-                    if let Some(c) = c {
-                        v += beta * cast::<T, f32>(*c.at(i, j));
-                    }
-                    *self.dst.at(i, j) = cast::<f32, T>(v);
-                }
-            }
-        }
-    }
-
     /// Integers: a row-at-a-time loop with wrapping arithmetic, in the element type.
     unsafe fn run_loop(&self, par: Parallelism) {
         let (n, k) = (self.n, self.k);
@@ -310,81 +267,6 @@ impl<T: Element> One<T> {
     }
 }
 
-/// The stride of the single dimension that dimensions `sizes`/`strides` (outermost first)
-/// form together, if they do (size-1 dimensions do not matter).
-fn merged_stride(sizes: &[usize], strides: &[usize]) -> Option<usize> {
-    let mut merged = None;
-    let mut next = 0;
-    for (&size, &stride) in sizes.iter().zip(strides).rev() {
-        if size == 1 {
-            continue;
-        }
-        if merged.is_some() && stride != next {
-            return None;
-        }
-        merged.get_or_insert(stride);
-        next = stride * size;
-    }
-    Some(merged.unwrap_or(0))
-}
-
-/// Folds the batch into the rows when `b` is one matrix for every batch entry and the batch
-/// and row dimensions of `a` and of the output each form one evenly strided dimension: one
-/// large product instead of many small ones.
-fn fold(p: &Product, out: &Mat) -> Option<(Product, Mat)> {
-    if p.batch.is_empty()
-        || p.batch
-            .iter()
-            .zip(&p.b.batch)
-            .any(|(&s, &st)| s > 1 && st != 0)
-    {
-        return None;
-    }
-    let mut sizes = p.batch.clone();
-    sizes.push(p.m);
-    let with_rows = |mat: &Mat| {
-        let mut st = mat.batch.clone();
-        st.push(mat.rs);
-        st
-    };
-    let a_rs = merged_stride(&sizes, &with_rows(&p.a))?;
-    let out_rs = merged_stride(&sizes, &with_rows(out))?;
-    let rows = checked_numel(&sizes)?;
-    let product = Product {
-        batch: vec![],
-        m: rows,
-        n: p.n,
-        k: p.k,
-        a: Mat {
-            offset: p.a.offset,
-            batch: vec![],
-            rs: a_rs,
-            cs: p.a.cs,
-        },
-        b: Mat {
-            offset: p.b.offset,
-            batch: vec![],
-            rs: p.b.rs,
-            cs: p.b.cs,
-        },
-    };
-    let out = Mat {
-        offset: out.offset,
-        batch: vec![],
-        rs: out_rs,
-        cs: out.cs,
-    };
-    Some((product, out))
-}
-
-/// Batch entry `i` (row-major) of a batch of shape `sizes`, written into `index`.
-pub(crate) fn unravel(mut i: usize, sizes: &[usize], index: &mut [usize]) {
-    for d in (0..sizes.len()).rev() {
-        index[d] = i % sizes[d];
-        i /= sizes[d];
-    }
-}
-
 /// A whole product, ready to run; made only by [`gemm`], under its contract (the storages are
 /// locked and the pointers are their bases).
 struct Job<'a> {
@@ -418,7 +300,7 @@ impl DTypeFn for &Job<'_> {
         };
         let (a, b, c) = (base(self.a_ptr), base(self.b_ptr), base(self.c_ptr));
         let c = self.c.map(|m| (c, m));
-        let widened = self.scratch.widened as *mut f32;
+        let room = Room::new(&self.scratch);
         if self.scratch.buffer.is_null() {
             // SAFETY: `gemm`'s caller locked the storages and validated every layout against
             // them; unbuffered, the output does not overlap itself or the inputs.
@@ -432,7 +314,7 @@ impl DTypeFn for &Job<'_> {
                     c,
                     self.alpha,
                     self.beta,
-                    widened,
+                    room,
                 )
             };
             return;
@@ -455,11 +337,7 @@ impl DTypeFn for &Job<'_> {
         };
         // SAFETY: as above, writing into `buf`, which holds `total` elements laid out as
         // `buf_mat` and overlaps nothing.
-        unsafe {
-            compute(
-                p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta, widened,
-            )
-        };
+        unsafe { compute(p, buf_ptr, &buf_mat, a, b, c, self.alpha, self.beta, room) };
         let out = self.out_ptr as *mut T;
         let mut index = vec![0; p.batch.len()];
         let mut src = buf.iter();
@@ -494,7 +372,7 @@ unsafe fn compute<T: Element>(
     c: Option<(MatPtr<T>, &Mat)>,
     alpha: Scalar,
     beta: Scalar,
-    widened: *mut f32,
+    room: Room,
 ) {
     let folded = if c.is_none() { fold(p, dst_mat) } else { None };
     let (p, dst_mat) = match &folded {
@@ -503,11 +381,9 @@ unsafe fn compute<T: Element>(
     };
     let batches = checked_numel(&p.batch).unwrap_or(0);
     let work = p.m.saturating_mul(p.n).saturating_mul(p.k.max(1));
-    // Each product widens into its own slot; folding the batch into rows never needs more
-    // room than the unfolded batch the op sized the buffer for.
-    let slot = GemmScratch::widened_slot(p.m, p.n, p.k);
-    let widened = WidePtr(widened);
-    let one = |e: usize, par: Parallelism| {
+    // Products that run one after the other share the room; products that run side by side
+    // each get a slot of their own. Folding the batch into rows adds row blocks, never room.
+    let one = |e: usize, par: Parallelism, room: Room| {
         let mut index = vec![0; p.batch.len()];
         unravel(e, &p.batch, &mut index);
         // SAFETY: the offsets are those of validated layouts (caller's contract).
@@ -522,21 +398,33 @@ unsafe fn compute<T: Element>(
                 c: c.map(|(c, cm)| c.shifted(cm.at(&index), cm.rs, cm.cs)),
                 alpha,
                 beta,
-                widened: widened.slot(e, slot),
+                room,
             };
             job.run(par);
         }
     };
     if work >= PARALLEL_WORK {
         let threads = num_threads();
-        pool().install(|| (0..batches).for_each(|e| one(e, Parallelism::Rayon(threads))));
+        let room = room.slot(0);
+        pool().install(|| (0..batches).for_each(|e| one(e, Parallelism::Rayon(threads), room)));
     } else if batches > 1 && work.saturating_mul(batches) >= PARALLEL_WORK {
-        pool().install(|| {
-            (0..batches)
-                .into_par_iter()
-                .for_each(|e| one(e, Parallelism::None))
-        });
+        if room.slots() > 0 {
+            // Products that widen: as many runs as slots, each over a range of the batch.
+            let runs = room.slots();
+            pool().install(|| {
+                (0..runs).into_par_iter().for_each(|r| {
+                    let range = r * batches / runs..(r + 1) * batches / runs;
+                    range.for_each(|e| one(e, Parallelism::None, room.slot(r)));
+                })
+            });
+        } else {
+            pool().install(|| {
+                (0..batches)
+                    .into_par_iter()
+                    .for_each(|e| one(e, Parallelism::None, room.slot(0)))
+            });
+        }
     } else {
-        (0..batches).for_each(|e| one(e, Parallelism::None));
+        (0..batches).for_each(|e| one(e, Parallelism::None, room.slot(0)));
     }
 }
