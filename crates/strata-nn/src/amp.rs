@@ -24,8 +24,9 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use strata_core::{DType, Device, Error, Result, Scalar, Tensor};
+use strata_core::{DType, Error, Result, Scalar, Tensor};
 
+use crate::optim::clip::NormScratch;
 use crate::optim::in_backward::combination_error;
 use crate::optim::Optimizer;
 
@@ -221,20 +222,13 @@ impl GradScaler {
         }
         let inv = (1.0 / scale as f64) as f32;
         let mut found_inf = None;
-        let mut scratch: Vec<Tensor> = Vec::new();
+        let mut scratch = NormScratch::default();
         for g in &grads {
-            let s = match scratch.iter().find(|s| s.dtype() == g.dtype()) {
-                Some(s) => s.clone(),
-                None => {
-                    let s = Tensor::on(g.device()).empty(&[], g.dtype())?;
-                    scratch.push(s.clone());
-                    s
-                }
-            };
             // The largest magnitude is finite exactly when every element is; the meta device
             // has no values and takes its gradients as finite.
-            g.norm_out(f64::INFINITY, None, false, &s)?;
-            let bad = g.device() != Device::Meta && !s.item::<f64>()?.is_finite();
+            let bad = scratch
+                .norm(g, f64::INFINITY)?
+                .is_some_and(|m| !m.is_finite());
             found_inf = Some(found_inf.unwrap_or(false) | bad);
             g.mul_(Scalar::from(inv as f64))?;
         }

@@ -45,25 +45,11 @@ pub fn clip_grad_norm_(
         return Tensor::on(device).zeros(&[], DType::F32);
     };
     let device = first.device();
-    // One 0-d scratch per gradient dtype: each gradient's norm is written there and read.
-    let mut scratch: Vec<Tensor> = Vec::new();
+    let mut scratch = NormScratch::default();
     let mut norms = Vec::with_capacity(grads.len());
     for g in &grads {
-        let s = match scratch.iter().find(|s| s.dtype() == g.dtype()) {
-            Some(s) => s.clone(),
-            None => {
-                let s = Tensor::on(g.device()).empty(&[], g.dtype())?;
-                scratch.push(s.clone());
-                s
-            }
-        };
-        g.norm_out(norm_type, None, false, &s)?;
         // The meta device has no values: its totals are unknown and it scales by one.
-        norms.push(if device == Device::Meta {
-            0.0
-        } else {
-            s.item::<f64>()?
-        });
+        norms.push(scratch.norm(g, norm_type)?.unwrap_or(0.0));
     }
     let total = if norm_type.is_infinite() {
         norms
@@ -94,13 +80,42 @@ pub fn clip_grad_norm_(
         g.mul_(Scalar::from(coef as f64))?;
     }
     // The total in the gradients' dtype (f32 when they differ), as PyTorch's stacked norms.
-    let dtype = if scratch.len() == 1 {
-        scratch[0].dtype()
-    } else {
-        DType::F32
-    };
+    let dtype = scratch.only_dtype().unwrap_or(DType::F32);
     drop(scratch);
     Tensor::on(device).full(&[], total as f64, dtype)
+}
+
+/// One 0-d tensor per gradient dtype that gradients' norms are written into and read back
+/// from, so that norming many gradients allocates no result per gradient.
+#[derive(Default)]
+pub(crate) struct NormScratch(Vec<Tensor>);
+
+impl NormScratch {
+    /// `g`'s `p`-norm (`f64::INFINITY`: its largest magnitude), or `None` on a device whose
+    /// values cannot be read (meta).
+    pub(crate) fn norm(&mut self, g: &Tensor, p: f64) -> Result<Option<f64>> {
+        let s = match self.0.iter().find(|s| s.dtype() == g.dtype()) {
+            Some(s) => s.clone(),
+            None => {
+                let s = Tensor::on(g.device()).empty(&[], g.dtype())?;
+                self.0.push(s.clone());
+                s
+            }
+        };
+        g.norm_out(p, None, false, &s)?;
+        if g.device() == Device::Meta {
+            return Ok(None);
+        }
+        s.item::<f64>().map(Some)
+    }
+
+    /// The gradients' dtype, when they all had one.
+    fn only_dtype(&self) -> Option<DType> {
+        match self.0.as_slice() {
+            [s] => Some(s.dtype()),
+            _ => None,
+        }
+    }
 }
 
 /// Clamps every gradient of `params` in place to `[-clip_value, clip_value]` (PyTorch's

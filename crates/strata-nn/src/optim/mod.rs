@@ -12,7 +12,7 @@
 //!   SequentialLR.
 //! - [`clip_grad_norm_`] and [`clip_grad_value_`], in place.
 
-mod clip;
+pub(crate) mod clip;
 mod config;
 pub(crate) mod in_backward;
 mod optimizer;
