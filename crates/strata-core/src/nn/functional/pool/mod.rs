@@ -3,6 +3,7 @@
 
 mod adaptive;
 mod avg;
+mod avg_half;
 mod max;
 
 pub use adaptive::adaptive_avg_pool2d;
