@@ -2,6 +2,7 @@
 //! they share.
 
 mod adaptive;
+mod adaptive_half;
 mod avg;
 mod avg_half;
 mod max;
