@@ -2,6 +2,7 @@
 //! deviation (as PyTorch's `native_layer_norm`).
 
 use super::check::{dtype_is, floating, shape};
+use super::layer_norm_params::half_param_grads;
 use crate::api::entry::Entry;
 use crate::api::ternary::fused_mul_add;
 use crate::autograd::formulas::{record, take, Grads};
@@ -129,6 +130,8 @@ fn backward(
 ) -> Result<()> {
     let x = inputs[0];
     let weight = has_w.then(|| inputs[1]);
+    let w_dtype = weight.map(|w| w.dtype());
+    let b_dtype = has_b.then(|| inputs[1 + has_w as usize].dtype());
     let xs = x.shape();
     let k = normalized_shape.len();
     let dims: Vec<i64> = (xs.len() - k..xs.len()).map(|d| d as i64).collect();
@@ -141,6 +144,8 @@ fn backward(
         let sx = rec.save_if(need_x || need_w, x)?;
         let smean = rec.save_if(need_x || need_w, mean)?;
         let srstd = rec.save_if(need_x || need_w, rstd)?;
+        let x_dtype = x.dtype();
+        let shape_i64: Vec<i64> = normalized_shape.iter().map(|&s| s as i64).collect();
         let sw = match weight {
             Some(w) if need_x => Some(rec.save(w)?),
             _ => None,
@@ -174,13 +179,44 @@ fn backward(
             } else {
                 grads.push(None);
             }
+            let half = matches!(x_dtype, DType::F16 | DType::BF16);
+            if half && (need_w || need_b) {
+                // PyTorch accumulates these in buffers of the input's dtype, per thread.
+                let xhat = if need_w {
+                    let (mean, rstd) = (take(&smean)?, take(&srstd)?);
+                    normalized(&take(&sx)?, &mean, &rstd)?
+                } else {
+                    ga.clone()
+                };
+                let rows = [-1, count as i64];
+                let (dw, db) =
+                    half_param_grads(&ga.reshape(&rows)?, &xhat.reshape(&rows)?, x_dtype)?;
+                let param = |t: Tensor, p: Option<DType>| -> Result<Tensor> {
+                    t.reshape(&shape_i64)?.to(p.unwrap_or(x_dtype))
+                };
+                if has_w {
+                    grads.push(if need_w {
+                        Some(param(dw, w_dtype)?)
+                    } else {
+                        None
+                    });
+                }
+                if has_b {
+                    grads.push(if need_b {
+                        Some(param(db, b_dtype)?)
+                    } else {
+                        None
+                    });
+                }
+                return Ok(grads);
+            }
             if has_w {
                 grads.push(if need_w {
-                    // x̂ = fma(rstd, x, -rstd·mean), as PyTorch's kernel rounds it.
                     let (mean, rstd) = (take(&smean)?, take(&srstd)?);
-                    let shift = rstd.neg()?.mul(&mean)?;
-                    let xhat = fused_mul_add(&rstd, &in_acc(&take(&sx)?)?, &shift)?;
-                    Some(sum_lead(&ga.mul(&xhat)?, &lead)?)
+                    Some(sum_lead(
+                        &ga.mul(&normalized(&take(&sx)?, &mean, &rstd)?)?,
+                        &lead,
+                    )?)
                 } else {
                     None
                 });
@@ -195,6 +231,12 @@ fn backward(
             Ok(grads)
         })
     })
+}
+
+/// `x̂ = fma(rstd, x, -rstd·mean)` in the statistics' dtype, as PyTorch's kernel rounds it.
+fn normalized(x: &Tensor, mean: &Tensor, rstd: &Tensor) -> Result<Tensor> {
+    let shift = rstd.neg()?.mul(mean)?;
+    fused_mul_add(rstd, &in_acc(x)?, &shift)
 }
 
 /// Rows shorter than this are reduced with PyTorch's scalar Welford update, in its order;

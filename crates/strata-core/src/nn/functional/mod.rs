@@ -13,6 +13,7 @@ mod cross_entropy_with;
 mod dropout;
 mod embedding;
 mod layer_norm;
+mod layer_norm_params;
 mod linear;
 mod loss;
 mod pair;

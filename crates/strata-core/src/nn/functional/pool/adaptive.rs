@@ -4,7 +4,7 @@
 use super::super::check::{floating, ndim_in};
 use super::super::Pair;
 use crate::api::entry::Entry;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// PyTorch's `F.adaptive_avg_pool2d`: `x` (`[N, C, H, W]` or `[C, H, W]`) averaged to
 /// `output` (`[.., OH, OW]`); output `i` of `o` along an axis of size `n` averages the inputs
@@ -36,9 +36,22 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output: impl Into<Pair>) -> Result<Tensor
             ));
         }
         let nd = x.dim() as i64;
+        if matches!(x.dtype(), DType::F16 | DType::BF16) {
+            return super::adaptive_half::adaptive_avg_pool2d_half(x, output);
+        }
         let rows = average_axis(x, nd - 2, output.0)?;
         average_axis(&rows, nd - 1, output.1)?.contiguous()
     })
+}
+
+/// The first input and the size of each of the `out` windows along an axis of size `n`.
+pub(super) fn spans(n: usize, out: usize) -> Vec<(usize, usize)> {
+    (0..out)
+        .map(|i| {
+            let (start, end) = (i * n / out, ((i + 1) * n).div_ceil(out));
+            (start, end - start)
+        })
+        .collect()
 }
 
 /// `x` averaged along `dim` into `out` steps.

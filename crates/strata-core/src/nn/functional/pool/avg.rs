@@ -3,7 +3,7 @@
 use super::super::check::floating;
 use super::{check, padded, windows_of, Pool2dOptions, Windows};
 use crate::api::entry::Entry;
-use crate::{Result, Scalar, Tensor};
+use crate::{DType, Result, Scalar, Tensor};
 
 /// PyTorch's `F.avg_pool2d` (`count_include_pad=True`): the mean of each window of `x`
 /// (`[N, C, H, W]` or `[C, H, W]`), padded positions counted as zeros in the divisor. With
@@ -31,6 +31,9 @@ pub fn avg_pool2d(x: &Tensor, opts: Pool2dOptions) -> Result<Tensor> {
         } else {
             x.clone()
         };
+        if matches!(x.dtype(), DType::F16 | DType::BF16) {
+            return super::avg_half::avg_pool2d_half(&xb, &win, unbatched);
+        }
         let sums =
             windows_of(&padded(&xb, &win, Scalar::from(0.0))?, &win)?.sum(Some(&[4]), false)?;
         let y = match divisors(&win) {
@@ -49,13 +52,13 @@ pub fn avg_pool2d(x: &Tensor, opts: Pool2dOptions) -> Result<Tensor> {
 }
 
 /// The divisor of every output: one number, or one per output position.
-enum Divisor {
+pub(super) enum Divisor {
     Same(usize),
     Each(Vec<f32>),
 }
 
 /// Each window's size clipped to the padded input (PyTorch's `count_include_pad` divisor).
-fn divisors(win: &Windows) -> Divisor {
+pub(super) fn divisors(win: &Windows) -> Divisor {
     let along = |out: usize, size: usize, k: usize, s: usize, p: usize| -> Vec<usize> {
         (0..out)
             .map(|o| (o * s + k).min(size + 2 * p) - o * s)
