@@ -19,6 +19,25 @@ fn grad_layout(leaf: &Tensor) -> Layout {
     }
 }
 
+/// `g` as a plain tensor when nothing else can reach its storage: a non-view with one
+/// handle, or a view with one handle that covers all of a base only it holds (the
+/// transposed product a column-major weight's gradient is computed as). Such a view is
+/// taken over as a tensor of its own over the same memory, as PyTorch's `AccumulateGrad`
+/// steals it.
+fn sole_owner(g: &Tensor) -> Option<Tensor> {
+    if g.handle_count() != 1 {
+        return None;
+    }
+    let Some(base) = g.base() else {
+        return Some(g.clone());
+    };
+    if base.handle_count() != 1 || g.nbytes() != g.storage_nbytes() {
+        return None;
+    }
+    let storage = g.body().storage.clone();
+    Some(Tensor::from_parts(storage, g.layout(), g.dtype(), None))
+}
+
 fn obeys_contract(g: &Tensor, leaf: &Tensor) -> bool {
     let (gl, want) = (g.layout(), grad_layout(leaf));
     gl.is_non_overlapping_and_dense()
@@ -43,11 +62,11 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
     let existing = leaf.autograd_meta().state().grad.get();
     match existing {
         None => {
-            // Take the gradient over when this handle is its only one and it fits.
-            let owned =
-                g.handle_count() == 1 && g.view_info().is_none() && obeys_contract(&g, leaf);
-            let stored = if owned {
-                g
+            // Take the gradient over when nothing else can reach its memory and it fits.
+            let owned = sole_owner(&g).filter(|o| obeys_contract(o, leaf));
+            let stored = if let Some(o) = owned {
+                drop(g);
+                o
             } else {
                 let ctx = OpContext::enter("AccumulateGrad");
                 g.copy_into_new(&ctx, grad_layout(leaf), leaf.dtype())?

@@ -14,11 +14,27 @@ pub(crate) fn matmul(
     out: &Tensor,
 ) -> Result<()> {
     let (a_shape, b_shape) = (a.shape(), b.shape());
+    let two_d = a_shape.len() == 2 && b_shape.len() == 2;
+    let (a_major, b_major) = (column_major(a), column_major(b));
     record(ctx, name, &[a, b], out, |rec| {
         let (na, nb) = (rec.needs(0), rec.needs(1));
         let sb = rec.save_if(na, b)?;
         let sa = rec.save_if(nb, a)?;
         Ok(move |g: Tensor| -> Grads {
+            if two_d {
+                return Ok(vec![
+                    if na {
+                        Some(mat1_grad(&g, &take(&sb)?, a_major)?)
+                    } else {
+                        None
+                    },
+                    if nb {
+                        Some(mat2_grad(&g, &take(&sa)?, b_major)?)
+                    } else {
+                        None
+                    },
+                ]);
+            }
             // Work with both operands at least 2-D (a 1-D `a` is a row, a 1-D `b` a column).
             let a2 = |t: Tensor| {
                 if a_shape.len() == 1 {
@@ -129,24 +145,63 @@ pub(crate) fn addmm(
     alpha: Scalar,
     out: &Tensor,
 ) -> Result<()> {
+    let (a_major, b_major) = (column_major(a), column_major(b));
     record(ctx, "AddmmBackward0", &[c, a, b], out, |rec| {
         let (na, nb) = (rec.needs(1), rec.needs(2));
         let sb = rec.save_if(na, b)?;
         let sa = rec.save_if(nb, a)?;
         Ok(move |g: Tensor| -> Grads {
             Ok(vec![
-                Some(g.mul(beta)?),
+                Some(scaled(g.clone(), beta)?),
                 if na {
-                    Some(g.mm(&take(&sb)?.t()?)?.mul(alpha)?)
+                    Some(scaled(mat1_grad(&g, &take(&sb)?, a_major)?, alpha)?)
                 } else {
                     None
                 },
                 if nb {
-                    Some(take(&sa)?.t()?.mm(&g)?.mul(alpha)?)
+                    Some(scaled(mat2_grad(&g, &take(&sa)?, b_major)?, alpha)?)
                 } else {
                     None
                 },
             ])
         })
     })
+}
+
+/// Whether a 2-d matrix is laid out column by column (a transposed contiguous matrix, such
+/// as a linear layer's `w.t()`).
+pub(crate) fn column_major(m: &Tensor) -> bool {
+    let (shape, strides) = (m.shape(), m.stride());
+    shape.len() == 2 && shape[0] > 1 && strides[0] == 1 && strides[1] == shape[0]
+}
+
+/// `t · s`, or `t` itself when `s` is one (no copy, as PyTorch's `maybe_multiply`).
+fn scaled(t: Tensor, s: Scalar) -> Result<Tensor> {
+    if s.to_f64() == 1.0 {
+        Ok(t)
+    } else {
+        t.mul(s)
+    }
+}
+
+/// The gradient of `a` in `a @ b` (`g @ bᵀ`), computed transposed when `a` is column-major
+/// so that it comes out in `a`'s layout (PyTorch's `mm_mat1_backward`).
+pub(crate) fn mat1_grad(g: &Tensor, b: &Tensor, a_column_major: bool) -> Result<Tensor> {
+    if a_column_major {
+        b.mm(&g.t()?)?.t()
+    } else {
+        g.mm(&b.t()?)
+    }
+}
+
+/// The gradient of `b` in `a @ b` (`aᵀ @ g`), computed transposed when `b` is column-major
+/// so that it comes out in `b`'s layout: a linear layer's `w.t()` gets a gradient whose
+/// transpose is contiguous, which `.grad` takes over without a copy (PyTorch's
+/// `mm_mat2_backward`).
+pub(crate) fn mat2_grad(g: &Tensor, a: &Tensor, b_column_major: bool) -> Result<Tensor> {
+    if b_column_major {
+        g.t()?.mm(a)?.t()
+    } else {
+        a.t()?.mm(g)
+    }
 }
