@@ -393,3 +393,41 @@ fn param_groups_have_their_own_learning_rates() -> Result<()> {
     assert!(Optimizer::sgd([a.clone(), a.clone()], Sgd::default()).is_err());
     Ok(())
 }
+
+#[test]
+fn a_training_step_peaks_at_the_gradients_plus_one_activation_gradient() -> Result<()> {
+    let _serial = serial();
+    let (c, a) = caching();
+    with_allocator(&a, || -> Result<()> {
+        let model = mlp(0)?;
+        let mut opt = Optimizer::sgd(
+            model.parameters(),
+            Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                ..Sgd::default()
+            },
+        )?;
+        let (x, y) = batch(1)?;
+        for step in 0..3 {
+            let base = c.memory_stats().allocated_bytes.all.current;
+            c.reset_peak_memory_stats();
+            loss(&model, &x, &y)?.backward()?;
+            opt.step()?;
+            opt.zero_grad(true)?;
+            let peak = c.memory_stats().allocated_bytes.all.peak - base;
+            let grads: i64 = model.parameters().iter().map(|p| block(p.nbytes())).sum();
+            // The widest activation gradient: [16, 64] f32, and the loss's small ones. A
+            // weight's gradient is computed in place of its product, never copied into
+            // `.grad`, and no gradient is multiplied by a factor of one.
+            let activation = block(16 * 64 * 4);
+            if step > 0 {
+                assert!(
+                    peak <= grads + 2 * activation,
+                    "step {step}: peak {peak} above gradients {grads} + activations"
+                );
+            }
+        }
+        Ok(())
+    })
+}
