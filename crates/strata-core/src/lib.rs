@@ -17,6 +17,7 @@
 mod api;
 pub mod autograd;
 pub(crate) mod backend;
+pub(crate) mod cast_scope;
 #[cfg(test)]
 mod conformance;
 pub mod device;

@@ -21,25 +21,13 @@
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use strata_core::{DType, Error, Result, Scalar, Tensor};
 
 use crate::optim::clip::NormScratch;
-use crate::optim::in_backward::combination_error;
+use crate::optim::in_backward::{combination_error, scaled_loss_closed, scaled_loss_opened};
 use crate::optim::Optimizer;
-
-thread_local! {
-    /// Scalers on this thread that scaled a loss and have not updated since.
-    static SCALED_LOSSES: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Whether a loss scaled by a [`GradScaler`] may be going through backward on this thread
-/// (an optimizer stepping in backward refuses it).
-pub(crate) fn loss_is_scaled() -> bool {
-    SCALED_LOSSES.with(Cell::get) > 0
-}
 
 /// A [`GradScaler`]'s settings, PyTorch's defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,7 +92,7 @@ pub struct GradScaler {
     scale: Option<f32>,
     growth_tracker: u32,
     records: Vec<Record>,
-    /// Whether this scaler counts in [`SCALED_LOSSES`].
+    /// Whether this scaler counts as having scaled a loss it has not updated after.
     counted: bool,
 }
 
@@ -156,7 +144,7 @@ impl GradScaler {
     pub fn scale(&mut self, t: &Tensor) -> Result<Tensor> {
         let s = *self.scale.get_or_insert(self.config.init_scale as f32);
         if !self.counted {
-            SCALED_LOSSES.with(|c| c.set(c.get() + 1));
+            scaled_loss_opened();
             self.counted = true;
         }
         t.mul(Scalar::from(s as f64))
@@ -343,7 +331,7 @@ impl GradScaler {
 
     fn uncount(&mut self) {
         if self.counted {
-            SCALED_LOSSES.with(|c| c.set(c.get().saturating_sub(1)));
+            scaled_loss_closed();
             self.counted = false;
         }
     }

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use super::saved::{with_hook_pair, HookPair, Packed, SavedTensor};
-use crate::api::autocast;
+use crate::cast_scope;
 use crate::mode::{is_grad_enabled, GradModeGuard};
 use crate::random::global_generator;
 use crate::{DType, Error, Result, Tensor};
@@ -87,7 +87,7 @@ where
         plain_inputs,
         requires_grad: inputs.iter().map(Tensor::requires_grad).collect(),
         rng_state: global_generator().get_state(),
-        autocast: autocast::state(),
+        autocast: cast_scope::autocast_state(),
         holders: Mutex::new(Vec::new()),
     });
     let for_pack = frame.clone();
@@ -175,7 +175,7 @@ fn recompute(frame: &Arc<Frame>) -> Result<()> {
     global_generator().set_state(&frame.rng_state)?;
     let result = {
         let _grad = GradModeGuard::enable_grad();
-        autocast::with_state(frame.autocast, || {
+        cast_scope::with_autocast_state(frame.autocast, || {
             with_hook_pair(Arc::new(pair), || (frame.region)(&inputs))
         })
     };

@@ -7,12 +7,33 @@
 //! accumulation (gradients summed over several backwards). Each combination is an error
 //! that names both.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 
 use strata_core::{Error, Result, Tensor};
 
 use super::optimizer::{check_grad, lock, Inner, Optimizer};
+
+thread_local! {
+    /// Grad scalers on this thread that scaled a loss and have not updated since.
+    static SCALED_LOSSES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A grad scaler scaled a loss (it counts until it updates or drops).
+pub(crate) fn scaled_loss_opened() {
+    SCALED_LOSSES.with(|c| c.set(c.get() + 1));
+}
+
+/// A grad scaler that had scaled a loss updated or dropped.
+pub(crate) fn scaled_loss_closed() {
+    SCALED_LOSSES.with(|c| c.set(c.get().saturating_sub(1)));
+}
+
+/// Whether a loss scaled by a grad scaler may be going through backward on this thread.
+fn loss_is_scaled() -> bool {
+    SCALED_LOSSES.with(Cell::get) > 0
+}
 
 /// Storage ids of the parameters of optimizers that step in backward.
 static STEPPED_IN_BACKWARD: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
@@ -144,7 +165,7 @@ fn step_in_backward(
     group: usize,
     leaf: &Tensor,
 ) -> Result<()> {
-    if crate::amp::loss_is_scaled() {
+    if loss_is_scaled() {
         return Err(combination_error("backward", "a GradScaler"));
     }
     let (Some(inner), Some(grad)) = (inner.upgrade(), leaf.grad()) else {

@@ -3,29 +3,10 @@
 //! op that needs the cast reuses it, so one weight used by several ops has one cast in the
 //! graph and one gradient path. The cache is cleared when the outermost region closes.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Weak;
 
-use crate::tensor::TensorImpl;
+use crate::cast_scope::{CachedCast, CAST_CACHE};
 use crate::{DType, Result, Tensor};
-
-/// One cached cast, valid while its source is alive and unchanged.
-struct Entry {
-    /// The source; held weakly (its allocation, and so its address, stays reserved), so the
-    /// cache keeps no parameter alive.
-    source: Weak<TensorImpl>,
-    /// The source's version and storage when it was cast: an in-place write or new data
-    /// (`set_data`) makes the entry stale.
-    version: u32,
-    storage: u64,
-    cast: Tensor,
-}
-
-thread_local! {
-    /// By the source's address and the target dtype.
-    static CACHE: RefCell<HashMap<(usize, DType), Entry>> = RefCell::new(HashMap::new());
-}
 
 /// Whether a cast of `t` to `target` inside a `region` region is cached: a cast to the
 /// region's dtype of a leaf f32 tensor that requires grad and is not a view.
@@ -46,7 +27,7 @@ pub(super) fn cast(t: &Tensor, target: DType, region: DType) -> Result<Tensor> {
     let source = t.downgrade();
     let key = (Weak::as_ptr(&source) as usize, target);
     let (version, storage) = (t.version(), t.storage_id());
-    let hit = CACHE.with(|c| {
+    let hit = CAST_CACHE.with(|c| {
         c.borrow().get(&key).and_then(|e| {
             let fresh = e.source.strong_count() > 0
                 && e.version == version
@@ -59,26 +40,14 @@ pub(super) fn cast(t: &Tensor, target: DType, region: DType) -> Result<Tensor> {
         return Ok(cast);
     }
     let cast = t.to(target)?;
-    let entry = Entry {
+    let entry = CachedCast {
         source,
         version,
         storage,
         cast: cast.clone(),
     };
     // A stale entry replaced here is dropped after the borrow ends.
-    let stale = CACHE.with(|c| c.borrow_mut().insert(key, entry));
+    let stale = CAST_CACHE.with(|c| c.borrow_mut().insert(key, entry));
     drop(stale);
     Ok(cast)
-}
-
-/// Empties this thread's cache (the outermost autocast region closed).
-pub(super) fn clear() {
-    let entries = CACHE.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    drop(entries);
-}
-
-/// How many casts this thread's cache holds.
-#[cfg(test)]
-pub(super) fn len() -> usize {
-    CACHE.with(|c| c.borrow().len())
 }

@@ -83,13 +83,10 @@ mod cache;
 mod policy;
 mod region;
 mod seam;
-#[cfg(test)]
-mod tests;
 
 pub use region::{
     autocast, autocast_default, autocast_dtype, with_autocast, AutocastGuard,
     DEFAULT_CPU_AUTOCAST_DTYPE,
 };
-pub(crate) use region::{state, with_state};
 pub(crate) use seam::cast_inputs;
 pub use seam::{with_cast_policy, CastPolicy};

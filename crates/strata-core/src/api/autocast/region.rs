@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use super::seam::{close_scopes, innermost_autocast, open_scope, Scope};
+use crate::cast_scope::{close_scopes, innermost_autocast, open_scope, Scope};
 use crate::{DType, Error, Result};
 
 /// The dtype a CPU autocast region computes in unless told otherwise (PyTorch's CPU
@@ -94,23 +94,4 @@ pub fn with_autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
 /// The dtype of the innermost open autocast region on this thread, if any.
 pub fn autocast_dtype() -> Option<DType> {
     innermost_autocast().flatten()
-}
-
-/// The thread's autocast state, as a checkpoint captures it at forward: the innermost
-/// region's dtype, or `None` outside autocast.
-pub(crate) fn state() -> Option<DType> {
-    autocast_dtype()
-}
-
-/// Runs `f` with autocast as `state` says (a region of that dtype, or autocast off), as a
-/// checkpoint's recomputation restores the state its forward ran in.
-pub(crate) fn with_state<R>(state: Option<DType>, f: impl FnOnce() -> R) -> R {
-    struct Close(usize);
-    impl Drop for Close {
-        fn drop(&mut self) {
-            close_scopes(self.0);
-        }
-    }
-    let _close = Close(open_scope(Scope::Autocast(state)));
-    f()
 }

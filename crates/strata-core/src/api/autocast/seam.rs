@@ -6,87 +6,15 @@
 //! op's casts. While no scope is open on any thread, an op's entry costs one relaxed atomic
 //! load here and nothing is cast.
 
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{cache, policy};
+pub use crate::cast_scope::CastPolicy;
+use crate::cast_scope::{close_scopes, open_scope, Scope, OPEN_SCOPES, SCOPES};
 use crate::mode::is_internal;
-use crate::{DType, Result, Tensor};
-
-/// Decides the dtype an op's floating operands are computed in.
-pub trait CastPolicy: Send + Sync {
-    /// The dtype `op`'s floating operands are cast to, or `None` to leave them as they are.
-    fn cast_dtype(&self, op: &'static str, inputs: &[&Tensor]) -> Option<DType>;
-}
-
-/// One open cast scope.
-#[derive(Clone)]
-pub(super) enum Scope {
-    /// A custom policy from [`with_cast_policy`].
-    Custom(Arc<dyn CastPolicy>),
-    /// An autocast region computing in this dtype, or a region that turns autocast off
-    /// (`None`: a checkpoint's recomputation of a forward that ran outside autocast).
-    Autocast(Option<DType>),
-}
-
-/// How many scopes are open, on all threads: while none is, an op's entry skips the
-/// thread-local lookup.
-static OPEN_SCOPES: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SCOPES: RefCell<Vec<Scope>> = const { RefCell::new(Vec::new()) };
-    /// Set while the entry casts operands, so that the casts themselves are not cast.
-    static CASTING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Opens `scope` on this thread; returns the stack depth to close it at with
-/// [`close_scopes`]. The scope is counted before it is pushed, so this thread never misses
-/// its own scope on the fast path.
-pub(super) fn open_scope(scope: Scope) -> usize {
-    OPEN_SCOPES.fetch_add(1, Ordering::Acquire);
-    SCOPES.with(|s| {
-        let mut s = s.borrow_mut();
-        s.push(scope);
-        s.len() - 1
-    })
-}
-
-/// Closes every scope at `depth` and above (nothing when they are already closed). Clears
-/// the autocast cast cache when this closes the thread's outermost autocast region.
-pub(super) fn close_scopes(depth: usize) {
-    let (closed, autocast_left) = SCOPES.with(|s| {
-        let mut s = s.borrow_mut();
-        let from = depth.min(s.len());
-        let closed: Vec<Scope> = s.drain(from..).collect();
-        let left = s.iter().any(|x| matches!(x, Scope::Autocast(_)));
-        (closed, left)
-    });
-    if closed.is_empty() {
-        return;
-    }
-    OPEN_SCOPES.fetch_sub(closed.len(), Ordering::Release);
-    let closed_autocast = closed.iter().any(|x| matches!(x, Scope::Autocast(_)));
-    // Dropped outside the stack's borrow: a custom policy's drop may do anything.
-    drop(closed);
-    if closed_autocast && !autocast_left {
-        cache::clear();
-    }
-}
-
-/// The innermost autocast scope on this thread: `None` when there is none, `Some(None)`
-/// when it turns autocast off.
-pub(super) fn innermost_autocast() -> Option<Option<DType>> {
-    if OPEN_SCOPES.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
-    SCOPES.with(|s| {
-        s.borrow().iter().rev().find_map(|x| match x {
-            Scope::Autocast(d) => Some(*d),
-            Scope::Custom(_) => None,
-        })
-    })
-}
+use crate::{Result, Tensor};
 
 /// Runs `f` with `policy` deciding the casts of every op on this thread; the previous policy
 /// (or autocast region, or none) comes back afterwards, even if `f` panics. Like autocast, a
@@ -122,6 +50,11 @@ pub fn with_cast_policy<R>(policy: Arc<dyn CastPolicy>, f: impl FnOnce() -> R) -
     }
     let _close = Close(open_scope(Scope::Custom(policy)));
     f()
+}
+
+thread_local! {
+    /// Set while the entry casts operands, so that the casts themselves are not cast.
+    static CASTING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` with this thread's casting flag set, so the casts it makes are not cast again.
@@ -200,6 +133,8 @@ pub(crate) fn cast_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cast_scope::innermost_autocast;
+    use crate::DType;
 
     struct Everything(DType);
     impl CastPolicy for Everything {

@@ -1,6 +1,7 @@
 //! Tests of the functional ops: forward values against small hand-computed cases, and every
 //! backward against central finite differences in f64.
 
+mod autocast;
 mod cells;
 mod class_losses;
 mod conv_options;

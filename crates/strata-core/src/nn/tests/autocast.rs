@@ -1,6 +1,7 @@
 //! Autocast regions, the policy as ops see it, the cast cache and checkpoint's restore.
 
-use super::*;
+use crate::autocast::*;
+use crate::cast_scope::cache_len;
 use crate::nn::functional::{cross_entropy, gru_cell, linear, lstm_cell, mse_loss, Reduction};
 use crate::{DType, Tensor};
 
@@ -154,11 +155,11 @@ fn a_parameter_is_cast_once_per_region_and_the_cache_clears_at_the_end() {
     let w = param(&[4, 3]);
     let outer = autocast(DType::BF16).unwrap();
     let y1 = linear(&x, &w, None).unwrap();
-    assert_eq!(cache::len(), 1);
+    assert_eq!(cache_len(), 1);
     {
         let _inner = autocast(DType::BF16).unwrap();
         let y2 = linear(&x, &w, None).unwrap();
-        assert_eq!(cache::len(), 1);
+        assert_eq!(cache_len(), 1);
         y1.add(&y2)
             .unwrap()
             .sum(None, false)
@@ -167,12 +168,12 @@ fn a_parameter_is_cast_once_per_region_and_the_cache_clears_at_the_end() {
             .unwrap();
     }
     // The inner region's exit keeps the cache; the outermost one's clears it.
-    assert_eq!(cache::len(), 1);
+    assert_eq!(cache_len(), 1);
     // Tensors that are not leaves requiring grad are not cached.
     let _ = x.matmul(&x.t().unwrap()).unwrap();
-    assert_eq!(cache::len(), 1);
+    assert_eq!(cache_len(), 1);
     drop(outer);
-    assert_eq!(cache::len(), 0);
+    assert_eq!(cache_len(), 0);
     // Both uses went through the one cast; the gradient is their sum.
     let g = w.grad().unwrap().to_vec::<f32>().unwrap();
     let col: Vec<f32> = (0..3)
