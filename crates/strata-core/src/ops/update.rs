@@ -1,7 +1,7 @@
 //! Fused in-place parameter updates, the kernels optimizers are built on: one pass over a
 //! parameter, its gradient and its state per step, allocating nothing.
 //!
-//! The updates write without recording (an optimizer steps outside autograd, as PyTorch's
+//! The updates record no backward (an optimizer steps outside the graph, as PyTorch's
 //! `torch.no_grad()` step) and bump the version of every tensor they write, so a graph that
 //! saved a parameter before the step refuses to run backward with its new value.
 //!
