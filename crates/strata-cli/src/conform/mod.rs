@@ -296,37 +296,30 @@ impl ProgramState {
                 Made::Object(train::optimizer(params, &args)?)
             }
             "grad_scaler" => Made::Object(train::grad_scaler(&args)?),
-            "lr_scheduler" | "sched_step" => {
-                let name = *names
-                    .first()
-                    .ok_or_else(|| format!("{op} needs an input"))?;
-                let opt_name = match (op, self.objects.get(name)) {
-                    ("lr_scheduler", Some(Object::Optimizer(_))) => name.to_owned(),
-                    ("sched_step", Some(Object::Scheduler(_, o))) => o.clone(),
-                    _ => return Err(format!("{op}: {name} is not the right kind of object")),
+            "lr_scheduler" => {
+                let name = *names.first().ok_or("lr_scheduler needs an optimizer")?;
+                let Some(Object::Optimizer(opt)) = self.objects.get_mut(name) else {
+                    return Err(format!("lr_scheduler: {name} is not an optimizer"));
                 };
-                let Some(Object::Optimizer(opt)) = self.objects.get_mut(&opt_name) else {
-                    return Err(format!("{op}: the optimizer {opt_name} is gone"));
+                let s = Scheduler::new(opt, train::schedule(&args)?).map_err(|e| e.to_string())?;
+                Made::Object(Object::Scheduler(s, name.to_owned()))
+            }
+            "sched_step" => {
+                let name = *names.first().ok_or("sched_step needs a scheduler")?;
+                if !matches!(self.objects.get(name), Some(Object::Scheduler(..))) {
+                    return Err(format!("sched_step: {name} is not a scheduler"));
+                }
+                let Some(Object::Scheduler(mut s, opt_name)) = self.objects.remove(name) else {
+                    return Err(format!("sched_step: {name} is not a scheduler"));
                 };
-                let sched = if op == "lr_scheduler" {
-                    let s =
-                        Scheduler::new(opt, train::schedule(&args)?).map_err(|e| e.to_string())?;
-                    Made::Object(Object::Scheduler(s, opt_name))
-                } else {
-                    let Some(Object::Scheduler(s, _)) = self.objects.get_mut(name) else {
-                        return Err(format!("{op}: {name} is not a scheduler"));
-                    };
-                    let mut s = s.clone();
-                    let Some(Object::Optimizer(opt)) = self.objects.get_mut(&opt_name) else {
-                        return Err(format!("{op}: the optimizer {opt_name} is gone"));
-                    };
-                    s.step(opt).map_err(|e| e.to_string())?;
-                    if let Some(Object::Scheduler(slot, _)) = self.objects.get_mut(name) {
-                        *slot = s;
-                    }
-                    Made::Nothing
+                let stepped = match self.objects.get_mut(&opt_name) {
+                    Some(Object::Optimizer(opt)) => s.step(opt).map_err(|e| e.to_string()),
+                    _ => Err(format!("sched_step: the optimizer {opt_name} is gone")),
                 };
-                sched
+                self.objects
+                    .insert(name.to_owned(), Object::Scheduler(s, opt_name));
+                stepped?;
+                Made::Nothing
             }
             _ => {
                 let first = *names
