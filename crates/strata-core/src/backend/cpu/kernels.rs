@@ -7,6 +7,7 @@
 
 use std::mem::{size_of, MaybeUninit};
 
+use super::convert::convert;
 use super::{chunk, Plan};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 
@@ -34,6 +35,12 @@ impl<T: Element> DTypeFn for Load<'_, T> {
             };
             return;
         }
+        let (n, dst) = (self.dst.len(), self.dst.as_mut_ptr() as *mut u8);
+        let size = size_of::<T>() as isize;
+        // SAFETY: as below; `dst` is our own buffer of `n` elements of `T`.
+        if unsafe { convert(self.src, self.stride, S::DTYPE, dst, size, T::DTYPE, n) } {
+            return;
+        }
         for (i, d) in self.dst.iter_mut().enumerate() {
             // SAFETY: `load` callers pass a run start and stride inside a locked storage, and
             // `dst.len()` elements of dtype S at that stride lie within it.
@@ -53,6 +60,12 @@ struct Store<'a, T> {
 impl<T: Element> DTypeFn for Store<'_, T> {
     type Output = ();
     fn call<D: Element>(self) {
+        let (n, src) = (self.src.len(), self.src.as_ptr() as *const u8);
+        let size = size_of::<T>() as isize;
+        // SAFETY: as below; `src` is our own buffer of `n` elements of `T`.
+        if unsafe { convert(src, size, T::DTYPE, self.dst, self.stride, D::DTYPE, n) } {
+            return;
+        }
         for (i, &v) in self.src.iter().enumerate() {
             // SAFETY: as for Load, for a written operand whose storage is write-locked.
             unsafe {

@@ -11,6 +11,7 @@
 
 pub(crate) mod binary;
 pub(crate) mod chunk;
+pub(crate) mod convert;
 pub(crate) mod dense_sum;
 pub(crate) mod gather;
 pub(crate) mod gemm;

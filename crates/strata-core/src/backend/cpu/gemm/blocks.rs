@@ -10,6 +10,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::{MatPtr, One};
+use crate::backend::cpu::convert::{bf16_from_f32_slice, bf16_to_f32_slice};
 use crate::backend::cpu::pool::GRAIN_SIZE;
 use crate::backend::kernel::{GemmScratch, HalfBlock, HALF_BLOCK};
 use crate::dtype::{cast, Element};
@@ -33,10 +34,10 @@ impl Half for f16 {
 
 impl Half for bf16 {
     fn widen(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst);
+        bf16_to_f32_slice(src, dst);
     }
     fn narrow(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
+        bf16_from_f32_slice(src, dst);
     }
 }
 
@@ -78,6 +79,16 @@ impl Room {
     /// How many slots the room holds.
     pub(super) fn slots(&self) -> usize {
         self.slots
+    }
+
+    /// The blocks each slot holds.
+    pub(super) fn block(&self) -> HalfBlock {
+        self.block
+    }
+
+    /// The first f32 of the room (null when there is none).
+    pub(super) fn ptr(&self) -> *mut f32 {
+        self.ptr
     }
 
     /// Slot `i` alone (no room when there is no such slot).
@@ -232,7 +243,7 @@ unsafe fn widen<H: Half>(
 /// # Safety
 /// The block must lie inside `dst` (and inside `c`, when given); no other thread writes it.
 #[allow(clippy::too_many_arguments)]
-unsafe fn round_out<H: Half>(
+pub(super) unsafe fn round_out<H: Half>(
     dst: MatPtr<H>,
     c: Option<(MatPtr<H>, f32)>,
     i0: usize,

@@ -2,16 +2,18 @@
 //! kernels do (an f16 accumulator overflows on sums whose result fits).
 //!
 //! f16 products run on the `gemm` crate's own f16 kernel, which widens inside its packing,
-//! where it rounds once ([`f16_native`]); every other product widens in bounded f32 blocks
-//! (`blocks`). A bf16 kernel on AVX512-BF16's dot products would be one more arm of
-//! [`Path`], chosen at run time with `is_x86_feature_detected!("avx512bf16")`.
+//! where it rounds once ([`f16_native`]); bf16 products run on AVX512-BF16's dot products
+//! where the CPU has them (`dot_bf16`, chosen at run time), in the room and blocks the
+//! widening path would use; every other product widens in bounded f32 blocks (`blocks`).
 
 use ::gemm::Parallelism;
 
-use super::blocks::{self, Half};
+use super::blocks::{self, Half, Room};
+#[cfg(target_arch = "x86_64")]
+use super::dot_bf16;
 use super::One;
 use crate::backend::kernel::{f16_native, widens_in_blocks};
-use crate::dtype::cast;
+use crate::dtype::{cast, DType};
 
 /// How a half-precision product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +24,19 @@ enum Path {
     F16Native,
     /// f32 blocks of bounded size, multiplied by `gemm::<f32>`.
     Blocks,
+    /// bf16 pairs packed into the same room, multiplied by AVX512-BF16's dot products.
+    Bf16Dot,
 }
 
-/// The path of an `m×k · k×n` product in `H`, with `alpha` and whether an input is added.
-fn path<H: Half>(m: usize, n: usize, k: usize, alpha: f32, adds_c: bool) -> Path {
+/// The path of an `m×k · k×n` product in `H`, with `alpha` and whether an input is added,
+/// given its room.
+fn path<H: Half>(m: usize, n: usize, k: usize, alpha: f32, adds_c: bool, room: Room) -> Path {
     if widens_in_blocks(H::DTYPE, m, n, k, alpha, adds_c) {
-        Path::Blocks
+        if H::DTYPE == DType::BF16 && bf16_dot(room) {
+            Path::Bf16Dot
+        } else {
+            Path::Blocks
+        }
     } else if k > 0 && alpha != 0.0 && f16_native(m, n, k, alpha, adds_c) {
         Path::F16Native
     } else {
@@ -43,14 +52,45 @@ pub(super) unsafe fn run<H: Half>(one: &One<H>, par: Parallelism) {
     let alpha: f32 = one.alpha.to();
     let beta: f32 = one.beta.to();
     let adds_c = one.c.is_some() && beta != 0.0;
-    match path::<H>(one.m, one.n, one.k, alpha, adds_c) {
+    match path::<H>(one.m, one.n, one.k, alpha, adds_c, one.room) {
         // SAFETY: forwarded from the caller.
         Path::Blocks => unsafe { blocks::run(one, par) },
+        // SAFETY: forwarded from the caller; the path is taken for bf16 only, on a CPU with
+        // AVX512-BF16, with a slot of room whose blocks fit (`bf16_dot`).
+        Path::Bf16Dot => unsafe { run_bf16_dot(&one.cast::<::half::bf16>(), par) },
         // SAFETY: forwarded from the caller; the native path is taken for f16 only.
         Path::F16Native => unsafe { run_f16(&one.cast::<::half::f16>(), alpha, par) },
         // SAFETY: forwarded from the caller.
         Path::Scale => unsafe { scale(one, beta) },
     }
+}
+
+/// Whether a bf16 product with `room` runs on the CPU's bf16 dot products: the CPU has them,
+/// and the product has one slot of room whose packed blocks fit it.
+fn bf16_dot(room: Room) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        room.slots() == 1 && dot_bf16::fits(room.block()) && super::bf16_dot_products()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = room;
+        false
+    }
+}
+
+/// The bf16 dot-product kernel ([`bf16_dot`] holds).
+///
+/// # Safety
+/// As [`One::run`].
+unsafe fn run_bf16_dot(one: &One<::half::bf16>, par: Parallelism) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        dot_bf16::run(one, par)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (one, par);
 }
 
 /// The `gemm` crate's f16 kernel: `dst = alpha·(a @ b)`, summed in f32, rounded once (the
@@ -105,5 +145,47 @@ unsafe fn scale<H: Half>(one: &One<H>, beta: f32) {
                 *one.dst.at(i, j) = cast::<f32, H>(v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::kernel::{GemmScratch, HalfBlock};
+
+    /// One slot of room for an `m×k · k×n` product (its address is never read here).
+    fn room(m: usize, n: usize, k: usize) -> Room {
+        let mut slot = vec![0f32; HalfBlock::for_product(m, n, k).len()];
+        let scratch = GemmScratch {
+            buffer: std::ptr::null_mut(),
+            widened: slot.as_mut_ptr().cast(),
+            block: HalfBlock::for_product(m, n, k),
+            slots: 1,
+        };
+        Room::new(&scratch).slot(0)
+    }
+
+    #[test]
+    fn bf16_products_take_the_dot_products_where_the_cpu_has_them() {
+        let want = if super::super::bf16_dot_products() {
+            Path::Bf16Dot
+        } else {
+            Path::Blocks
+        };
+        for (m, n, k) in [
+            (256, 1024, 784),
+            (1024, 1024, 256),
+            (33, 40, 100),
+            (300, 260, 257),
+        ] {
+            let got = path::<::half::bf16>(m, n, k, 1.0, false, room(m, n, k));
+            assert_eq!(got, want, "{m}x{k} @ {k}x{n}");
+        }
+        // Too narrow to pack into the room: the f32 blocks, on any CPU.
+        let got = path::<::half::bf16>(256, 10, 1024, 1.0, false, room(256, 10, 1024));
+        assert_eq!(got, Path::Blocks);
+        // f16 never takes them.
+        let got = path::<::half::f16>(256, 1024, 784, 1.0, true, room(256, 1024, 784));
+        assert_eq!(got, Path::Blocks);
     }
 }

@@ -7,6 +7,8 @@
 //! operands and locks the storages first.
 
 mod blocks;
+#[cfg(target_arch = "x86_64")]
+mod dot_bf16;
 mod fold;
 mod half;
 
@@ -21,6 +23,20 @@ use crate::Scalar;
 use blocks::Room;
 use fold::fold;
 pub(crate) use fold::unravel;
+
+/// Whether bf16 matrix products run on this CPU's bf16 dot-product instructions
+/// (AVX512-BF16, detected at run time) wherever their packed blocks fit; without them, bf16
+/// products widen to f32 in bounded blocks.
+pub fn bf16_dot_products() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        dot_bf16::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
 const PARALLEL_WORK: usize = 1 << 17;
