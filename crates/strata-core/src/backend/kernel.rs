@@ -219,6 +219,13 @@ pub(crate) struct Product {
     pub(crate) b: Mat,
 }
 
+/// Whether `sum` and `mean` over a contiguous input of `dtype` take the dense path (the
+/// backend's `dense_sum`, summing in f64): the floating dtypes. Every backend answers the same,
+/// so that the meta device allocates as the CPU does.
+pub(crate) fn sums_densely(dtype: DType) -> bool {
+    dtype.is_floating()
+}
+
 /// The most rows, columns and depth of the f32 blocks an f16/bf16 product widens into.
 pub(crate) const HALF_BLOCK: usize = 256;
 

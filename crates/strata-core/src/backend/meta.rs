@@ -8,8 +8,8 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::kernel::{
-    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
-    UpdatePtrs, UpdateRule,
+    sums_densely, BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp,
+    TernaryOp, UpdatePtrs, UpdateRule,
 };
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
@@ -37,7 +37,7 @@ impl Backend for Meta {
     ) -> bool {
         // The CPU takes this path for exactly these dtypes; taking it here too keeps the two
         // devices on the same allocation sequence.
-        matches!(dtype, DType::F32 | DType::F64)
+        sums_densely(dtype)
     }
 
     unsafe fn binary(&self, _: &Plan, _: BinaryOp, _: DType, _: Option<Scalar>) {}

@@ -1,11 +1,12 @@
-//! The fast path of `sum` and `mean` for a contiguous f32 or f64 input reduced over one run
-//! of adjacent dimensions (the kernel is the backend's `dense_sum`).
+//! The fast path of `sum` and `mean` for a contiguous floating input reduced over one run of
+//! adjacent dimensions (the kernel is the backend's `dense_sum`).
 
 use crate::backend::for_device;
+use crate::backend::kernel::sums_densely;
 use crate::op::OpContext;
 use crate::ops::reduction::scratch;
 use crate::storage::{lock_storages, Access, HostScratch};
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// Sums `x` over the adjacent dimensions `first..=last` into `[outer, inner]` f64 values (a
 /// temporary of `ctx`'s op), or `None` when the fast path does not apply (another dtype, a
@@ -16,7 +17,7 @@ pub(crate) fn dense_sum(
     mask: &[bool],
 ) -> Result<Option<HostScratch<f64>>> {
     let dtype = x.dtype();
-    if !matches!(dtype, DType::F32 | DType::F64) || x.numel() == 0 {
+    if !sums_densely(dtype) || x.numel() == 0 {
         return Ok(None);
     }
     let (Some(first), Some(last)) = (mask.iter().position(|&m| m), mask.iter().rposition(|&m| m))
@@ -50,6 +51,7 @@ pub(crate) fn dense_sum(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DType;
 
     #[test]
     fn matches_the_general_path_on_every_dim_run() {

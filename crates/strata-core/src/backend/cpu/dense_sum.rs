@@ -1,5 +1,5 @@
-//! The fast path of `sum` and `mean` for a contiguous f32 or f64 input reduced over one
-//! run of adjacent dimensions: the input is `[outer, len, inner]` and the result
+//! The fast path of `sum` and `mean` for a contiguous floating input (f16, bf16, f32, f64)
+//! reduced over one run of adjacent dimensions: the input is `[outer, len, inner]` and the result
 //! `[outer, inner]`. Rows (`inner == 1`) are summed in 8 independent f64 lanes; with
 //! `inner > 1` a vector of `inner` f64 accumulators takes four contiguous rows at a time, so
 //! both the last and the first dimension stream memory. Work is split over strata's pool
@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::pool::{pool, GRAIN_SIZE};
+use crate::backend::kernel::sums_densely;
 use crate::dtype::DType;
 
 /// An element type the fast path reads (widened to f64).
@@ -19,6 +20,18 @@ impl Wide for f32 {
     #[inline(always)]
     fn wide(self) -> f64 {
         self as f64
+    }
+}
+impl Wide for half::bf16 {
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        f64::from(f32::from_bits(u32::from(self.to_bits()) << 16))
+    }
+}
+impl Wide for half::f16 {
+    #[inline(always)]
+    fn wide(self) -> f64 {
+        f64::from(self.to_f32())
     }
 }
 impl Wide for f64 {
@@ -146,9 +159,9 @@ fn run<T: Wide>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]
     }
 }
 
-/// Sums `outer` contiguous `[len, inner]` blocks of f32 or f64 (`dtype`) starting at `base`
-/// over their `len` dimension, into the `outer·inner` f64 values `out` (`[outer, inner]`);
-/// false (nothing written) for another dtype.
+/// Sums `outer` contiguous `[len, inner]` blocks of a floating `dtype` ([`sums_densely`])
+/// starting at `base` over their `len` dimension, into the `outer·inner` f64 values `out`
+/// (`[outer, inner]`); false (nothing written) for another dtype.
 ///
 /// # Safety
 /// `base` must point to `outer·len·inner` readable elements of `dtype` that nothing writes
@@ -161,28 +174,28 @@ pub(crate) unsafe fn sum_blocks(
     inner: usize,
     out: &mut [f64],
 ) -> bool {
-    if !matches!(dtype, DType::F32 | DType::F64) || out.len() != outer * inner {
+    if !sums_densely(dtype) || out.len() != outer * inner {
         return false;
     }
     out.fill(0.0);
     let n = outer * len * inner;
-    // SAFETY: forwarded from the caller.
+    /// Sums the blocks as elements of `T`.
+    ///
+    /// # Safety
+    /// As [`sum_blocks`], `T` being `dtype`'s type.
+    unsafe fn typed<T: Wide>(base: *const u8, n: usize, dims: [usize; 3], out: &mut [f64]) {
+        // SAFETY: forwarded from the caller.
+        let x = unsafe { std::slice::from_raw_parts(base as *const T, n) };
+        run(x, dims[0], dims[1], dims[2], out)
+    }
+    let dims = [outer, len, inner];
+    // SAFETY: forwarded from the caller; each arm reads the dtype's own type.
     unsafe {
         match dtype {
-            DType::F32 => run(
-                std::slice::from_raw_parts(base as *const f32, n),
-                outer,
-                len,
-                inner,
-                out,
-            ),
-            DType::F64 => run(
-                std::slice::from_raw_parts(base as *const f64, n),
-                outer,
-                len,
-                inner,
-                out,
-            ),
+            DType::F16 => typed::<half::f16>(base, n, dims, out),
+            DType::BF16 => typed::<half::bf16>(base, n, dims, out),
+            DType::F32 => typed::<f32>(base, n, dims, out),
+            DType::F64 => typed::<f64>(base, n, dims, out),
             _ => return false,
         }
     }
