@@ -120,7 +120,8 @@ impl Stored<f32> for bf16 {
     }
     #[inline(always)]
     fn store(w: f32) -> bf16 {
-        bf16::from_f32(w)
+        // The same rounding as `bf16::from_f32`, without a branch.
+        bf16::from_bits(super::convert::bf16_bits(w))
     }
 }
 
@@ -225,10 +226,77 @@ fn sgd<S: Stored<W>, W: Real>(c: &SgdStep, rows: Rows<'_, S>) {
     }
 }
 
-/// Adam over one chunk (see [`AdamStep`]).
+/// Adam over one chunk (see [`AdamStep`]), its loop specialised on the step's switches so
+/// that it has no branch left to vectorise around.
+fn adam<S: Stored<W>, W: Real>(c: &AdamStep, rows: Rows<'_, S>) {
+    let decay = match (c.weight_decay != 0.0, c.decoupled_weight_decay) {
+        (false, _) => Decay::None,
+        (true, false) => Decay::Coupled,
+        (true, true) => Decay::Decoupled,
+    };
+    match (c.maximize, decay, c.amsgrad) {
+        (false, Decay::None, false) => adam_loop::<S, W, false, 0, false>(c, rows),
+        (false, Decay::Coupled, false) => adam_loop::<S, W, false, 1, false>(c, rows),
+        (false, Decay::Decoupled, false) => adam_loop::<S, W, false, 2, false>(c, rows),
+        (true, Decay::None, false) => adam_loop::<S, W, true, 0, false>(c, rows),
+        (true, Decay::Coupled, false) => adam_loop::<S, W, true, 1, false>(c, rows),
+        (true, Decay::Decoupled, false) => adam_loop::<S, W, true, 2, false>(c, rows),
+        (false, Decay::None, true) => adam_loop::<S, W, false, 0, true>(c, rows),
+        (false, Decay::Coupled, true) => adam_loop::<S, W, false, 1, true>(c, rows),
+        (false, Decay::Decoupled, true) => adam_loop::<S, W, false, 2, true>(c, rows),
+        (true, Decay::None, true) => adam_loop::<S, W, true, 0, true>(c, rows),
+        (true, Decay::Coupled, true) => adam_loop::<S, W, true, 1, true>(c, rows),
+        (true, Decay::Decoupled, true) => adam_loop::<S, W, true, 2, true>(c, rows),
+    }
+}
+
+/// How Adam applies weight decay.
+#[derive(Clone, Copy)]
+enum Decay {
+    None,
+    /// Added to the gradient (Adam).
+    Coupled,
+    /// Shrinking the parameter first (AdamW).
+    Decoupled,
+}
+
+/// [`adam`] for one combination of switches (`DECAY`: 0 none, 1 coupled, 2 decoupled), built
+/// with AVX2 where the CPU has it (separate multiplies and adds are never fused, so the
+/// results are the same either way).
+fn adam_loop<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
+    c: &AdamStep,
+    rows: Rows<'_, S>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::chunk::avx2() {
+        // SAFETY: the CPU has AVX2 and FMA.
+        return unsafe { adam_loop_avx2::<S, W, MAXIMIZE, DECAY, AMSGRAD>(c, rows) };
+    }
+    adam_body::<S, W, MAXIMIZE, DECAY, AMSGRAD>(c, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn adam_loop_avx2<
+    S: Stored<W>,
+    W: Real,
+    const MAXIMIZE: bool,
+    const DECAY: u8,
+    const AMSGRAD: bool,
+>(
+    c: &AdamStep,
+    rows: Rows<'_, S>,
+) {
+    adam_body::<S, W, MAXIMIZE, DECAY, AMSGRAD>(c, rows)
+}
+
 // Indexed: the amsgrad slice is empty without amsgrad, so it cannot be zipped.
 #[allow(clippy::needless_range_loop)]
-fn adam<S: Stored<W>, W: Real>(c: &AdamStep, rows: Rows<'_, S>) {
+#[inline(always)]
+fn adam_body<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
+    c: &AdamStep,
+    rows: Rows<'_, S>,
+) {
     let t = c.step.min(i32::MAX as u64) as i32;
     let bias1 = 1.0 - c.beta1.powi(t);
     let bias2_sqrt = W::of((1.0 - c.beta2.powi(t)).sqrt());
@@ -237,24 +305,24 @@ fn adam<S: Stored<W>, W: Real>(c: &AdamStep, rows: Rows<'_, S>) {
     let (wd, eps) = (W::of(c.weight_decay), W::of(c.eps));
     let shrink = W::of(1.0 - c.lr * c.weight_decay);
     let [m, v, vmax] = rows.s;
-    for i in 0..rows.p.len() {
+    let n = rows.p.len();
+    let (m, v, g) = (&mut m[..n], &mut v[..n], &rows.g[..n]);
+    for i in 0..n {
         let mut p = rows.p[i].load();
-        let mut d = rows.g[i].load();
-        if c.maximize {
+        let mut d = g[i].load();
+        if MAXIMIZE {
             d = d.neg();
         }
-        if c.weight_decay != 0.0 {
-            if c.decoupled_weight_decay {
-                p = p.mul(shrink);
-            } else {
-                d = d.add(wd.mul(p));
-            }
+        if DECAY == 2 {
+            p = p.mul(shrink);
+        } else if DECAY == 1 {
+            d = d.add(wd.mul(p));
         }
         let mi = lerp(m[i].load(), d, b1w, c.beta1);
         m[i] = S::store(mi);
         let vi = v[i].load().mul(b2).add(b2w.mul(d).mul(d));
         v[i] = S::store(vi);
-        let second = if c.amsgrad {
+        let second = if AMSGRAD {
             let prev = vmax[i].load();
             // torch.maximum: NaN wins.
             let top = if vi.is_nan() || prev.is_nan() || vi > prev {
