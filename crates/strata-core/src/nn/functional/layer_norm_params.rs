@@ -26,21 +26,25 @@ fn half_param_grads_on(
 ) -> Result<(Tensor, Tensor)> {
     let (m, n) = (g.shape()[0], g.shape()[1]);
     let zeros = || Tensor::on(g.device()).zeros(&[n], DType::F32);
-    let (mut dw, mut db) = (zeros()?, zeros()?);
+    let (dw, db) = (zeros()?, zeros()?);
     if m == 0 {
         return Ok((dw, db));
     }
+    // One buffer pair for every thread's share, cleared in place between shares, so that
+    // what is allocated does not depend on the number of threads (only the rounding does).
+    let (bw, bb) = (zeros()?, zeros()?);
     // at::parallel_for with a grain of one row: min(threads, M) chunks of ceil(M / chunks).
     let chunk = m.div_ceil(threads.clamp(1, m));
     for start in (0..m).step_by(chunk) {
-        let (mut bw, mut bb) = (zeros()?, zeros()?);
+        bw.zero_()?;
+        bb.zero_()?;
         for r in start..(start + chunk).min(m) {
             let (gr, xr) = (g.select(0, r as i64)?, xhat.select(0, r as i64)?);
-            bw = fused_mul_add(&gr, &xr, &bw)?.to(half)?.to(DType::F32)?;
-            bb = bb.add(&gr)?.to(half)?.to(DType::F32)?;
+            bw.copy_(&fused_mul_add(&gr, &xr, &bw)?.to(half)?)?;
+            bb.copy_(&bb.add(&gr)?.to(half)?)?;
         }
-        dw = dw.add(&bw)?;
-        db = db.add(&bb)?;
+        dw.add_(&bw)?;
+        db.add_(&bb)?;
     }
     Ok((dw, db))
 }
