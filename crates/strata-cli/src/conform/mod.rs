@@ -115,7 +115,7 @@ pub fn run_program_with(id: Value, steps: &[Value], options: RunOptions) -> Valu
     };
     let mut observations = Vec::new();
     let mut step_ends = Vec::with_capacity(steps.len());
-    let error = with_device_allocator(options.device, &allocator, || {
+    let (error, skipped) = with_device_allocator(options.device, &allocator, || {
         manual_seed(0);
         let mut state = ProgramState::on(options.device);
         let mut error = None;
@@ -143,9 +143,14 @@ pub fn run_program_with(id: Value, steps: &[Value], options: RunOptions) -> Valu
         let end = recorder.as_ref().map_or(0, Recorder::len);
         step_ends.resize(steps.len(), end);
         state.release();
-        error
+        (error, state.skipped_scaler_steps)
     });
     let mut result = json!({ "id": id, "observations": observations, "error": error });
+    // The meta device has no values to find an inf in, so it never skips: the protocol
+    // excepts such programs from meta's allocation prediction, and this says which they are.
+    if skipped > 0 {
+        result["skipped_scaler_steps"] = json!(skipped);
+    }
     if let Some(r) = recorder {
         result["allocations"] = r.report(&step_ends);
     }
@@ -166,6 +171,8 @@ pub struct ProgramState {
     regions: Vec<strata::core::autocast::AutocastGuard>,
     /// The device creation steps make tensors on.
     device: Device,
+    /// Grad-scaler steps that skipped the optimizer (an inf or NaN gradient).
+    skipped_scaler_steps: usize,
 }
 
 impl Drop for ProgramState {
@@ -340,6 +347,7 @@ impl ProgramState {
         match (made, target) {
             (Made::Tensor(t), Some(n)) => self.insert(n, t),
             (Made::Object(o), Some(n)) => self.insert_object(n, o),
+            (Made::SkippedStep, _) => self.skipped_scaler_steps += 1,
             _ => {}
         }
         Ok(())

@@ -37,6 +37,8 @@ pub enum Made {
     Tensor(Tensor),
     /// An object to bind.
     Object(Object),
+    /// A grad scaler's step that found an inf or NaN gradient and skipped the optimizer.
+    SkippedStep,
 }
 
 /// The steps on training objects.
@@ -204,7 +206,9 @@ pub fn on_object(
             s.unscale_(optimizer_of(op, other)?).map_err(err)?
         }
         ("scaler_step", Object::Scaler(s)) => {
-            s.step(optimizer_of(op, other)?).map_err(err)?;
+            if !s.step(optimizer_of(op, other)?).map_err(err)? {
+                return Ok(Made::SkippedStep);
+            }
         }
         ("scaler_update", Object::Scaler(s)) => s.update().map_err(err)?,
         ("get_scale", Object::Scaler(s)) => {
