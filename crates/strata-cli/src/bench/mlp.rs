@@ -13,7 +13,7 @@ use strata::prelude::*;
 use strata_core::autocast::with_autocast;
 use strata_core::nn::functional::{cross_entropy, Reduction};
 
-use super::{median, torch_row, Row};
+use super::{bf16_path, median, torch_row, Row};
 
 const BATCH: usize = 256;
 /// Layer widths, input first.
@@ -83,15 +83,6 @@ fn step_flops() -> f64 {
     let b = BATCH as f64;
     let macs: f64 = WIDTHS.windows(2).map(|w| (w[0] * w[1]) as f64).sum();
     3.0 * 2.0 * b * macs - 2.0 * b * (WIDTHS[0] * WIDTHS[1]) as f64
-}
-
-/// The bf16 matrix-product path this CPU takes.
-fn bf16_path() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512bf16") {
-        return "AVX512_BF16";
-    }
-    "widened to f32 in blocks"
 }
 
 /// The MLP rows; `sgemm_1024` is this run's `sgemm 1024` rate in GFLOP/s.

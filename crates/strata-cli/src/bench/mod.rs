@@ -98,6 +98,15 @@ fn torch_figures(
         .cloned()
 }
 
+/// The path bf16 matrix products take on this CPU, as the rows name it.
+pub(crate) fn bf16_path() -> &'static str {
+    if strata_core::bf16_dot_products() {
+        "AVX512_BF16 dot products"
+    } else {
+        "f32 blocks"
+    }
+}
+
 /// Runs every benchmark. `quick` uses fewer repetitions (for tests).
 pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     let reps = if quick { 3 } else { 10 };
@@ -223,12 +232,14 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
         push(&format!("sgemm {k}"), rate, "GFLOP/s", false, false);
     }
     // Half-precision products, named by the path they take: f16's own `gemm` kernel up to a
-    // depth of 512, f32 blocks of bounded size beyond it and for bf16.
+    // depth of 512, f32 blocks of bounded size beyond it; bf16 on the CPU's dot products
+    // where it has them, else f32 blocks.
+    let bf16_path = bf16_path();
     for (k, dtype, path) in [
         (512usize, DType::F16, "gemm-f16"),
-        (512, DType::BF16, "f32 blocks"),
+        (512, DType::BF16, bf16_path),
         (1024, DType::F16, "f32 blocks"),
-        (1024, DType::BF16, "f32 blocks"),
+        (1024, DType::BF16, bf16_path),
     ] {
         let x = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
         let y = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
