@@ -253,31 +253,48 @@ pub(super) unsafe fn round_out<H: Half>(
     alpha: f32,
     par: Parallelism,
 ) {
-    let row = |t: usize, s: &mut [f32]| {
-        if alpha != 1.0 {
-            s.iter_mut().for_each(|v| *v *= alpha);
-        }
-        // SAFETY: row `t` of the block lies inside `dst` and `c` (caller's contract); the
-        // rounded row is staged on the stack, so the output is only written, never read.
-        unsafe {
-            if let Some((c, beta)) = c {
-                for (j, v) in s.iter_mut().enumerate() {
-                    *v += beta * cast::<H, f32>(*c.at(i0 + t, j0 + j));
-                }
-            }
-            if dst.cs == 1 {
-                let mut staged = [H::ZERO; HALF_BLOCK];
-                let staged = &mut staged[..cols];
-                H::narrow(s, staged);
-                std::ptr::copy_nonoverlapping(staged.as_ptr(), dst.at(i0 + t, j0), cols);
-            } else {
-                for (j, &v) in s.iter().enumerate() {
-                    *dst.at(i0 + t, j0 + j) = cast::<f32, H>(v);
-                }
-            }
-        }
-    };
+    // SAFETY: row `t` of the block lies inside `dst` and `c` (caller's contract).
+    let row = |t: usize, s: &mut [f32]| unsafe { round_row(dst, c, i0 + t, j0, s, alpha) };
     for_lines(sums, cols, par, row);
+}
+
+/// Scales the sums `s` of row `i`, columns `j0 ..`, by `alpha`, adds `beta·c` and rounds them
+/// once into `dst`.
+///
+/// # Safety
+/// The row's `s.len()` (at most [`HALF_BLOCK`]) elements lie inside `dst` (and inside `c`,
+/// when given); no other thread writes them.
+pub(super) unsafe fn round_row<H: Half>(
+    dst: MatPtr<H>,
+    c: Option<(MatPtr<H>, f32)>,
+    i: usize,
+    j0: usize,
+    s: &mut [f32],
+    alpha: f32,
+) {
+    let cols = s.len();
+    if alpha != 1.0 {
+        s.iter_mut().for_each(|v| *v *= alpha);
+    }
+    // SAFETY: the row lies inside `dst` and `c` (caller's contract); the rounded row is
+    // staged on the stack, so the output is only written, never read.
+    unsafe {
+        if let Some((c, beta)) = c {
+            for (j, v) in s.iter_mut().enumerate() {
+                *v += beta * cast::<H, f32>(*c.at(i, j0 + j));
+            }
+        }
+        if dst.cs == 1 {
+            let mut staged = [H::ZERO; HALF_BLOCK];
+            let staged = &mut staged[..cols];
+            H::narrow(s, staged);
+            std::ptr::copy_nonoverlapping(staged.as_ptr(), dst.at(i, j0), cols);
+        } else {
+            for (j, &v) in s.iter().enumerate() {
+                *dst.at(i, j0 + j) = cast::<f32, H>(v);
+            }
+        }
+    }
 }
 
 /// Calls `f(t, line)` for every line of `len` elements of `data`, on strata's pool when the

@@ -23,7 +23,7 @@ use ::gemm::Parallelism;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::blocks::round_out;
+use super::blocks::{round_out, round_row};
 use super::{MatPtr, One};
 use crate::backend::kernel::HalfBlock;
 
@@ -99,6 +99,11 @@ impl<T> Shared<T> {
 /// `dst = beta·c + alpha·(a @ b)` for one bf16 product with `k` > 0, in the product's slot of
 /// room (whose blocks [`fits`]).
 ///
+/// When the depth is `a`'s unit stride, its pairs are read where they lie and each task of
+/// the pool takes one panel of `b`'s columns through every depth block of an output block
+/// and rounds those columns: one parallel region per output block. Otherwise `a`'s panels
+/// are packed first for each depth block, then the columns run.
+///
 /// # Safety
 /// As [`One::run`]; the CPU has AVX512-BF16 ([`available`]); the product has one slot of room
 /// of its own.
@@ -110,80 +115,163 @@ pub(super) unsafe fn run(one: &One<bf16>, par: Parallelism) {
     let slot = unsafe { std::slice::from_raw_parts_mut(one.room.ptr(), block.len()) };
     let (a_room, rest) = slot.split_at_mut(block.m * block.k);
     let (b_room, sums) = rest.split_at_mut(block.k * block.n);
-    let pa = Shared(a_room.as_mut_ptr().cast::<u32>());
-    let pb = Shared(b_room.as_mut_ptr().cast::<u32>());
-    let alpha: f32 = one.alpha.to();
     let beta: f32 = one.beta.to();
-    let c = one.c.filter(|_| beta != 0.0).map(|c| (c, beta));
+    let job = Job {
+        one,
+        pa: Shared(a_room.as_mut_ptr().cast::<u32>()),
+        pb: Shared(b_room.as_mut_ptr().cast::<u32>()),
+        sums: Shared(sums.as_mut_ptr()),
+        block,
+        alpha: one.alpha.to(),
+        c: one.c.filter(|_| beta != 0.0).map(|c| (c, beta)),
+    };
     let parallel = matches!(par, Parallelism::Rayon(_));
+    let each = |count: usize, f: &(dyn Fn(usize) + Sync)| {
+        if parallel {
+            (0..count).into_par_iter().for_each(f);
+        } else {
+            (0..count).for_each(f);
+        }
+    };
     for i0 in (0..m).step_by(block.m) {
-        let rows = block.m.min(m - i0);
         for j0 in (0..n).step_by(block.n) {
-            let cols = block.n.min(n - j0);
-            let sums = Shared(sums[..rows * cols].as_mut_ptr());
+            let o = Out {
+                i0,
+                j0,
+                rows: block.m.min(m - i0),
+                cols: block.n.min(n - j0),
+            };
+            let b_panels = o.cols.div_ceil(NR);
+            if one.a.cs == 1 {
+                // SAFETY: each task packs and computes its own panel and columns (`Job`).
+                each(b_panels, &|panel| unsafe { job.direct_column(o, panel) });
+                continue;
+            }
             for l0 in (0..k).step_by(block.k) {
-                let depth = block.k.min(k - l0);
-                let p = Packing::new(rows, cols, depth);
-                // `a` is read where it lies when the depth is its unit stride; packed
-                // first otherwise.
-                let direct = one.a.cs == 1;
-                let pack_a = |panel: usize| {
-                    let r0 = panel * MR;
-                    // SAFETY: panel `panel` of packed `a` lies in the room's `a` part
-                    // (`fits`), written by this task alone; the block lies inside `a`.
-                    unsafe {
-                        let dst = pa.get().add(r0 * p.pairs);
-                        pack_a_panel(one.a, i0 + r0, l0, rows - r0, depth, dst)
-                    }
-                };
-                let column = |panel: usize| {
-                    let c0 = panel * NR;
-                    let b_panel = pb.get().wrapping_add(c0 * p.pairs);
-                    // SAFETY: panel `panel` of packed `b` lies in the room's `b` part
-                    // (`fits`), written by this task alone; the block lies inside `b`.
-                    unsafe { pack_b_panel(one.b, l0, j0 + c0, depth, cols - c0, b_panel) };
-                    for ip in 0..p.a_panels {
-                        let r0 = ip * MR;
-                        let tile = Tile {
-                            b: b_panel,
-                            pairs: p.pairs,
-                            depth,
-                            sums: sums.get().wrapping_add(r0 * cols + c0),
-                            ld: cols,
-                            rows: (rows - r0).min(MR),
-                            cols: (cols - c0).min(NR),
-                            first: l0 == 0,
-                        };
-                        // SAFETY: the panels of `a` and `b` were written above, or `a`'s rows
-                        // lie inside it; this tile of the sums is written by this task alone,
-                        // inside the `rows×cols` block.
-                        unsafe {
-                            if direct {
-                                let a = one.a.at(i0 + r0, l0);
-                                tile.run(&Direct::new(a, one.a.rs, tile.rows))
-                            } else {
-                                tile.run(&Packed(pa.get().add(r0 * p.pairs)))
-                            }
-                        }
-                    }
-                };
-                if parallel {
-                    if !direct {
-                        (0..p.a_panels).into_par_iter().for_each(pack_a);
-                    }
-                    (0..p.b_panels).into_par_iter().for_each(column);
-                } else {
-                    if !direct {
-                        (0..p.a_panels).for_each(pack_a);
-                    }
-                    (0..p.b_panels).for_each(column);
-                }
+                // SAFETY: as above; the panels of `a` are all packed before any column runs.
+                each(o.rows.div_ceil(MR), &|panel| unsafe {
+                    job.pack_a(o, l0, panel)
+                });
+                // SAFETY: as above.
+                each(b_panels, &|panel| unsafe {
+                    job.column(o, l0, panel, false)
+                });
             }
             // SAFETY: the block's sums were written above; the output block lies inside
             // `dst`, as the block of `c` inside `c`.
             unsafe {
-                let sums = std::slice::from_raw_parts_mut(sums.get(), rows * cols);
-                round_out(one.dst, c, i0, j0, cols, sums, alpha, par)
+                let sums = std::slice::from_raw_parts_mut(job.sums.get(), o.rows * o.cols);
+                round_out(one.dst, job.c, i0, j0, o.cols, sums, job.alpha, par)
+            }
+        }
+    }
+}
+
+/// One output block: `rows×cols` from `(i0, j0)`.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    i0: usize,
+    j0: usize,
+    rows: usize,
+    cols: usize,
+}
+
+/// What the tasks of one product share: the product, its room's parts (packed `a`, packed
+/// `b`, the block's f32 sums with rows `cols` apart) and the output's scaling.
+struct Job<'a> {
+    one: &'a One<bf16>,
+    pa: Shared<u32>,
+    pb: Shared<u32>,
+    sums: Shared<f32>,
+    block: HalfBlock,
+    alpha: f32,
+    c: Option<(MatPtr<bf16>, f32)>,
+}
+
+impl Job<'_> {
+    /// The depth of the depth block at `l0`.
+    fn depth(&self, l0: usize) -> usize {
+        self.block.k.min(self.one.k - l0)
+    }
+
+    /// Words between two panels of packed `a` or `b` per row or column: the pairs of a full
+    /// depth block, so that panels of depth blocks of different depths never overlap.
+    fn stride(&self) -> usize {
+        self.block.k.div_ceil(2)
+    }
+
+    /// Packs panel `panel` of `a`'s rows of `o`, depth block `l0`.
+    ///
+    /// # Safety
+    /// The panel is packed by this task alone, and no task reads it meanwhile.
+    unsafe fn pack_a(&self, o: Out, l0: usize, panel: usize) {
+        let r0 = panel * MR;
+        // SAFETY: the panel lies in the room's `a` part (`fits`); the block lies inside `a`.
+        unsafe {
+            let dst = self.pa.get().add(r0 * self.stride());
+            pack_a_panel(self.one.a, o.i0 + r0, l0, o.rows - r0, self.depth(l0), dst)
+        }
+    }
+
+    /// Packs panel `panel` of `b`'s columns of `o` for depth block `l0` and runs its column
+    /// of tiles over that block, reading `a` where it lies when `direct`, else from its
+    /// packed panels.
+    ///
+    /// # Safety
+    /// The panel and its columns of the sums are this task's alone; `a`'s panels are packed
+    /// unless `direct`.
+    unsafe fn column(&self, o: Out, l0: usize, panel: usize, direct: bool) {
+        let depth = self.depth(l0);
+        let p = Packing::new(o.rows, o.cols, depth);
+        let c0 = panel * NR;
+        let b_panel = self.pb.get().wrapping_add(c0 * self.stride());
+        // SAFETY: the panel lies in the room's `b` part (`fits`); the block lies inside `b`.
+        unsafe { pack_b_panel(self.one.b, l0, o.j0 + c0, depth, o.cols - c0, b_panel) };
+        for ip in 0..p.a_panels {
+            let r0 = ip * MR;
+            let tile = Tile {
+                b: b_panel,
+                pairs: p.pairs,
+                depth,
+                sums: self.sums.get().wrapping_add(r0 * o.cols + c0),
+                ld: o.cols,
+                rows: (o.rows - r0).min(MR),
+                cols: (o.cols - c0).min(NR),
+                first: l0 == 0,
+            };
+            // SAFETY: the panel of `b` was written above, `a`'s panel before the call (or its
+            // rows lie inside it); this tile of the sums lies inside the block and is this
+            // task's alone.
+            unsafe {
+                if direct {
+                    let a = self.one.a.at(o.i0 + r0, l0);
+                    tile.run(&Direct::new(a, self.one.a.rs, tile.rows))
+                } else {
+                    tile.run(&Packed(self.pa.get().add(r0 * self.stride())))
+                }
+            }
+        }
+    }
+
+    /// Panel `panel` of `b`'s columns of `o` through every depth block, `a` read where it
+    /// lies, then those columns scaled, `beta·c` added and rounded once into the output.
+    ///
+    /// # Safety
+    /// As [`Job::column`]; the depth is `a`'s unit stride.
+    unsafe fn direct_column(&self, o: Out, panel: usize) {
+        for l0 in (0..self.one.k).step_by(self.block.k) {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.column(o, l0, panel, true) };
+        }
+        let c0 = panel * NR;
+        let width = NR.min(o.cols - c0);
+        for r in 0..o.rows {
+            // SAFETY: these sums lie inside the block and are this task's alone; the output
+            // row's columns lie inside `dst` (and `c`).
+            unsafe {
+                let s = self.sums.get().add(r * o.cols + c0);
+                let s = std::slice::from_raw_parts_mut(s, width);
+                round_row(self.one.dst, self.c, o.i0 + r, o.j0 + c0, s, self.alpha)
             }
         }
     }
