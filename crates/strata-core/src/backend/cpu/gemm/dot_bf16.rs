@@ -508,10 +508,10 @@ unsafe fn tile_kernel<A: Pairs>(t: &Tile, a: &A) {
     }
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
     if !t.first {
-        for r in 0..t.rows {
-            for v in 0..NV {
+        for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
+            for (v, acc) in row.iter_mut().enumerate() {
                 // SAFETY: the masked lanes lie inside row `r` of the tile (caller's contract).
-                acc[r][v] = unsafe { load(t.sums.add(r * t.ld + 16 * v), masks[v]) };
+                *acc = unsafe { load(t.sums.add(r * t.ld + 16 * v), masks[v]) };
             }
         }
     }
@@ -525,10 +525,10 @@ unsafe fn tile_kernel<A: Pairs>(t: &Tile, a: &A) {
         // SAFETY: as above; only the pair's low half is read.
         unsafe { step::<A, true>(&mut acc, a, t.b, whole) };
     }
-    for r in 0..t.rows {
-        for v in 0..NV {
+    for (r, row) in acc.iter().enumerate().take(t.rows) {
+        for (v, &acc) in row.iter().enumerate() {
             // SAFETY: as for the loads.
-            unsafe { store(t.sums.add(r * t.ld + 16 * v), acc[r][v], masks[v]) };
+            unsafe { store(t.sums.add(r * t.ld + 16 * v), acc, masks[v]) };
         }
     }
 }
