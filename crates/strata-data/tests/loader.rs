@@ -1,0 +1,345 @@
+//! The loader: batches in sampler order for any worker count, the same random draws for any
+//! worker count, failures in their place, bounded input memory with a lagging consumer, and
+//! everything freed when an epoch is left early.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_alloc::{AllocatorConfig, CachingAllocator, Category, DeviceAllocator, HostBacking};
+use strata_core::{with_allocator, DType, Tensor};
+use strata_data::{
+    DataError, DataLoader, Dataset, Field, LoaderOptions, RandomSampler, SampleContext,
+    TensorDataset,
+};
+
+type Caching = CachingAllocator<HostBacking>;
+
+fn caching() -> (Arc<Caching>, Arc<dyn DeviceAllocator>) {
+    let c = Arc::new(CachingAllocator::with_config(
+        HostBacking::new(),
+        AllocatorConfig::default(),
+    ));
+    let a: Arc<dyn DeviceAllocator> = c.clone();
+    (c, a)
+}
+
+fn input_bytes(c: &Caching) -> usize {
+    c.memory_stats().category_bytes.get(Category::Input).current as usize
+}
+
+/// 103 samples: an i64 index and three f32 features derived from it.
+fn numbers() -> Arc<dyn Dataset> {
+    let ids = Tensor::arange(103, DType::I64).unwrap();
+    let feats = Tensor::arange(309, DType::F32)
+        .unwrap()
+        .view(&[103, 3])
+        .unwrap();
+    Arc::new(TensorDataset::new(vec![ids, feats]).unwrap())
+}
+
+fn options(workers: usize) -> LoaderOptions {
+    LoaderOptions {
+        batch_size: 8,
+        shuffle: true,
+        seed: 5,
+        num_workers: workers,
+        ..LoaderOptions::default()
+    }
+}
+
+/// Every batch of one epoch as (indices, ids, features).
+fn epoch_of(loader: &mut DataLoader) -> Vec<(Vec<usize>, Vec<i64>, Vec<f32>)> {
+    loader
+        .epoch()
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            let ids = b.tensors[0].to_vec::<i64>().unwrap();
+            let feats = b.tensors[1].to_vec::<f32>().unwrap();
+            (b.indices, ids, feats)
+        })
+        .collect()
+}
+
+#[test]
+fn batches_come_in_sampler_order_for_any_worker_count() {
+    let want_order: Vec<usize> = {
+        use strata_data::Sampler;
+        RandomSampler::new(103, 5).indices(0)
+    };
+    let mut runs = Vec::new();
+    for workers in [0, 1, 3] {
+        let mut loader = DataLoader::new(numbers(), options(workers)).unwrap();
+        assert_eq!(loader.len(), 13);
+        let batches = epoch_of(&mut loader);
+        let order: Vec<usize> = batches.iter().flat_map(|b| b.0.clone()).collect();
+        assert_eq!(order, want_order, "{workers} workers");
+        for (indices, ids, feats) in &batches {
+            let as_ids: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+            assert_eq!(ids, &as_ids);
+            let want: Vec<f32> = indices
+                .iter()
+                .flat_map(|&i| (0..3).map(move |k| (3 * i + k) as f32))
+                .collect();
+            assert_eq!(feats, &want);
+        }
+        runs.push(batches);
+    }
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[0], runs[2]);
+}
+
+#[test]
+fn epochs_reshuffle_and_persistent_workers_give_the_same_epochs() {
+    let mut fresh = DataLoader::new(numbers(), options(2)).unwrap();
+    let mut kept = DataLoader::new(
+        numbers(),
+        LoaderOptions {
+            persistent_workers: true,
+            ..options(2)
+        },
+    )
+    .unwrap();
+    let (a0, a1) = (epoch_of(&mut fresh), epoch_of(&mut fresh));
+    let (b0, b1) = (epoch_of(&mut kept), epoch_of(&mut kept));
+    assert_ne!(a0, a1);
+    assert_eq!((a0, a1), (b0, b1));
+}
+
+/// Each sample draws noise from its own generator.
+struct Noisy;
+
+impl Dataset for Noisy {
+    fn len(&self) -> usize {
+        50
+    }
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("noise", &[4], DType::F32)]
+    }
+    fn write(&self, _: usize, out: &[Tensor], ctx: &mut SampleContext) -> strata_data::Result<()> {
+        let v: Vec<f32> = (0..4).map(|_| ctx.generator.next_f32()).collect();
+        out[0].copy_(&Tensor::from_vec(v, &[4])?)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn random_draws_are_the_same_for_any_worker_count() {
+    let draws = |workers| {
+        let mut loader = DataLoader::new(
+            Arc::new(Noisy),
+            LoaderOptions {
+                batch_size: 3,
+                num_workers: workers,
+                seed: 11,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap();
+        let mut epochs = Vec::new();
+        for _ in 0..2 {
+            let e: Vec<Vec<f32>> = loader
+                .epoch()
+                .unwrap()
+                .map(|b| b.unwrap().tensors[0].to_vec::<f32>().unwrap())
+                .collect();
+            epochs.push(e);
+        }
+        epochs
+    };
+    let zero = draws(0);
+    assert_ne!(zero[0], zero[1], "each epoch draws anew");
+    assert_eq!(zero, draws(1));
+    assert_eq!(zero, draws(3));
+}
+
+/// Fails at sample 13 with an error and at sample 29 with a panic.
+struct Faulty;
+
+impl Dataset for Faulty {
+    fn len(&self) -> usize {
+        40
+    }
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("x", &[], DType::I64)]
+    }
+    fn write(&self, i: usize, out: &[Tensor], _: &mut SampleContext) -> strata_data::Result<()> {
+        match i {
+            13 => Err(DataError::Sample {
+                index: i,
+                message: "unreadable record".into(),
+            }),
+            29 => panic!("corrupt sample"),
+            _ => {
+                out[0].fill_(i as i64)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+#[test]
+fn failed_samples_are_errors_in_their_place_and_the_rest_still_come() {
+    for workers in [0, 3] {
+        let mut loader = DataLoader::new(
+            Arc::new(Faulty),
+            LoaderOptions {
+                batch_size: 4,
+                num_workers: workers,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap();
+        let results: Vec<_> = loader.epoch().unwrap().collect();
+        assert_eq!(results.len(), 10);
+        for (b, r) in results.iter().enumerate() {
+            match (b, r) {
+                (3, Err(e)) => {
+                    let e = e.to_string();
+                    assert!(e.contains("sample 13") && e.contains("unreadable"), "{e}");
+                }
+                (7, Err(e)) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains("sample 29") && e.contains("corrupt sample"),
+                        "{e}"
+                    );
+                }
+                (_, Ok(batch)) => {
+                    let want: Vec<i64> = (4 * b as i64..4 * b as i64 + 4).collect();
+                    assert_eq!(batch.tensors[0].to_vec::<i64>().unwrap(), want);
+                }
+                (_, other) => panic!("{workers} workers, batch {b}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// 64 samples of 256 f32 (1 KiB each); batches of 4 are 4 KiB.
+struct Rows;
+
+impl Dataset for Rows {
+    fn len(&self) -> usize {
+        64
+    }
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("row", &[256], DType::F32)]
+    }
+    fn write(&self, i: usize, out: &[Tensor], _: &mut SampleContext) -> strata_data::Result<()> {
+        out[0].fill_(i as f64)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn a_lagging_consumer_holds_at_most_the_bound_plus_one_batch() {
+    const BATCH_BYTES: usize = 4 * 256 * 4;
+    let (c, a) = caching();
+    let opts = LoaderOptions {
+        batch_size: 4,
+        num_workers: 2,
+        prefetch_factor: Some(2),
+        ..LoaderOptions::default()
+    };
+    let mut loader = DataLoader::new(Arc::new(Rows), opts).unwrap().allocator(a);
+    assert_eq!(loader.in_flight_bound(), 4);
+    let mut most = 0;
+    let mut epoch = loader.epoch().unwrap();
+    while let Some(batch) = epoch.next() {
+        let batch = batch.unwrap();
+        // The consumer lags: the workers fill the bound meanwhile and then wait.
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(epoch.in_flight() <= 4);
+        most = most.max(input_bytes(&c));
+        drop(batch);
+    }
+    assert!(
+        most <= (4 + 1) * BATCH_BYTES,
+        "{most} input bytes alive at once, the bound is {}",
+        5 * BATCH_BYTES
+    );
+    assert!(
+        most > BATCH_BYTES,
+        "batches were built ahead ({most} bytes)"
+    );
+}
+
+#[test]
+fn leaving_an_epoch_early_stops_the_workers_and_frees_every_batch() {
+    let (c, a) = caching();
+    let before = c.memory_allocated();
+    {
+        let mut loader = DataLoader::new(
+            Arc::new(Rows),
+            LoaderOptions {
+                batch_size: 4,
+                num_workers: 3,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap()
+        .allocator(a);
+        let mut epoch = loader.epoch().unwrap();
+        let first = epoch.next().unwrap().unwrap();
+        let second = epoch.next().unwrap().unwrap();
+        assert_eq!(second.tensors[0].to_vec::<f32>().unwrap()[0], 4.0);
+        drop((first, second));
+        drop(epoch);
+        // The workers have been joined: nothing of this epoch is left to arrive.
+        assert_eq!(input_bytes(&c), 0);
+    }
+    assert_eq!(c.memory_allocated(), before);
+    assert_eq!(input_bytes(&c), 0);
+}
+
+#[test]
+fn workers_allocate_where_the_epoch_was_started() {
+    let (c, a) = caching();
+    let mut loader = DataLoader::new(
+        Arc::new(Rows),
+        LoaderOptions {
+            batch_size: 4,
+            num_workers: 2,
+            ..LoaderOptions::default()
+        },
+    )
+    .unwrap();
+    with_allocator(&a, || {
+        let mut epoch = loader.epoch().unwrap();
+        let batch = epoch.next().unwrap().unwrap();
+        assert!(input_bytes(&c) >= 4 * 256 * 4);
+        drop(batch);
+    });
+    assert_eq!(input_bytes(&c), 0);
+}
+
+#[test]
+fn settings_pytorch_refuses_are_errors() {
+    let bad = |o: LoaderOptions| DataLoader::new(numbers(), o).err().map(|e| e.to_string());
+    let prefetch = bad(LoaderOptions {
+        prefetch_factor: Some(2),
+        ..LoaderOptions::default()
+    });
+    assert!(prefetch
+        .unwrap()
+        .contains("prefetch_factor needs worker threads"));
+    let persistent = bad(LoaderOptions {
+        persistent_workers: true,
+        ..LoaderOptions::default()
+    });
+    assert!(persistent.unwrap().contains("persistent_workers"));
+    assert!(bad(LoaderOptions {
+        batch_size: 0,
+        ..LoaderOptions::default()
+    })
+    .is_some());
+    let with_sampler = DataLoader::with_sampler(
+        numbers(),
+        Arc::new(RandomSampler::new(103, 0)),
+        LoaderOptions {
+            shuffle: true,
+            ..LoaderOptions::default()
+        },
+    );
+    assert!(with_sampler.is_err());
+}
