@@ -343,3 +343,44 @@ fn settings_pytorch_refuses_are_errors() {
     );
     assert!(with_sampler.is_err());
 }
+
+#[test]
+fn augmented_epochs_are_the_same_for_any_worker_count() {
+    use strata_data::transform::{Compose, RandomCrop, RandomHorizontalFlip, Transformed};
+    let images = Tensor::rand(&[30, 1, 6, 6], DType::F32).unwrap();
+    let labels = Tensor::arange(30, DType::I64).unwrap();
+    let base: Arc<dyn Dataset> = Arc::new(TensorDataset::new(vec![images, labels]).unwrap());
+    let augment = Compose(vec![
+        Arc::new(RandomCrop { padding: 2 }),
+        Arc::new(RandomHorizontalFlip { p: 0.5 }),
+    ]);
+    let data: Arc<dyn Dataset> =
+        Arc::new(Transformed::new(base.clone(), 0, Arc::new(augment)).unwrap());
+    assert!(Transformed::new(base, 1, Arc::new(RandomCrop { padding: 1 })).is_err());
+    let run = |workers| {
+        let mut loader = DataLoader::new(
+            data.clone(),
+            LoaderOptions {
+                batch_size: 4,
+                shuffle: true,
+                num_workers: workers,
+                seed: 9,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap();
+        (0..2)
+            .map(|_| {
+                loader
+                    .epoch()
+                    .unwrap()
+                    .map(|b| b.unwrap().tensors[0].to_vec::<f32>().unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let zero = run(0);
+    assert_ne!(zero[0], zero[1]);
+    assert_eq!(zero, run(1));
+    assert_eq!(zero, run(3));
+}

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod autograd;
 mod cnn;
+mod data;
 mod mlp;
 
 use std::time::{Duration, Instant};
@@ -257,6 +258,7 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     rows.extend(autograd::rows(quick, torch.as_ref())?);
     rows.extend(cnn::rows(quick, torch.as_ref())?);
     rows.extend(mlp::rows(quick, torch.as_ref(), sgemm_1024)?);
+    rows.extend(data::rows(quick)?);
     Ok(rows)
 }
 
