@@ -75,6 +75,12 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// A short name for messages (`"host"`, `"caching"`).
     fn name(&self) -> &str;
 
+    /// Whether its memory is pinned (page-locked) host memory, from which device copies can
+    /// run without waiting.
+    fn is_pinned(&self) -> bool {
+        false
+    }
+
     /// Counts `block` (live, from this allocator) under `category` from now on. Allocators
     /// that keep no categories ignore it.
     fn set_category(&self, block: &Block, category: Category) {

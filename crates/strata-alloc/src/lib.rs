@@ -25,6 +25,7 @@ mod category;
 mod error;
 mod host;
 mod mapped;
+mod pinned;
 mod site;
 mod size;
 pub mod trace;
@@ -33,10 +34,11 @@ pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, ConfigError,
-    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, VirtualCachingAllocator,
+    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, Stat, VirtualCachingAllocator,
 };
 pub use category::Category;
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
 pub use mapped::MappedBytes;
+pub use pinned::{HostEvent, HostStats, PinnedHostAllocator, Timing};
 pub use site::{GroupUsage, Grouping, Site, SiteUsage};

@@ -97,6 +97,18 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
     Ok(on_default!(device, |a| a.memory_stats()))
 }
 
+/// The pinned host allocator's statistics under PyTorch's `host_memory_stats` keys
+/// (`allocated_bytes.current`, `active_requests.peak`, `num_host_alloc`, ...).
+pub fn host_memory_stats() -> BTreeMap<String, i64> {
+    crate::routing::pinned_host_allocator().host_memory_stats()
+}
+
+/// Returns the pinned host allocator's cached blocks to the system (PyTorch's
+/// `torch._C._host_emptyCache()`); blocks in use, or waiting for their events, stay.
+pub fn empty_host_cache() {
+    crate::routing::pinned_host_allocator().empty_cache()
+}
+
 /// Every statistic under PyTorch's key names (`allocated_bytes.all.current`,
 /// `reserved_bytes.large_pool.peak`, `num_alloc_retries`, `num_ooms`, ...).
 pub fn memory_stats_map(device: Device) -> Result<BTreeMap<String, i64>> {

@@ -384,3 +384,38 @@ fn augmented_epochs_are_the_same_for_any_worker_count() {
     assert_eq!(zero, run(1));
     assert_eq!(zero, run(3));
 }
+
+#[test]
+fn pinned_batches_are_built_in_pinned_memory_whose_blocks_are_reused() {
+    let mut loader = DataLoader::new(
+        Arc::new(Rows),
+        LoaderOptions {
+            batch_size: 4,
+            num_workers: 2,
+            prefetch_factor: Some(2),
+            pin_memory: true,
+            ..LoaderOptions::default()
+        },
+    )
+    .unwrap();
+    let mut batches = 0;
+    for _ in 0..2 {
+        for b in loader.epoch().unwrap() {
+            let b = b.unwrap();
+            assert!(b.tensors[0].is_pinned());
+            batches += 1;
+        }
+    }
+    assert_eq!(batches, 32);
+    let s = strata_core::memory::host_memory_stats();
+    assert_eq!(s["active_requests.current"], 0, "{s:?}");
+    // At most the bound (4) plus the batch held plus one on its way back were alive at once;
+    // every other batch reused a cached block.
+    assert!(s["allocations.peak"] <= 6, "{s:?}");
+    assert_eq!(s["num_host_alloc"], s["allocations.peak"], "{s:?}");
+    strata_core::memory::empty_host_cache();
+    assert_eq!(
+        strata_core::memory::host_memory_stats()["allocations.current"],
+        0
+    );
+}

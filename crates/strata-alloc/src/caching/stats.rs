@@ -52,16 +52,16 @@ impl Stat {
         self.freed += total as i64;
     }
 
-    fn reset_peak(&mut self) {
+    pub(crate) fn reset_peak(&mut self) {
         self.peak = self.current;
     }
 
-    fn reset_accumulated(&mut self) {
+    pub(crate) fn reset_accumulated(&mut self) {
         self.allocated = 0;
         self.freed = 0;
     }
 
-    fn put(&self, map: &mut BTreeMap<String, i64>, prefix: &str) {
+    pub(crate) fn put(&self, map: &mut BTreeMap<String, i64>, prefix: &str) {
         map.insert(format!("{prefix}.current"), self.current);
         map.insert(format!("{prefix}.peak"), self.peak);
         map.insert(format!("{prefix}.allocated"), self.allocated);

@@ -5,9 +5,52 @@ use crate::autograd::formulas::copy as grad;
 use crate::backend::check_device;
 use crate::op::OpContext;
 use crate::ops::copy as fwd;
+use crate::routing::{pinned_host_allocator, with_device_allocator};
 use crate::{DType, Device, Error, Result, Tensor};
+use std::sync::Arc;
+use strata_alloc::DeviceAllocator;
 
 impl Tensor {
+    /// This tensor in pinned host memory: PyTorch's `t.pin_memory()`. A pinned tensor is
+    /// returned as it is; another CPU tensor is copied ([`Tensor::deep_clone`]'s layout) into
+    /// memory from [`routing::pinned_host_allocator`](crate::routing::pinned_host_allocator),
+    /// from which device copies can run without waiting. Only CPU tensors can be pinned.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let x = Tensor::ones(&[256], DType::F32)?;
+    /// let p = x.pin_memory()?;
+    /// assert!(p.is_pinned() && !x.is_pinned());
+    /// assert!(p.pin_memory()?.is_same(&p));
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn pin_memory(&self) -> Result<Tensor> {
+        if self.is_pinned() {
+            return Ok(self.clone());
+        }
+        if self.device() != Device::Cpu {
+            return Err(Error::argument(
+                "pin_memory",
+                format!(
+                    "only CPU tensors can be pinned; this one is on {}",
+                    self.device()
+                ),
+                Some("pin a CPU tensor (pinned memory is host memory)"),
+            ));
+        }
+        let pinned: Arc<dyn DeviceAllocator> = pinned_host_allocator().clone();
+        with_device_allocator(Device::Cpu, &pinned, || self.deep_clone())
+    }
+
+    /// Whether this tensor's memory is pinned host memory (PyTorch's `t.is_pinned()`).
+    pub fn is_pinned(&self) -> bool {
+        self.body()
+            .storage
+            .allocator()
+            .is_some_and(|a| a.is_pinned())
+    }
+
     /// This tensor on `device`: PyTorch's `t.to(device)`. On its own device it is this very
     /// tensor (the same handle, as PyTorch's `.to` returns `self`); otherwise a copy on
     /// `device`, through which gradients flow back to this tensor.

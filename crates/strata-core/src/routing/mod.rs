@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock};
 
 use strata_alloc::caching::ENV_VAR;
 use strata_alloc::{
-    ConfigError, DeviceAllocator, HostCachingAllocator, VirtualBacking, VirtualCachingAllocator,
+    ConfigError, DeviceAllocator, HostCachingAllocator, PinnedHostAllocator, VirtualBacking,
+    VirtualCachingAllocator,
 };
 
 use crate::{Device, Error, Result};
@@ -29,6 +30,14 @@ pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
     HOST.get_or_init(|| HostCachingAllocator::host().map(Arc::new))
         .as_ref()
         .map_err(config_error)
+}
+
+/// The process-wide pinned host allocator (PyTorch's `CachingHostAllocator`): where
+/// [`Tensor::pin_memory`](crate::Tensor::pin_memory) and the data loader's pinned batches
+/// take their memory. Without a device backend its memory is ordinary host memory.
+pub fn pinned_host_allocator() -> &'static Arc<PinnedHostAllocator> {
+    static PINNED: OnceLock<Arc<PinnedHostAllocator>> = OnceLock::new();
+    PINNED.get_or_init(|| Arc::new(PinnedHostAllocator::new()))
 }
 
 /// Bytes the meta device can "hold" at once: far beyond any real device, so predictions are

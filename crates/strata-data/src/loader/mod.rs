@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use strata_alloc::DeviceAllocator;
-use strata_core::routing::current_allocator;
+use strata_core::routing::{current_allocator, pinned_host_allocator};
 use strata_core::{scope, with_allocator, Device, Tensor};
 
 pub use collate::{Collate, IntoBatch};
@@ -44,6 +44,10 @@ pub struct LoaderOptions {
     pub persistent_workers: bool,
     /// Seeds the shuffle and every sample's generator ([`crate::SampleContext`]). Default 0.
     pub seed: u64,
+    /// Build every batch straight in pinned host memory (the process's pinned allocator,
+    /// `strata::core::routing::pinned_host_allocator`), ready for copies to a device that
+    /// need not wait; no batch is copied to be pinned. Default off.
+    pub pin_memory: bool,
 }
 
 impl Default for LoaderOptions {
@@ -56,6 +60,7 @@ impl Default for LoaderOptions {
             prefetch_factor: None,
             persistent_workers: false,
             seed: 0,
+            pin_memory: false,
         }
     }
 }
@@ -148,7 +153,8 @@ impl DataLoader {
 
     /// Allocates every batch (workers' included) on `allocator` instead of where the thread
     /// that starts an epoch allocates, so that a training step can be measured apart from
-    /// its data.
+    /// its data (`pin_memory` takes precedence: pinned batches come from the pinned
+    /// allocator).
     pub fn allocator(mut self, allocator: Arc<dyn DeviceAllocator>) -> DataLoader {
         self.allocator = Some(allocator);
         self.workers = None;
@@ -186,9 +192,10 @@ impl DataLoader {
     pub fn epoch(&mut self) -> Result<Epoch<'_>> {
         let epoch = self.next_epoch;
         self.next_epoch += 1;
-        let allocator = match &self.allocator {
-            Some(a) => a.clone(),
-            None => current_allocator(Device::Cpu)?,
+        let allocator: Arc<dyn DeviceAllocator> = match (&self.allocator, self.options.pin_memory) {
+            (_, true) => pinned_host_allocator().clone(),
+            (Some(a), false) => a.clone(),
+            (None, false) => current_allocator(Device::Cpu)?,
         };
         if self.options.num_workers > 0 && self.workers.is_none() {
             self.workers = Some(Workers::spawn(
