@@ -419,3 +419,80 @@ fn pinned_batches_are_built_in_pinned_memory_whose_blocks_are_reused() {
         0
     );
 }
+
+#[test]
+fn prefetch_stages_depth_batches_ahead_of_the_consumer() {
+    use std::cell::RefCell;
+    use strata_data::Prefetch;
+    for depth in [1usize, 2] {
+        let mut loader = DataLoader::new(
+            Arc::new(Rows),
+            LoaderOptions {
+                batch_size: 8,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap();
+        let staged = RefCell::new(Vec::new());
+        let stage = |b: strata_data::Batch| {
+            staged.borrow_mut().push(b.index);
+            Ok(b)
+        };
+        let mut it = Prefetch::new(loader.epoch().unwrap(), depth, stage).unwrap();
+        let mut seen = Vec::new();
+        while let Some(b) = it.next() {
+            let b = b.unwrap();
+            // Handed batch k, the prefetcher has staged k+1 ..= k+depth already (8 batches).
+            let ahead = *staged.borrow().last().unwrap();
+            assert_eq!(ahead, (b.index + depth).min(7), "depth {depth}");
+            assert!(it.staged() <= depth);
+            seen.push(b.index);
+        }
+        assert_eq!(seen, (0..8).collect::<Vec<_>>());
+    }
+    let mut loader = DataLoader::new(Arc::new(Rows), LoaderOptions::default()).unwrap();
+    assert!(Prefetch::new(loader.epoch().unwrap(), 3, Ok).is_err());
+}
+
+/// Sleeps 20 ms per sample and counts the samples started.
+struct Slow(std::sync::atomic::AtomicUsize);
+
+impl Dataset for Slow {
+    fn len(&self) -> usize {
+        200
+    }
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("x", &[], DType::I64)]
+    }
+    fn write(&self, i: usize, out: &[Tensor], _: &mut SampleContext) -> strata_data::Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        out[0].fill_(i as i64)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn leaving_an_epoch_stops_workers_between_samples_not_batches() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let data = Arc::new(Slow(Default::default()));
+    let mut loader = DataLoader::new(
+        data.clone(),
+        LoaderOptions {
+            batch_size: 10,
+            num_workers: 2,
+            prefetch_factor: Some(2),
+            ..LoaderOptions::default()
+        },
+    )
+    .unwrap();
+    let mut epoch = loader.epoch().unwrap();
+    assert_eq!(epoch.next().unwrap().unwrap().indices.len(), 10);
+    drop(epoch);
+    let started = data.0.load(SeqCst);
+    // Four batches (40 samples) were in flight when the epoch was left; the workers stopped
+    // after their current samples instead of finishing them all.
+    assert!(started < 10 + 40, "{started} samples were started");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(data.0.load(SeqCst), started, "no worker is still running");
+}

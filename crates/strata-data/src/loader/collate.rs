@@ -48,6 +48,12 @@ impl Collate for IntoBatch {
             })
             .collect::<Result<Vec<_>>>()?;
         for (row, &index) in indices.iter().enumerate() {
+            if super::workers::stop_requested() {
+                return Err(DataError::argument(
+                    "DataLoader",
+                    "the epoch was left; this batch was abandoned",
+                ));
+            }
             let slots = batch
                 .iter()
                 .map(|b| b.select(0, row as i64))

@@ -9,6 +9,7 @@
 //! others run further ahead.
 
 mod collate;
+mod prefetch;
 mod workers;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use strata_core::routing::{current_allocator, pinned_host_allocator};
 use strata_core::{scope, with_allocator, Device, Tensor};
 
 pub use collate::{Collate, IntoBatch};
+pub use prefetch::Prefetch;
 use workers::{Shared, Task, Workers};
 
 use crate::dataset::Dataset;

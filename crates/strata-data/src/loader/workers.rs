@@ -15,6 +15,21 @@ use super::collate::{panic_message, Collate};
 use crate::dataset::Dataset;
 use crate::error::{DataError, Result};
 
+thread_local! {
+    /// The stop flag of the pool this thread works for (none outside workers).
+    static STOP: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether this thread is a worker whose pool is stopping: a batch being built is abandoned
+/// between two samples.
+pub(super) fn stop_requested() -> bool {
+    STOP.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    })
+}
+
 /// One batch to build.
 pub(super) struct Task {
     pub epoch: u64,
@@ -38,8 +53,8 @@ pub(super) struct Shared {
     pub seed: u64,
 }
 
-/// A pool of worker threads; dropping it stops them after the batch each is building and
-/// waits for them.
+/// A pool of worker threads; dropping it stops them after the sample each is building (the
+/// default collate checks between samples) and waits for them.
 pub(super) struct Workers {
     tasks: Vec<Sender<Task>>,
     pub done: Receiver<Done>,
@@ -60,7 +75,10 @@ impl Workers {
             let (shared, stop, done_tx) = (shared.clone(), stop.clone(), done_tx.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("strata-data-worker-{w}"))
-                .spawn(move || work(&shared, &rx, &done_tx, &stop))
+                .spawn(move || {
+                    STOP.with(|s| *s.borrow_mut() = Some(stop.clone()));
+                    work(&shared, &rx, &done_tx, &stop)
+                })
                 .map_err(|e| {
                     DataError::argument("DataLoader", format!("cannot start worker {w}: {e}"))
                 })?;
