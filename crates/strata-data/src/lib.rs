@@ -20,6 +20,9 @@ pub mod transform;
 pub use dataset::{Dataset, Field, SampleContext};
 pub use datasets::{random_split, ConcatDataset, Subset, TensorDataset};
 pub use error::{DataError, Result};
-pub use loader::{Batch, Collate, DataLoader, Epoch, IntoBatch, LoaderOptions, Prefetch};
+pub use loader::{
+    Batch, Collate, DataLoader, Epoch, IntoBatch, IterableDataset, IterableEpoch, IterableLoader,
+    LoaderOptions, Prefetch, Stream,
+};
 pub use mnist::{FashionMnist, Mnist, Split};
 pub use sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};

@@ -496,3 +496,61 @@ fn leaving_an_epoch_stops_workers_between_samples_not_batches() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(data.0.load(SeqCst), started, "no worker is still running");
 }
+
+/// The numbers `0..n`, sharded by position: shard `s` of `k` reads `s, s+k, s+2k, …`.
+struct Counting {
+    n: i64,
+}
+
+impl strata_data::IterableDataset for Counting {
+    fn fields(&self) -> Vec<Field> {
+        vec![Field::new("x", &[], DType::I64)]
+    }
+    fn samples(&self, shard: usize, shards: usize, _: u64) -> strata_data::Stream {
+        let n = self.n;
+        Box::new((shard as i64..n).step_by(shards).map(|i| {
+            Ok(vec![Tensor::scalar(i, DType::I64).map_err(DataError::from)?])
+        }))
+    }
+}
+
+#[test]
+fn streams_are_sharded_over_workers_and_batches_come_in_turn() {
+    use strata_data::IterableLoader;
+    let batches = |workers: usize, drop_last: bool| {
+        let mut loader = IterableLoader::new(
+            Arc::new(Counting { n: 23 }),
+            LoaderOptions {
+                batch_size: 4,
+                num_workers: workers,
+                drop_last,
+                ..LoaderOptions::default()
+            },
+        )
+        .unwrap();
+        loader
+            .epoch()
+            .unwrap()
+            .map(|b| b.unwrap().tensors[0].to_vec::<i64>().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let inline = batches(0, false);
+    assert_eq!(inline.len(), 6);
+    assert_eq!(inline[5], vec![20, 21, 22]);
+    assert_eq!(batches(0, true).len(), 5);
+    // Two workers: shard 0 is the even numbers, shard 1 the odd ones; batches alternate.
+    let two = batches(2, false);
+    assert_eq!(two[0], vec![0, 2, 4, 6]);
+    assert_eq!(two[1], vec![1, 3, 5, 7]);
+    let mut all: Vec<i64> = two.concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..23).collect::<Vec<_>>());
+    assert!(IterableLoader::new(
+        Arc::new(Counting { n: 3 }),
+        LoaderOptions {
+            shuffle: true,
+            ..LoaderOptions::default()
+        }
+    )
+    .is_err());
+}

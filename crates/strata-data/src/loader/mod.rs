@@ -9,6 +9,7 @@
 //! others run further ahead.
 
 mod collate;
+mod iterable;
 mod prefetch;
 mod workers;
 
@@ -20,6 +21,7 @@ use strata_core::routing::{current_allocator, pinned_host_allocator};
 use strata_core::{scope, with_allocator, Device, Tensor};
 
 pub use collate::{Collate, IntoBatch};
+pub use iterable::{IterableDataset, IterableEpoch, IterableLoader, Stream};
 pub use prefetch::Prefetch;
 use workers::{Shared, Task, Workers};
 
