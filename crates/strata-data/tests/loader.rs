@@ -305,9 +305,14 @@ fn workers_allocate_where_the_epoch_was_started() {
     )
     .unwrap();
     with_allocator(&a, || {
+        let _scope = strata_core::scope::enter("data");
         let mut epoch = loader.epoch().unwrap();
         let batch = epoch.next().unwrap().unwrap();
         assert!(input_bytes(&c) >= 4 * 256 * 4);
+        // The worker allocated the batch under the scope the epoch was started in.
+        let by_scope = c.live_allocations_by(strata_alloc::Grouping::Scope);
+        let data = by_scope.iter().find(|g| g.key == "data");
+        assert!(data.is_some_and(|g| g.bytes >= 4 * 256 * 4), "{by_scope:?}");
         drop(batch);
     });
     assert_eq!(input_bytes(&c), 0);

@@ -1,10 +1,10 @@
 //! Data-loading rows of `strata bench`: batches per second from Fashion-MNIST's test split
 //! (batches of 256, normalised) with 0, 1 and 2 workers (prefetch 2) against a plain loop
-//! that builds the same batches on the caller's thread, at two per-sample costs (none, and
-//! 20 µs of extra CPU work per sample); and how much a prefetching loader hides of a
-//! training step with synthetic compute (loader and step apart, summed, against the two
-//! together). The kernels' pool and the workers share the machine's cores: the rows say how
-//! many threads each side had.
+//! that builds the same batches on the caller's thread, with no extra work per sample, with
+//! 20 µs of it, and with `STRATA_BENCH_SAMPLE_US` µs when that is set; and how much a
+//! prefetching loader hides of a training step with synthetic compute (loader and step
+//! apart, summed, against the two together). The kernels' pool and the workers share the
+//! machine's cores: the rows say how many threads each side had.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,8 +91,15 @@ pub fn rows(quick: bool) -> Result<Vec<Row>> {
     let base: Arc<dyn Dataset> = Arc::new(test);
     let threads = strata::core::num_threads();
     let mut rows = Vec::new();
-    let costs: &[u64] = if quick { &[0] } else { &[0, 20] };
-    for &us in costs {
+    // STRATA_BENCH_SAMPLE_US adds a row set at that extra per-sample cost.
+    let mut costs: Vec<u64> = if quick { vec![0] } else { vec![0, 20] };
+    if let Some(us) = std::env::var("STRATA_BENCH_SAMPLE_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        costs.push(us);
+    }
+    for us in costs {
         let data: Arc<dyn Dataset> = Arc::new(Costly {
             inner: base.clone(),
             cost: Duration::from_micros(us),
