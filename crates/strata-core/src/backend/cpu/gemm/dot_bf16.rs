@@ -25,6 +25,7 @@ use rayon::prelude::*;
 
 use super::blocks::{round_out, round_row};
 use super::{MatPtr, One};
+use crate::backend::cpu::gather::SharedPtr;
 use crate::backend::kernel::HalfBlock;
 
 /// Rows of `a` in one register tile (and one packed panel).
@@ -79,23 +80,6 @@ pub(super) fn fits(block: HalfBlock) -> bool {
     block.k > 0 && p.a_words() <= block.m * block.k && p.b_words() <= block.k * block.n
 }
 
-/// A raw pointer shared by the tasks of one block, each touching only its own part.
-#[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
-
-// SAFETY: the tasks of a block write disjoint panels (packing) or tiles (sums) through it and
-// only read what no task writes meanwhile.
-unsafe impl<T> Send for Shared<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for Shared<T> {}
-
-impl<T> Shared<T> {
-    /// The pointer (a method, so that closures capture the whole `Shared`).
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
-
 /// `dst = beta·c + alpha·(a @ b)` for one bf16 product with `k` > 0, in the product's slot of
 /// room (whose blocks [`fits`]).
 ///
@@ -118,9 +102,9 @@ pub(super) unsafe fn run(one: &One<bf16>, par: Parallelism) {
     let beta: f32 = one.beta.to();
     let job = Job {
         one,
-        pa: Shared(a_room.as_mut_ptr().cast::<u32>()),
-        pb: Shared(b_room.as_mut_ptr().cast::<u32>()),
-        sums: Shared(sums.as_mut_ptr()),
+        pa: SharedPtr(a_room.as_mut_ptr().cast()),
+        pb: SharedPtr(b_room.as_mut_ptr().cast()),
+        sums: SharedPtr(sums.as_mut_ptr().cast()),
         block,
         alpha: one.alpha.to(),
         c: one.c.filter(|_| beta != 0.0).map(|c| (c, beta)),
@@ -160,7 +144,8 @@ pub(super) unsafe fn run(one: &One<bf16>, par: Parallelism) {
             // SAFETY: the block's sums were written above; the output block lies inside
             // `dst`, as the block of `c` inside `c`.
             unsafe {
-                let sums = std::slice::from_raw_parts_mut(job.sums.get(), o.rows * o.cols);
+                let sums =
+                    std::slice::from_raw_parts_mut(job.sums.get().cast::<f32>(), o.rows * o.cols);
                 round_out(one.dst, job.c, i0, j0, o.cols, sums, job.alpha, par)
             }
         }
@@ -180,9 +165,9 @@ struct Out {
 /// `b`, the block's f32 sums with rows `cols` apart) and the output's scaling.
 struct Job<'a> {
     one: &'a One<bf16>,
-    pa: Shared<u32>,
-    pb: Shared<u32>,
-    sums: Shared<f32>,
+    pa: SharedPtr,
+    pb: SharedPtr,
+    sums: SharedPtr,
     block: HalfBlock,
     alpha: f32,
     c: Option<(MatPtr<bf16>, f32)>,
@@ -208,7 +193,7 @@ impl Job<'_> {
         let r0 = panel * MR;
         // SAFETY: the panel lies in the room's `a` part (`fits`); the block lies inside `a`.
         unsafe {
-            let dst = self.pa.get().add(r0 * self.stride());
+            let dst = self.pa.get().cast::<u32>().add(r0 * self.stride());
             pack_a_panel(self.one.a, o.i0 + r0, l0, o.rows - r0, self.depth(l0), dst)
         }
     }
@@ -224,7 +209,7 @@ impl Job<'_> {
         let depth = self.depth(l0);
         let p = Packing::new(o.rows, o.cols, depth);
         let c0 = panel * NR;
-        let b_panel = self.pb.get().wrapping_add(c0 * self.stride());
+        let b_panel = self.pb.get().cast::<u32>().wrapping_add(c0 * self.stride());
         // SAFETY: the panel lies in the room's `b` part (`fits`); the block lies inside `b`.
         unsafe { pack_b_panel(self.one.b, l0, o.j0 + c0, depth, o.cols - c0, b_panel) };
         for ip in 0..p.a_panels {
@@ -233,7 +218,7 @@ impl Job<'_> {
                 b: b_panel,
                 pairs: p.pairs,
                 depth,
-                sums: self.sums.get().wrapping_add(r0 * o.cols + c0),
+                sums: self.sums.get().cast::<f32>().wrapping_add(r0 * o.cols + c0),
                 ld: o.cols,
                 rows: (o.rows - r0).min(MR),
                 cols: (o.cols - c0).min(NR),
@@ -247,7 +232,7 @@ impl Job<'_> {
                     let a = self.one.a.at(o.i0 + r0, l0);
                     tile.run(&Direct::new(a, self.one.a.rs, tile.rows))
                 } else {
-                    tile.run(&Packed(self.pa.get().add(r0 * self.stride())))
+                    tile.run(&Packed(self.pa.get().cast::<u32>().add(r0 * self.stride())))
                 }
             }
         }
@@ -269,7 +254,7 @@ impl Job<'_> {
             // SAFETY: these sums lie inside the block and are this task's alone; the output
             // row's columns lie inside `dst` (and `c`).
             unsafe {
-                let s = self.sums.get().add(r * o.cols + c0);
+                let s = self.sums.get().cast::<f32>().add(r * o.cols + c0);
                 let s = std::slice::from_raw_parts_mut(s, width);
                 round_row(self.one.dst, self.c, o.i0 + r, o.j0 + c0, s, self.alpha)
             }
