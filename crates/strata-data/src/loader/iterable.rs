@@ -12,6 +12,7 @@ use strata_alloc::DeviceAllocator;
 use strata_core::routing::current_allocator;
 use strata_core::{scope, with_allocator, Category, Device, Tensor};
 
+use super::workers::spawn_in;
 use super::{check, Batch, LoaderOptions};
 use crate::dataset::Field;
 use crate::error::{DataError, Result};
@@ -86,28 +87,25 @@ impl IterableLoader {
                 (self.dataset.clone(), stop.clone(), allocator.clone());
             let (shards, size, drop_last) = (o.num_workers, o.batch_size, o.drop_last);
             let path = scope::current();
-            let handle = std::thread::Builder::new()
-                .name(format!("strata-data-stream-{w}"))
-                .spawn(move || {
-                    with_allocator(&allocator, || {
-                        let _scope = (!path.is_empty()).then(|| scope::enter(path));
-                        let fields = dataset.fields();
-                        let mut stream = dataset.samples(w, shards, epoch);
-                        while !stop.load(Ordering::Relaxed) {
-                            match next_batch(&mut *stream, &fields, size, drop_last) {
-                                Some(b) => {
-                                    if tx.send(b).is_err() {
-                                        break;
-                                    }
+            let handle = spawn_in(
+                format!("strata-data-stream-{w}"),
+                allocator,
+                path,
+                move || {
+                    let fields = dataset.fields();
+                    let mut stream = dataset.samples(w, shards, epoch);
+                    while !stop.load(Ordering::Relaxed) {
+                        match next_batch(&mut *stream, &fields, size, drop_last) {
+                            Some(b) => {
+                                if tx.send(b).is_err() {
+                                    break;
                                 }
-                                None => break,
                             }
+                            None => break,
                         }
-                    })
-                })
-                .map_err(|e| {
-                    DataError::argument("IterableLoader", format!("cannot start worker {w}: {e}"))
-                })?;
+                    }
+                },
+            )?;
             workers.push((Some(rx), Some(handle)));
         }
         Ok(IterableEpoch {

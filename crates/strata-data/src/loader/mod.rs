@@ -370,6 +370,5 @@ impl Drop for Epoch<'_> {
             // channel.
             self.loader.workers = None;
         }
-        self.ready.clear();
     }
 }

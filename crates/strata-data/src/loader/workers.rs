@@ -73,15 +73,16 @@ impl Workers {
         for w in 0..n {
             let (tx, rx) = channel::<Task>();
             let (shared, stop, done_tx) = (shared.clone(), stop.clone(), done_tx.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("strata-data-worker-{w}"))
-                .spawn(move || {
+            let (allocator, path) = (shared.allocator.clone(), shared.scope);
+            let handle = spawn_in(
+                format!("strata-data-worker-{w}"),
+                allocator,
+                path,
+                move || {
                     STOP.with(|s| *s.borrow_mut() = Some(stop.clone()));
                     work(&shared, &rx, &done_tx, &stop)
-                })
-                .map_err(|e| {
-                    DataError::argument("DataLoader", format!("cannot start worker {w}: {e}"))
-                })?;
+                },
+            )?;
             tasks.push(tx);
             handles.push(handle);
         }
@@ -114,33 +115,49 @@ impl Drop for Workers {
     }
 }
 
+/// Starts the thread `name` running `body` with every host allocation on `allocator` and
+/// under the scope path `scope` (those of the thread that started the epoch).
+pub(super) fn spawn_in(
+    name: String,
+    allocator: Arc<dyn DeviceAllocator>,
+    scope: &'static str,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            with_allocator(&allocator, || {
+                let _scope = (!scope.is_empty()).then(|| scope::enter(scope));
+                body()
+            })
+        })
+        .map_err(|e| DataError::argument("DataLoader", format!("cannot start {name}: {e}")))
+}
+
 /// A worker's loop: build each queued batch until the queue closes or the pool stops.
 fn work(shared: &Shared, tasks: &Receiver<Task>, done: &Sender<Done>, stop: &AtomicBool) {
-    with_allocator(&shared.allocator, || {
-        let _scope = (!shared.scope.is_empty()).then(|| scope::enter(shared.scope));
-        while let Ok(task) = tasks.recv() {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let built = catch_unwind(AssertUnwindSafe(|| {
-                shared
-                    .collate
-                    .collate(&*shared.dataset, &task.indices, shared.seed, task.epoch)
-            }));
-            let result = built.unwrap_or_else(|panic| {
-                Err(DataError::argument(
-                    "collate",
-                    format!("batch {} panicked: {}", task.batch, panic_message(&*panic)),
-                ))
-            });
-            let reply = Done {
-                epoch: task.epoch,
-                batch: task.batch,
-                result,
-            };
-            if done.send(reply).is_err() {
-                break;
-            }
+    while let Ok(task) = tasks.recv() {
+        if stop.load(Ordering::Relaxed) {
+            break;
         }
-    });
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            shared
+                .collate
+                .collate(&*shared.dataset, &task.indices, shared.seed, task.epoch)
+        }));
+        let result = built.unwrap_or_else(|panic| {
+            Err(DataError::argument(
+                "collate",
+                format!("batch {} panicked: {}", task.batch, panic_message(&*panic)),
+            ))
+        });
+        let reply = Done {
+            epoch: task.epoch,
+            batch: task.batch,
+            result,
+        };
+        if done.send(reply).is_err() {
+            break;
+        }
+    }
 }
