@@ -54,4 +54,4 @@ pub use random::{manual_seed, Generator};
 pub use routing::{with_allocator, with_device_allocator};
 pub use scalar::Scalar;
 pub use strata_alloc::{Category, Grouping};
-pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo};
+pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo, WeakTensor};

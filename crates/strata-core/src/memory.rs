@@ -124,7 +124,13 @@ pub fn memory_summary(device: Device, abbreviated: bool) -> Result<String> {
 /// Returns every wholly free cached segment to the system. Live tensors are untouched;
 /// segments that still hold a live block keep their free pieces.
 pub fn empty_cache(device: Device) -> Result<()> {
-    on_default!(device, |a| a.empty_cache()).map_err(|e| backing_error("empty_cache", e))
+    let before = memory_reserved(device)?;
+    on_default!(device, |a| a.empty_cache()).map_err(|e| backing_error("empty_cache", e))?;
+    if let Some(o) = crate::observer::observer() {
+        let after = memory_reserved(device)?;
+        o.cache_emptied(device, before.saturating_sub(after), after);
+    }
+    Ok(())
 }
 
 /// Limits reserved memory on `device` to `bytes` (`None` lifts the limit), so that

@@ -71,10 +71,14 @@ pub(crate) fn accumulate_into_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
                 let ctx = OpContext::enter("AccumulateGrad");
                 g.copy_into_new(&ctx, grad_layout(leaf), leaf.dtype())?
             };
-            leaf.autograd_meta().state().grad.set(Some(stored));
+            let mut st = leaf.autograd_meta().state();
+            st.grad.set(Some(stored));
+            st.accumulations = 1;
         }
         Some(prev) => {
             prev.add_(&g)?;
+            let mut st = leaf.autograd_meta().state();
+            st.accumulations = st.accumulations.saturating_add(1);
         }
     }
     let post: Vec<_> = leaf

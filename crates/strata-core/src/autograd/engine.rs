@@ -106,6 +106,9 @@ pub(crate) fn run(
     }
     let mut ready: BinaryHeap<Ready> = BinaryHeap::new();
     let mut turn = 0u64;
+    // Whether this pass has run a node no earlier backward had freed: reaching a freed node
+    // after that means the graph links this step to an earlier one.
+    let mut ran_intact = false;
     let mut push = |ready: &mut BinaryHeap<Ready>, n: &Arc<Node>| {
         ready.push(Ready(n.seq, std::cmp::Reverse(turn), n.clone()));
         turn += 1;
@@ -142,16 +145,9 @@ pub(crate) fn run(
             (NodeKind::Function { backward, .. }, Some(g)) => {
                 let mut slot = backward.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(f) = slot.as_mut() else {
-                    return Err(Error::Autograd {
-                        message: format!(
-                            "{}: backward through this part of the graph ran before and its \
-                             saved tensors were freed then. Hint: pass retain_graph = true to \
-                             the first backward if you need to run backward twice, or \
-                             recompute the forward",
-                            node.name
-                        ),
-                    });
+                    return Err(freed_graph_error(node.name, ran_intact));
                 };
+                ran_intact = true;
                 let _site = crate::op::BackwardSite::enter(node.location.map(|l| (l, node.name)));
                 let _scope = crate::scope::restore(node.scope);
                 let out = f(g)?;
@@ -181,6 +177,30 @@ pub(crate) fn run(
         }
     }
     Ok(captured)
+}
+
+/// The error for a node whose saved tensors an earlier backward freed. When this pass first
+/// ran intact nodes, the freed ones belong to an earlier step that a tensor carried over
+/// (an RNN's hidden state, a running total) still links to; otherwise the same graph is run
+/// backward twice.
+fn freed_graph_error(name: &str, ran_intact: bool) -> Error {
+    let message = if ran_intact {
+        format!(
+            "{name}: this backward reached a part of the graph that an earlier backward already \
+             freed: a tensor carried over from an earlier step (an RNN's hidden state, a \
+             running total) still links this step's graph to that one. Hint: detach the \
+             carried state at the start of each step (`h = h.detach()`); retain_graph = true \
+             would instead keep every earlier step's graph alive, and memory would grow each \
+             step"
+        )
+    } else {
+        format!(
+            "{name}: backward through this part of the graph ran before and its saved tensors \
+             were freed then. Hint: pass retain_graph = true to the first backward if you \
+             need to run backward twice, or recompute the forward"
+        )
+    };
+    Error::Autograd { message }
 }
 
 fn captures_all_done(captures: &[Key], captured: &HashMap<Key, Tensor>) -> bool {

@@ -110,13 +110,16 @@ impl Tensor {
                 });
             }
         }
-        self.autograd_meta().state().grad.set(grad);
+        let mut st = self.autograd_meta().state();
+        st.grad.set(grad);
+        st.accumulations = 0;
         Ok(())
     }
 
     /// Clears `.grad`: drops it (`set_to_none`, the default in PyTorch and the one that frees
     /// memory) or fills it with zeros in place.
     pub fn zero_grad(&self, set_to_none: bool) -> Result<()> {
+        self.autograd_meta().state().accumulations = 0;
         if set_to_none {
             self.autograd_meta().state().grad.set(None);
             return Ok(());
@@ -128,6 +131,24 @@ impl Tensor {
             self.autograd_meta().state().grad.set(Some(g));
         }
         Ok(())
+    }
+
+    /// How many backward passes added into `.grad` since it was last cleared
+    /// ([`Tensor::zero_grad`]) or set ([`Tensor::set_grad`]): 1 after one backward, 2 after
+    /// two without `zero_grad` (gradients accumulate in place), 0 with no gradient.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let w = Tensor::ones(&[3], DType::F32)?.requires_grad_(true)?;
+    /// w.sum(None, false)?.backward()?;
+    /// w.sum(None, false)?.backward()?;
+    /// assert_eq!(w.grad_accumulations(), 2);
+    /// w.zero_grad(true)?;
+    /// assert_eq!(w.grad_accumulations(), 0);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    pub fn grad_accumulations(&self) -> u32 {
+        self.autograd_meta().state().accumulations
     }
 
     /// The name of the node that made this tensor (`"MulBackward0"`, ...), if any.

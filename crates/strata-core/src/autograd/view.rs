@@ -207,6 +207,9 @@ impl Tensor {
         let inherited = self.view_info().map(|v| v.creation);
         let creation = creation_for_mode(creation, inherited);
         let out = self.make_view(op, layout, creation);
+        if let Some(o) = crate::observer::observer() {
+            o.view_made(&out);
+        }
         if is_grad_enabled() && self.autograd_meta().requires_grad() {
             if let Some(edge) = gradient_edge(self) {
                 let meta = InputMeta {

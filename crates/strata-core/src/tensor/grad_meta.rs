@@ -40,6 +40,8 @@ pub(crate) struct GradState {
     /// Hooks of a leaf, run after a gradient was accumulated into its `.grad`.
     pub post_accumulate_hooks: Vec<(u64, PostAccumulateHook)>,
     pub retains_grad: bool,
+    /// Backward passes that added into `.grad` since it was last cleared or set.
+    pub accumulations: u32,
 }
 
 /// A tensor's `.grad`: its storage's memory counts as a gradient while it sits here.

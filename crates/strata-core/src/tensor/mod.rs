@@ -14,6 +14,7 @@ pub(crate) mod graph_usage;
 mod read;
 mod resize;
 mod set_data;
+mod weak;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -27,6 +28,7 @@ pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub use factory::Factory;
 pub(crate) use read::{index_elements, read_elements};
 use set_data::{AtomicDType, AtomicDevice};
+pub use weak::WeakTensor;
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +76,21 @@ pub(crate) struct TensorImpl {
     /// [`Tensor::detached_inference`]).
     own_version: Option<std::sync::atomic::AtomicU32>,
     view: Option<ViewInfo>,
+    /// Views of this tensor still alive (counted on bases only): with the handle count it
+    /// tells whether only views keep the memory alive.
+    live_views: std::sync::atomic::AtomicUsize,
     autograd: AutogradMeta,
+}
+
+impl Drop for TensorImpl {
+    fn drop(&mut self) {
+        if let Some(v) = &self.view {
+            v.base
+                .0
+                .live_views
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
 }
 
 /// A tensor: a handle (`Arc`) to a strided view onto shared storage.
@@ -130,12 +146,19 @@ impl Tensor {
         own_version: Option<std::sync::atomic::AtomicU32>,
     ) -> Tensor {
         let device = AtomicDevice::new(storage.device());
+        if let Some(v) = &view {
+            v.base
+                .0
+                .live_views
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         Tensor(Arc::new(TensorImpl {
             body: RwLock::new(Body { storage, layout }),
             dtype: AtomicDType::new(dtype),
             device,
             own_version,
             view,
+            live_views: std::sync::atomic::AtomicUsize::new(0),
             autograd: AutogradMeta::default(),
         }))
     }
@@ -323,6 +346,35 @@ impl Tensor {
     /// Number of handles to this tensor (not counting views).
     pub fn handle_count(&self) -> usize {
         Arc::strong_count(&self.0)
+    }
+
+    /// For a view: true when views of its base are all that keep the storage alive (no
+    /// handle to the base remains, and no other tensor uses the storage), so copying the
+    /// views that are still needed would free the storage. False for a tensor that is not a
+    /// view.
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let big = Tensor::zeros(&[1000], DType::F32)?;
+    /// let head = big.narrow(0, 0, 10)?;
+    /// assert!(!head.storage_held_only_by_views()); // `big` is still there
+    /// drop(big);
+    /// assert!(head.storage_held_only_by_views()); // 40 bytes keep 4000 alive
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    pub fn storage_held_only_by_views(&self) -> bool {
+        let Some(v) = &self.0.view else {
+            return false;
+        };
+        let views = v
+            .base
+            .0
+            .live_views
+            .load(std::sync::atomic::Ordering::Acquire);
+        let base_handles = Arc::strong_count(&v.base.0);
+        // Every live view's body holds the storage, and so does the base's.
+        let storage_holders = self.with_body(|b| Arc::strong_count(&b.storage));
+        base_handles <= views && storage_holders <= views + 1
     }
 
     pub(crate) fn bump_version(&self) {
