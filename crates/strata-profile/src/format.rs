@@ -1,0 +1,58 @@
+//! How reports write bytes and times.
+
+/// Bytes as PyTorch's profiler writes them: `4.00 Mb`, `-512 b`, `1.50 Gb`.
+pub(crate) fn bytes_signed(b: i64) -> String {
+    let a = b.unsigned_abs() as f64;
+    let sign = if b < 0 { "-" } else { "" };
+    const K: f64 = 1024.0;
+    if a >= K * K * K {
+        format!("{sign}{:.2} Gb", a / (K * K * K))
+    } else if a >= K * K {
+        format!("{sign}{:.2} Mb", a / (K * K))
+    } else if a >= K {
+        format!("{sign}{:.2} Kb", a / K)
+    } else {
+        format!("{sign}{a} b")
+    }
+}
+
+/// Bytes for reports: `4.0 MiB`, `40.0 KiB`, `512 B`.
+pub(crate) fn bytes(b: usize) -> String {
+    let a = b as f64;
+    const K: f64 = 1024.0;
+    if a >= K * K * K {
+        format!("{:.1} GiB", a / (K * K * K))
+    } else if a >= K * K {
+        format!("{:.1} MiB", a / (K * K))
+    } else if a >= K {
+        format!("{:.1} KiB", a / K)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Microseconds as PyTorch's profiler writes times: `12.345us`, `1.234ms`, `2.000s`.
+pub(crate) fn micros(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.3}s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.3}ms", us / 1e3)
+    } else {
+        format!("{us:.3}us")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_follow_the_size() {
+        assert_eq!(bytes_signed(-512), "-512 b");
+        assert_eq!(bytes_signed(4 << 20), "4.00 Mb");
+        assert_eq!(bytes(40 * 1024), "40.0 KiB");
+        assert_eq!(bytes(400 << 20), "400.0 MiB");
+        assert_eq!(micros(1234.0), "1.234ms");
+        assert_eq!(micros(12.3456), "12.346us");
+    }
+}

@@ -1,0 +1,120 @@
+//! Leaks across iterations: the sites whose live memory grows in every step.
+
+use std::collections::BTreeMap;
+
+use strata_core::{memory, Device};
+
+use crate::finding::{Finding, FindingKind};
+use crate::format::bytes;
+use crate::growth::Growth;
+use crate::Result;
+
+/// When the leak watch speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakOptions {
+    /// Steps ignored at the start, while caches, optimizer state and prefetch queues fill
+    /// (3 by default).
+    pub warmup: usize,
+    /// A site is reported when its live bytes grew in each of this many consecutive steps
+    /// (5 by default: a queue of up to 5 batches filling up is not a leak).
+    pub window: usize,
+}
+
+impl Default for LeakOptions {
+    fn default() -> Self {
+        LeakOptions {
+            warmup: 3,
+            window: 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Usage {
+    bytes: usize,
+    count: usize,
+}
+
+/// Call [`LeakWatch::step`] after each iteration: after the warm-up it reports the
+/// allocation sites (source line, op and scope) whose live bytes grew in every one of the
+/// last `window` steps, with the growth per step and the tensors alive there.
+///
+/// ```
+/// use strata_profile::{LeakOptions, LeakWatch};
+/// use strata_core::{DType, Device, Tensor};
+/// let mut watch = LeakWatch::with_options(Device::Meta, LeakOptions { warmup: 1, window: 3 });
+/// let mut kept = Vec::new();
+/// let mut found = Vec::new();
+/// for _ in 0..6 {
+///     kept.push(Tensor::on(Device::Meta).zeros(&[1024], DType::F32)?); // one kept per step
+///     found = watch.step()?;
+/// }
+/// assert_eq!(found.len(), 1);
+/// assert!(found[0].message.contains("+4.0 KiB per step"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LeakWatch {
+    device: Device,
+    options: LeakOptions,
+    steps: usize,
+    growth: Growth<Usage>,
+}
+
+impl LeakWatch {
+    /// A watch of `device` with the default options.
+    pub fn new(device: Device) -> LeakWatch {
+        LeakWatch::with_options(device, LeakOptions::default())
+    }
+
+    /// A watch of `device` with `options`.
+    pub fn with_options(device: Device, options: LeakOptions) -> LeakWatch {
+        LeakWatch {
+            device,
+            options,
+            steps: 0,
+            growth: Growth::new(options.window),
+        }
+    }
+
+    /// Records the end of an iteration; gives the sites that grew in every one of the last
+    /// `window` steps (empty during the warm-up and when nothing grew).
+    pub fn step(&mut self) -> Result<Vec<Finding>> {
+        self.steps += 1;
+        if self.steps <= self.options.warmup {
+            return Ok(Vec::new());
+        }
+        let mut now: BTreeMap<String, Usage> = BTreeMap::new();
+        for u in memory::live_allocations(self.device)? {
+            let s = u.site;
+            let place = if s.scope.is_empty() {
+                format!("{}:{} ({})", s.file, s.line, s.op)
+            } else {
+                format!("{}:{} ({}, {})", s.file, s.line, s.scope, s.op)
+            };
+            let e = now.entry(place).or_default();
+            e.bytes += u.bytes;
+            e.count += u.count;
+        }
+        self.growth.push(now);
+        let window = self.growth.window();
+        let mut found: Vec<(usize, Finding)> = self
+            .growth
+            .grown(|u| u.bytes)
+            .into_iter()
+            .map(|(place, then, now)| {
+                let per_step = (now.bytes - then.bytes) / window;
+                let message = format!(
+                    "{place}: +{} per step, {} live tensors ({} now); memory allocated here \
+                     grew in each of the last {window} steps. Something keeps a tensor from \
+                     every step: a list, a map, a closure that captures its own tensor",
+                    bytes(per_step),
+                    now.count,
+                    bytes(now.bytes)
+                );
+                (per_step, Finding::new(FindingKind::Leak, message))
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(found.into_iter().map(|(_, f)| f).collect())
+    }
+}
