@@ -124,7 +124,7 @@ impl GraphWatch {
                      steps: a tensor carried from step to step (an RNN's hidden state, a \
                      running total) links each step's graph to the one before, and backward \
                      with retain_graph keeps them all. Detach the carried state at the start \
-                     of each step (`h = h.detach()`) and drop retain_graph. The carried tensor \
+                     of each step (`h = h.detach()?`) and drop retain_graph. The carried tensor \
                      is made at one of:\n{sites}"
                 ),
             )

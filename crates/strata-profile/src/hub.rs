@@ -220,10 +220,11 @@ impl OpObserver for Hub {
 /// ```
 /// use strata_profile::{profile, record_function, ProfileOptions};
 /// use strata_core::{DType, Tensor};
-/// let (_, prof) = profile(ProfileOptions::default(), || {
+/// let (batch, prof) = profile(ProfileOptions::default(), || {
 ///     let _data = record_function("data");
 ///     Tensor::ones(&[64], DType::F32)
-/// })?;
+/// });
+/// batch?;
 /// assert!(prof.key_averages().rows().iter().any(|r| r.name == "data"));
 /// # Ok::<(), strata_core::Error>(())
 /// ```

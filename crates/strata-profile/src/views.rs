@@ -44,9 +44,10 @@ impl Listener for Recorder {
 /// drop(big);
 /// let found = watch.report(1 << 20, 4);
 /// assert!(found[0].message.contains("keeps a 4.0 MiB storage alive"));
-/// let head = head.deep_clone()?;                     // the fix: a copy of its own
-/// assert!(watch.report(1 << 20, 4).is_empty());
-/// # drop(head);
+/// let copy = head.deep_clone()?;                    // the fix: a copy of its own,
+/// drop(head);                                       // and the view dropped (a shadowing
+/// assert!(watch.report(1 << 20, 4).is_empty());     // `let head = ...` would keep it)
+/// # drop(copy);
 /// # Ok::<(), strata_core::Error>(())
 /// ```
 pub struct ViewWatch {

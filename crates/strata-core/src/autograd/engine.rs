@@ -189,7 +189,7 @@ fn freed_graph_error(name: &str, ran_intact: bool) -> Error {
             "{name}: this backward reached a part of the graph that an earlier backward already \
              freed: a tensor carried over from an earlier step (an RNN's hidden state, a \
              running total) still links this step's graph to that one. Hint: detach the \
-             carried state at the start of each step (`h = h.detach()`); retain_graph = true \
+             carried state at the start of each step (`h = h.detach()?`); retain_graph = true \
              would instead keep every earlier step's graph alive, and memory would grow each \
              step"
         )
