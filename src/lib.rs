@@ -7,6 +7,7 @@ pub use strata_core as core;
 pub use strata_core::{Error, Result};
 pub use strata_data as data;
 pub use strata_nn as nn;
+pub use strata_profile as profile;
 
 /// The names most programs use.
 pub mod prelude {

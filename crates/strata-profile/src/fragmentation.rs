@@ -60,13 +60,24 @@ impl FragmentationReport {
         if self.max_split_size < 0 {
             let mb = (self.largest_free_block >> 20).max(1);
             tips.push(format!(
-                "`max_split_size_mb:{mb}` (large blocks are not split for small requests)"
+                "`max_split_size_mb:{mb}` (blocks above that size are not split for smaller \
+                 requests)"
             ));
         }
-        tips.push("allocating the largest tensors first, or at fixed sizes".to_owned());
+        let settings = if tips.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; settings to try in STRATA_ALLOC_CONF: {}",
+                tips.join(", ")
+            )
+        };
         Some(Finding::new(
             FindingKind::Fragmentation,
-            format!("{self}; try STRATA_ALLOC_CONF={}", tips.join(", or ")),
+            format!(
+                "{self}{settings}; or allocate the largest tensors first, at sizes that \
+                 repeat from step to step"
+            ),
         ))
     }
 }

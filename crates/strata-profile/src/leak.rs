@@ -114,7 +114,7 @@ impl LeakWatch {
                 (per_step, Finding::new(FindingKind::Leak, message))
             })
             .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
         Ok(found.into_iter().map(|(_, f)| f).collect())
     }
 }

@@ -31,6 +31,9 @@ impl Listener for Recorder {
     }
 }
 
+/// One storage only views hold: its bytes, the views' bytes, and each view's bytes and site.
+type Held = (usize, usize, Vec<(usize, Site)>);
+
 /// Remembers every view made while it lives (with the line that made it), and reports the
 /// storages that only small views keep alive: a 40 KiB slice of a 400 MiB batch keeps all
 /// 400 MiB until the slice drops.
@@ -78,7 +81,7 @@ impl ViewWatch {
                 .collect()
         };
         // Per storage: its size, the views' bytes, and where each view was made.
-        let mut storages: BTreeMap<u64, (usize, usize, Vec<(usize, Site)>)> = BTreeMap::new();
+        let mut storages: BTreeMap<u64, Held> = BTreeMap::new();
         for (t, site) in &live {
             if !t.storage_held_only_by_views() {
                 continue;
@@ -96,7 +99,7 @@ impl ViewWatch {
                 *storage >= min_storage_bytes && views.saturating_mul(ratio.max(1)) <= *storage
             })
             .map(|(storage, views, mut made)| {
-                made.sort_by(|a, b| b.0.cmp(&a.0));
+                made.sort_by_key(|m| std::cmp::Reverse(m.0));
                 let (first_bytes, first) = made[0];
                 let where_ = format!("{}:{}", first.file, first.line);
                 let scope = if first.scope.is_empty() {
@@ -122,7 +125,7 @@ impl ViewWatch {
                 )
             })
             .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found.into_iter().map(|(_, f)| f).collect()
     }
 }

@@ -232,6 +232,6 @@ fn gradients_never_cleared() -> Res {
 fn grad_bytes(m: &Sequential) -> usize {
     m.parameters()
         .iter()
-        .map(|p| (p.nbytes() + 511) / 512 * 512)
+        .map(|p| p.nbytes().div_ceil(512) * 512)
         .sum()
 }
