@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use strata_alloc::{Category, Site};
 
-use crate::{DType, Device, Tensor};
+use crate::{DType, Device};
 
 /// One tensor operand of an op, as the observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,11 +31,6 @@ pub trait OpObserver: Send + Sync {
     fn op_begin(&self, op: &'static str, location: &'static Location<'static>, inputs: &[OpInput]);
     /// The op that started last on this thread finished (successfully or not).
     fn op_end(&self, op: &'static str);
-    /// A user-facing view op made `view` (by default, ignored). Called on the thread that
-    /// runs the view op, between its `op_begin` and `op_end`.
-    fn view_made(&self, view: &Tensor) {
-        let _ = view;
-    }
     /// `memory::empty_cache(device)` released `released` bytes of cached segments and left
     /// `reserved_after` bytes reserved (by default, ignored).
     fn cache_emptied(&self, device: Device, released: usize, reserved_after: usize) {

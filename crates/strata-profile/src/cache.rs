@@ -1,12 +1,12 @@
 //! `empty_cache` called in a loop.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use strata_core::Device;
 
 use crate::finding::{Finding, FindingKind};
 use crate::format::bytes;
-use crate::hub::{register, Listener, Registration};
+use crate::hub::{Listener, Listening};
 
 #[derive(Debug, Clone, Copy)]
 struct Call {
@@ -44,26 +44,18 @@ impl Listener for Recorder {
 /// assert!(watch.report().is_some());
 /// # Ok::<(), strata_core::Error>(())
 /// ```
-pub struct EmptyCacheWatch {
-    recorder: Arc<Recorder>,
-    _registration: Registration,
-}
+pub struct EmptyCacheWatch(Listening<Recorder>);
 
 impl EmptyCacheWatch {
     /// Starts watching.
     pub fn start() -> EmptyCacheWatch {
-        let recorder = Arc::new(Recorder(Mutex::new(Vec::new())));
-        let registration = register(recorder.clone());
-        EmptyCacheWatch {
-            recorder,
-            _registration: registration,
-        }
+        EmptyCacheWatch(Listening::start(Recorder(Mutex::new(Vec::new()))))
     }
 
     /// Bytes reserved again between consecutive calls on each device (one entry per call
     /// after the first).
     pub fn reserved_again(&self) -> Vec<(Device, usize)> {
-        let calls = self.recorder.0.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = self.0.listener.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
         for (i, (d, c)) in calls.iter().enumerate() {
             if let Some((_, prev)) = calls[..i].iter().rev().find(|(pd, _)| pd == d) {

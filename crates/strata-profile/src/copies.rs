@@ -2,13 +2,13 @@
 //! `contiguous`, casts, and the casts autocast inserts.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use strata_core::observer::{AllocEvent, MemoryAction};
 
 use crate::finding::{Finding, FindingKind};
 use crate::format::bytes;
-use crate::hub::{outermost_frame, register, Listener, Registration};
+use crate::hub::{outermost_frame, Listener, Listening};
 
 /// Which kind of copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -106,25 +106,17 @@ impl Listener for Recorder {
 /// # drop(y);
 /// # Ok::<(), strata_core::Error>(())
 /// ```
-pub struct CopyWatch {
-    recorder: Arc<Recorder>,
-    _registration: Registration,
-}
+pub struct CopyWatch(Listening<Recorder>);
 
 impl CopyWatch {
     /// Starts counting.
     pub fn start() -> CopyWatch {
-        let recorder = Arc::new(Recorder(Mutex::new(BTreeMap::new())));
-        let registration = register(recorder.clone());
-        CopyWatch {
-            recorder,
-            _registration: registration,
-        }
+        CopyWatch(Listening::start(Recorder(Mutex::new(BTreeMap::new()))))
     }
 
     /// The copies so far, most bytes first.
     pub fn usage(&self) -> Vec<CopyUsage> {
-        let m = self.recorder.0.lock().unwrap_or_else(|p| p.into_inner());
+        let m = self.0.listener.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<CopyUsage> = m
             .iter()
             .map(|((kind, place), (count, bytes))| CopyUsage {

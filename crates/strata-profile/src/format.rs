@@ -31,6 +31,15 @@ pub(crate) fn bytes(b: usize) -> String {
     }
 }
 
+/// A site as reports name it: `file:line (op)`, or `file:line (scope, op)` inside a scope.
+pub(crate) fn place(s: &strata_alloc::Site) -> String {
+    if s.scope.is_empty() {
+        format!("{}:{} ({})", s.file, s.line, s.op)
+    } else {
+        format!("{}:{} ({}, {})", s.file, s.line, s.scope, s.op)
+    }
+}
+
 /// Microseconds as PyTorch's profiler writes times: `12.345us`, `1.234ms`, `2.000s`.
 pub(crate) fn micros(us: f64) -> String {
     if us >= 1e6 {

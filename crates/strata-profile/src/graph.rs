@@ -6,7 +6,7 @@ use strata_core::autograd::live_graph;
 use strata_nn::Module;
 
 use crate::finding::{Finding, FindingKind};
-use crate::format::bytes;
+use crate::format::{bytes, place};
 use crate::growth::Growth;
 
 #[derive(Debug, Clone, Default)]
@@ -76,13 +76,7 @@ impl GraphWatch {
         }
         let mut now: BTreeMap<String, Usage> = BTreeMap::new();
         for g in live_graph() {
-            let s = g.site;
-            let place = if s.scope.is_empty() {
-                format!("{}:{} ({})", s.file, s.line, s.op)
-            } else {
-                format!("{}:{} ({}, {})", s.file, s.line, s.scope, s.op)
-            };
-            let e = now.entry(place).or_default();
+            let e = now.entry(place(&g.site)).or_default();
             e.nodes += g.nodes;
             e.saved_bytes += g.saved_bytes;
         }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use strata_alloc::Site;
 use strata_core::observer::{set_observer, AllocEvent, OpInput, OpObserver};
+use strata_core::tensor::{set_view_observer, ViewObserver};
 use strata_core::{Device, Tensor};
 
 /// One running op or user range on a thread's stack.
@@ -110,6 +111,26 @@ impl Drop for Registration {
         if empty {
             *hub = None;
             set_observer(None);
+            set_view_observer(None);
+        }
+    }
+}
+
+/// A listener kept registered for as long as this lives.
+pub(crate) struct Listening<L> {
+    /// The listener, shared with the hub.
+    pub listener: Arc<L>,
+    _registration: Registration,
+}
+
+impl<L: Listener + 'static> Listening<L> {
+    /// Registers `listener` until the returned value drops.
+    pub(crate) fn start(listener: L) -> Listening<L> {
+        let listener = Arc::new(listener);
+        let registration = register(listener.clone());
+        Listening {
+            listener,
+            _registration: registration,
         }
     }
 }
@@ -130,6 +151,7 @@ pub(crate) fn register(listener: Arc<dyn Listener>) -> Registration {
                 listeners: RwLock::new(vec![(id, listener)]),
             });
             set_observer(Some(h.clone()));
+            set_view_observer(Some(h.clone()));
             *hub = Some(h);
         }
     }
@@ -200,6 +222,12 @@ impl OpObserver for Hub {
         pop_from(Some(self), op);
     }
 
+    fn cache_emptied(&self, device: Device, released: usize, reserved_after: usize) {
+        self.each(|l| l.cache_emptied(device, released, reserved_after));
+    }
+}
+
+impl ViewObserver for Hub {
     fn view_made(&self, view: &Tensor) {
         let Some(location) = outermost_location() else {
             return;
@@ -207,10 +235,6 @@ impl OpObserver for Hub {
         let site = Site::new(location, view.view_info().map_or("view", |v| v.op))
             .in_scope(strata_core::scope::current());
         self.each(|l| l.view_made(view, site));
-    }
-
-    fn cache_emptied(&self, device: Device, released: usize, reserved_after: usize) {
-        self.each(|l| l.cache_emptied(device, released, reserved_after));
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use strata_core::{memory, Device};
 
 use crate::finding::{Finding, FindingKind};
-use crate::format::bytes;
+use crate::format::{bytes, place};
 use crate::growth::Growth;
 use crate::Result;
 
@@ -85,13 +85,7 @@ impl LeakWatch {
         }
         let mut now: BTreeMap<String, Usage> = BTreeMap::new();
         for u in memory::live_allocations(self.device)? {
-            let s = u.site;
-            let place = if s.scope.is_empty() {
-                format!("{}:{} ({})", s.file, s.line, s.op)
-            } else {
-                format!("{}:{} ({}, {})", s.file, s.line, s.scope, s.op)
-            };
-            let e = now.entry(place).or_default();
+            let e = now.entry(place(&u.site)).or_default();
             e.bytes += u.bytes;
             e.count += u.count;
         }

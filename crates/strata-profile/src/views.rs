@@ -1,14 +1,14 @@
 //! Small views that keep large storages alive.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use strata_alloc::Site;
 use strata_core::{Tensor, WeakTensor};
 
 use crate::finding::{Finding, FindingKind};
 use crate::format::bytes;
-use crate::hub::{register, Listener, Registration};
+use crate::hub::{Listener, Listening};
 
 #[derive(Default)]
 struct Seen {
@@ -53,27 +53,19 @@ type Held = (usize, usize, Vec<(usize, Site)>);
 /// # drop(copy);
 /// # Ok::<(), strata_core::Error>(())
 /// ```
-pub struct ViewWatch {
-    recorder: Arc<Recorder>,
-    _registration: Registration,
-}
+pub struct ViewWatch(Listening<Recorder>);
 
 impl ViewWatch {
     /// Starts remembering the views made from now on.
     pub fn start() -> ViewWatch {
-        let recorder = Arc::new(Recorder(Mutex::new(Seen::default())));
-        let registration = register(recorder.clone());
-        ViewWatch {
-            recorder,
-            _registration: registration,
-        }
+        ViewWatch(Listening::start(Recorder(Mutex::new(Seen::default()))))
     }
 
     /// The storages of at least `min_storage_bytes` that only views keep alive, where the
     /// views cover at most `1 / ratio` of the storage; largest waste first.
     pub fn report(&self, min_storage_bytes: usize, ratio: usize) -> Vec<Finding> {
         let live: Vec<(Tensor, Site)> = {
-            let mut s = self.recorder.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut s = self.0.listener.0.lock().unwrap_or_else(|p| p.into_inner());
             s.views.retain(|(w, _)| w.is_alive());
             s.views
                 .iter()

@@ -3,20 +3,17 @@
 //! fragmentation; and a shadowed binding that keeps a tensor alive to the end of its scope,
 //! measured with the memory tracker.
 
-use std::sync::Mutex;
+mod common;
 
 use strata_core::autocast::with_autocast;
 use strata_core::device::DefaultDevice;
 use strata_core::{memory, Category, DType, Device, Tensor};
 use strata_nn::module::shared;
-use strata_nn::{Linear, Module, ReLU, Sequential};
+use strata_nn::{Linear, Module};
 use strata_profile::{
     check_devices, fragmentation, CopyKind, CopyWatch, EmptyCacheWatch, FindingKind, MemoryMonitor,
     MemoryTracker, ProfileError, ViewWatch,
 };
-
-/// Watches see every thread's events: one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 
@@ -30,7 +27,7 @@ fn first_row(rows: usize, cols: usize) -> strata_core::Result<Tensor> {
 
 #[test]
 fn a_small_view_keeping_a_large_storage() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let watch = ViewWatch::start();
     let before = memory::memory_allocated(Device::Cpu)?;
     let row = first_row(400, 2560)?; // a 10 KiB row of a 3.9 MiB batch
@@ -57,7 +54,7 @@ fn a_small_view_keeping_a_large_storage() -> Res {
 
 #[test]
 fn copies_hidden_in_reshape_contiguous_and_casts() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let x = Tensor::randn(&[128, 64], DType::F32)?;
     let watch = CopyWatch::start();
     let flat = x.reshape(&[-1])?; // contiguous: a view, no copy
@@ -90,7 +87,7 @@ fn copies_hidden_in_reshape_contiguous_and_casts() -> Res {
 
 #[test]
 fn empty_cache_in_a_loop() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let meta = Tensor::on(Device::Meta);
     // The pitfall: emptying the cache every step; each step reserves it all again.
     let watch = EmptyCacheWatch::start();
@@ -118,11 +115,8 @@ fn empty_cache_in_a_loop() -> Res {
 
 #[test]
 fn every_mismatched_device_in_one_error() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let m = Sequential::new();
-    m.push(shared(Linear::new(8, 16, true)?))?;
-    m.push(shared(ReLU::new()))?;
-    m.push(shared(Linear::new(16, 4, true)?))?;
+    let _serial = common::serial();
+    let m = common::mlp(8, 16, 4)?;
     {
         let _meta = DefaultDevice::set(Device::Meta);
         m.push(shared(Linear::new(4, 2, true)?))?; // built on the wrong device
@@ -145,8 +139,7 @@ fn every_mismatched_device_in_one_error() -> Res {
         ["parameter `3.weight`", "parameter `3.bias`", "input `x`"]
     );
     // The fix: everything on one device.
-    let m2 = Sequential::new();
-    m2.push(shared(Linear::new(8, 16, true)?))?;
+    let m2 = common::mlp(8, 16, 4)?;
     let x = Tensor::zeros(&[1, 8], DType::F32)?;
     assert!(check_devices(&m2, &[("x", &x)]).is_ok());
     Ok(())
@@ -154,7 +147,7 @@ fn every_mismatched_device_in_one_error() -> Res {
 
 #[test]
 fn fragmentation_is_reported_with_settings_to_try() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     memory::empty_cache(Device::Meta)?;
     let meta = Tensor::on(Device::Meta);
     // Six 3 MiB blocks share one segment; freeing every other one leaves holes that no
@@ -180,7 +173,7 @@ fn fragmentation_is_reported_with_settings_to_try() -> Res {
 
 #[test]
 fn a_shadowed_binding_lives_to_the_end_of_its_scope() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let tracker = MemoryTracker::new(Device::Meta);
     let meta = Tensor::on(Device::Meta);
     let n = 4 * MIB / 4; // 4 MiB of f32
@@ -224,7 +217,7 @@ fn a_shadowed_binding_lives_to_the_end_of_its_scope() -> Res {
 
 #[test]
 fn phases_nest_and_keep_their_peaks() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let tracker = MemoryTracker::new(Device::Meta);
     let meta = Tensor::on(Device::Meta);
     {
@@ -252,7 +245,7 @@ fn phases_nest_and_keep_their_peaks() -> Res {
 
 #[test]
 fn the_monitor_samples_in_the_background() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let meta = Tensor::on(Device::Meta);
     let base = memory::memory_allocated(Device::Meta)?;
     let monitor = MemoryMonitor::start(Device::Meta, std::time::Duration::from_millis(1))?;

@@ -2,27 +2,19 @@
 //! graphs, an RNN state carried without `detach`, evaluation without `no_grad`, gradients
 //! never cleared.
 
-use std::sync::Mutex;
+mod common;
 
 use strata_core::autograd::live_graph;
 use strata_core::autograd::no_grad;
 use strata_core::{memory_allocated, DType, Device, Tensor};
-use strata_nn::module::shared;
 use strata_nn::optim::{Optimizer, Sgd};
-use strata_nn::{Linear, Module, ReLU, Sequential};
+use strata_nn::{Module, Sequential};
 use strata_profile::{FindingKind, GradWatch, GraphWatch};
-
-/// The live graph is process-wide: one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 
 fn model() -> strata_core::Result<Sequential> {
-    let m = Sequential::new();
-    m.push(shared(Linear::new(16, 32, true)?))?;
-    m.push(shared(ReLU::new()))?;
-    m.push(shared(Linear::new(32, 1, true)?))?;
-    Ok(m)
+    common::mlp(16, 32, 1)
 }
 
 fn nodes() -> usize {
@@ -31,7 +23,7 @@ fn nodes() -> usize {
 
 #[test]
 fn losses_kept_with_their_graphs() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let x = Tensor::randn(&[64, 16], DType::F32)?;
     let mut watch = GraphWatch::new();
@@ -83,7 +75,7 @@ fn cell(x: &Tensor, h: &Tensor, wx: &Tensor, wh: &Tensor) -> strata_core::Result
 
 #[test]
 fn an_rnn_state_carried_without_detach() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let wx = Tensor::randn(&[8, 16], DType::F32)?.requires_grad_(true)?;
     let wh = Tensor::randn(&[16, 16], DType::F32)?
         .mul(0.1)?
@@ -155,7 +147,7 @@ fn line_of(marker: &str) -> usize {
 
 #[test]
 fn evaluation_without_no_grad_builds_a_graph() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let x = Tensor::randn(&[256, 16], DType::F32)?;
     m.eval();
@@ -179,7 +171,7 @@ fn evaluation_without_no_grad_builds_a_graph() -> Res {
 
 #[test]
 fn gradients_never_cleared() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let x = Tensor::randn(&[8, 16], DType::F32)?;
     let sgd = Sgd {

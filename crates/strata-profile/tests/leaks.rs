@@ -2,26 +2,20 @@
 //! is caught, and a clean training loop (optimizer, prefetching loader, scheduler, gradient
 //! accumulation) raises no alarm over 50 steps.
 
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
 
 use strata_core::{DType, Device, Tensor};
 use strata_data::{DataLoader, LoaderOptions, TensorDataset};
-use strata_nn::module::shared;
 use strata_nn::optim::{Adam, Optimizer, Schedule, Scheduler};
-use strata_nn::{Linear, Module, ReLU, Sequential};
+use strata_nn::{Module, Sequential};
 use strata_profile::{FindingKind, GradWatch, GraphWatch, LeakWatch};
-
-/// Live memory is process-wide: one test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 type Res = Result<(), Box<dyn std::error::Error>>;
 
 fn model() -> strata_core::Result<Sequential> {
-    let m = Sequential::new();
-    m.push(shared(Linear::new(16, 32, true)?))?;
-    m.push(shared(ReLU::new()))?;
-    m.push(shared(Linear::new(32, 1, true)?))?;
-    Ok(m)
+    common::mlp(16, 32, 1)
 }
 
 fn mse(pred: &Tensor, y: &Tensor) -> strata_core::Result<Tensor> {
@@ -31,7 +25,7 @@ fn mse(pred: &Tensor, y: &Tensor) -> strata_core::Result<Tensor> {
 
 #[test]
 fn one_tensor_kept_per_step_is_caught_with_its_site() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let x = Tensor::randn(&[64, 16], DType::F32)?;
     let mut watch = LeakWatch::new(Device::Cpu);
@@ -65,7 +59,7 @@ fn one_tensor_kept_per_step_is_caught_with_its_site() -> Res {
 
 #[test]
 fn a_hook_that_captures_its_own_tensor_is_caught() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let w = Tensor::randn(&[256], DType::F32)?.requires_grad_(true)?;
     let mut watch = LeakWatch::new(Device::Cpu);
     let mut found = Vec::new();
@@ -110,7 +104,7 @@ fn a_hook_that_captures_its_own_tensor_is_caught() -> Res {
 
 #[test]
 fn a_clean_training_loop_raises_no_alarm() -> Res {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let mut opt = Optimizer::adam(m.parameters(), Adam::default())?;
     let mut sched = Scheduler::new(

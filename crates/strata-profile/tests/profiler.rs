@@ -1,26 +1,18 @@
 //! The profiler on a small training step: every op with memory columns, user ranges, the
 //! table, grouping and sorting, the schedule, and the Chrome trace's structure.
 
-use std::sync::Mutex;
+mod common;
 
 use strata_core::{DType, Tensor};
-use strata_nn::module::shared;
 use strata_nn::optim::{Optimizer, Sgd};
-use strata_nn::{Linear, Module, ReLU, Sequential};
+use strata_nn::{Module, Sequential};
 use strata_profile::{
     profile, record_function, validate_chrome_trace, GroupBy, ProfileOptions, Profiler, Schedule,
     SortKey,
 };
 
-/// The observer is process-wide: one profiled test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 fn model() -> strata_core::Result<Sequential> {
-    let m = Sequential::new();
-    m.push(shared(Linear::new(64, 128, true)?))?;
-    m.push(shared(ReLU::new()))?;
-    m.push(shared(Linear::new(128, 10, true)?))?;
-    Ok(m)
+    common::mlp(64, 128, 10)
 }
 
 fn train_step(m: &Sequential, opt: &mut Optimizer, x: &Tensor) -> strata_core::Result<f64> {
@@ -42,7 +34,7 @@ fn train_step(m: &Sequential, opt: &mut Optimizer, x: &Tensor) -> strata_core::R
 
 #[test]
 fn a_training_step_shows_every_op_with_its_memory() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let mut opt = Optimizer::sgd(m.parameters(), Sgd::default())?;
     let x = Tensor::randn(&[32, 64], DType::F32)?;
@@ -80,7 +72,7 @@ fn a_training_step_shows_every_op_with_its_memory() -> strata_core::Result<()> {
 
 #[test]
 fn grouping_by_shape_splits_rows() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let a = Tensor::ones(&[8, 8], DType::F32)?;
     let b = Tensor::ones(&[16, 16], DType::F32)?;
     let (r, prof) = profile(ProfileOptions::default(), || -> strata_core::Result<()> {
@@ -107,7 +99,7 @@ fn grouping_by_shape_splits_rows() -> strata_core::Result<()> {
 
 #[test]
 fn scopes_show_in_events_and_rows() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let x = Tensor::randn(&[4, 64], DType::F32)?;
     let (r, prof) = profile(ProfileOptions::default(), || m.call(&x));
@@ -132,7 +124,7 @@ fn scopes_show_in_events_and_rows() -> strata_core::Result<()> {
 
 #[test]
 fn a_schedule_keeps_only_the_active_steps() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let mut opt = Optimizer::sgd(m.parameters(), Sgd::default())?;
     let x = Tensor::randn(&[8, 64], DType::F32)?;
@@ -153,7 +145,7 @@ fn a_schedule_keeps_only_the_active_steps() -> strata_core::Result<()> {
 
 #[test]
 fn the_chrome_trace_follows_the_format() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     let m = model()?;
     let mut opt = Optimizer::sgd(m.parameters(), Sgd::default())?;
     let x = Tensor::randn(&[16, 64], DType::F32)?;
@@ -188,7 +180,7 @@ fn the_chrome_trace_follows_the_format() -> strata_core::Result<()> {
 
 #[test]
 fn memory_is_charged_to_the_thread_that_allocated_it() -> strata_core::Result<()> {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = common::serial();
     // A loader-like thread allocates 4 MiB while the main thread runs a small op: the
     // small op must not be charged for the other thread's bytes.
     let (r, prof) = profile(ProfileOptions::default(), || -> strata_core::Result<()> {

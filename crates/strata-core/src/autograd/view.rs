@@ -207,7 +207,7 @@ impl Tensor {
         let inherited = self.view_info().map(|v| v.creation);
         let creation = creation_for_mode(creation, inherited);
         let out = self.make_view(op, layout, creation);
-        if let Some(o) = crate::observer::observer() {
+        if let Some(o) = crate::tensor::view_observer() {
             o.view_made(&out);
         }
         if is_grad_enabled() && self.autograd_meta().requires_grad() {

@@ -14,6 +14,7 @@ pub(crate) mod graph_usage;
 mod read;
 mod resize;
 mod set_data;
+mod view_events;
 mod weak;
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -28,6 +29,8 @@ pub(crate) use create::{alloc_for, from_fn as create_from_fn};
 pub use factory::Factory;
 pub(crate) use read::{index_elements, read_elements};
 use set_data::{AtomicDType, AtomicDevice};
+pub(crate) use view_events::view_observer;
+pub use view_events::{set_view_observer, ViewObserver};
 pub use weak::WeakTensor;
 
 /// How a view was made, needed by autograd to treat in-place writes through it.
