@@ -41,6 +41,192 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Train a model on Fashion-MNIST and report accuracy, time and memory.
+    Train(TrainArgs),
+    /// Report the test accuracy and loss of saved weights (PyTorch's key names).
+    Eval {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The weights (safetensors).
+        #[arg(long)]
+        load: PathBuf,
+    },
+}
+
+/// What `train` and `eval` share.
+#[derive(clap::Args)]
+struct CommonArgs {
+    /// The model.
+    #[arg(long, value_enum, default_value = "mlp")]
+    model: strata_cli::train::ModelKind,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 128)]
+    batch_size: usize,
+    /// Loader worker threads (0: load on the training thread).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Batches each worker prepares ahead.
+    #[arg(long, default_value_t = 2)]
+    prefetch: usize,
+    /// Where the IDX files are.
+    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+    data_dir: PathBuf,
+    /// Evaluate on the first N test images only.
+    #[arg(long)]
+    test_samples: Option<usize>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+}
+
+/// `strata train`'s options.
+#[derive(clap::Args)]
+struct TrainArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5)]
+    epochs: usize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "adam")]
+    optimizer: strata_cli::train::OptimizerKind,
+    /// SGD's momentum.
+    #[arg(long, default_value_t = 0.0)]
+    momentum: f64,
+    /// Weight decay.
+    #[arg(long, default_value_t = 0.0)]
+    weight_decay: f64,
+    /// Seed of the weights and the shuffling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Cap on reserved memory (bytes, or with KiB, MiB, GiB).
+    #[arg(long, value_parser = parse_size)]
+    memory_limit: Option<usize>,
+    /// Train on the first N training images only.
+    #[arg(long)]
+    train_samples: Option<usize>,
+    /// Save the trained weights (safetensors).
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Start from these weights (safetensors).
+    #[arg(long)]
+    load: Option<PathBuf>,
+}
+
+/// `2GiB`, `512MiB`, `64KiB` or a number of bytes.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, unit) = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((t, ""), |i| t.split_at(i));
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" | "K" | "KB" => 1024.0,
+        "MiB" | "M" | "MB" => 1024.0 * 1024.0,
+        "GiB" | "G" | "GB" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}`: use bytes, KiB, MiB or GiB"
+            ))
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size: write 2GiB, 512MiB or a number of bytes"))?;
+    Ok((n * scale) as usize)
+}
+
+fn options(common: &CommonArgs) -> strata_cli::train::TrainOptions {
+    strata_cli::train::TrainOptions {
+        model: common.model,
+        epochs: 1,
+        batch_size: common.batch_size,
+        lr: 1e-3,
+        optimizer: strata_cli::train::OptimizerKind::Adam,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        workers: common.workers,
+        prefetch: Some(common.prefetch),
+        seed: 0,
+        memory_limit: None,
+        data_dir: common.data_dir.clone(),
+        train_samples: None,
+        test_samples: common.test_samples,
+        save: None,
+        load: None,
+    }
+}
+
+fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn train(args: TrainArgs) -> ExitCode {
+    let o = strata_cli::train::TrainOptions {
+        epochs: args.epochs,
+        lr: args.lr,
+        optimizer: args.optimizer,
+        momentum: args.momentum,
+        weight_decay: args.weight_decay,
+        seed: args.seed,
+        memory_limit: args.memory_limit,
+        train_samples: args.train_samples,
+        save: args.save,
+        load: args.load,
+        ..options(&args.common)
+    };
+    let report = match strata_cli::train::train(&o, &mut |line| eprintln!("{line}")) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", report.text());
+    match write_json(&args.common.report_json, &report) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn eval(common: CommonArgs, load: PathBuf) -> ExitCode {
+    let o = options(&common);
+    let run = || -> strata_cli::train::Result<(f64, f64)> {
+        let model = strata_cli::train::model_with_weights(o.model, Some(&load))?;
+        let test = strata_cli::train::test_set(&o)?;
+        strata_cli::train::evaluate(model.as_ref(), test, &o)
+    };
+    match run() {
+        Ok((accuracy, loss)) => {
+            println!(
+                "{}: test accuracy {:.2}%, test loss {loss:.4}",
+                o.model.name(),
+                100.0 * accuracy
+            );
+            let value = serde_json::json!({"model": o.model.name(), "test_accuracy": accuracy, "test_loss": loss});
+            match write_json(&common.report_json, &value) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("strata eval: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("strata eval: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -51,6 +237,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     match cli.command.unwrap_or(Command::Demo) {
+        Command::Train(args) => train(args),
+        Command::Eval { common, load } => eval(common, load),
         Command::Demo => match strata_cli::demo::run(&mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

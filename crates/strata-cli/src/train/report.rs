@@ -1,0 +1,111 @@
+//! What a training run reports: accuracy and loss per epoch, time, the loader's share, and
+//! where memory went in the measured step; as text and as JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+use strata::alloc::caching::format_size;
+
+/// A run's results (`--report-json` writes this).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The model trained.
+    pub model: String,
+    /// Test accuracy after the last epoch, a fraction.
+    pub test_accuracy: f64,
+    /// Mean test loss after the last epoch.
+    pub test_loss: f64,
+    /// Test accuracy after each epoch.
+    pub test_accuracy_per_epoch: Vec<f64>,
+    /// Mean training loss of each epoch.
+    pub train_loss: Vec<f64>,
+    /// Wall time of each epoch's training (evaluation excluded).
+    pub epoch_seconds: Vec<f64>,
+    /// Time the training step waited for the loader, all epochs.
+    pub data_wait_seconds: f64,
+    /// Training samples per second over all epochs.
+    pub samples_per_second: f64,
+    /// Peak allocated bytes of the measured step (its own allocator).
+    pub step_peak_allocated: usize,
+    /// Peak reserved bytes of the measured step.
+    pub step_peak_reserved: usize,
+    /// Peak of the bytes the step's ops asked for (unrounded; what PyTorch's profiler counts).
+    pub step_peak_requested: usize,
+    /// Each category's peak in the measured step, plus parameters, optimizer state and
+    /// inputs as they stood then (on the run's default allocator).
+    pub categories_at_peak: BTreeMap<String, usize>,
+    /// The allocation sites holding the most memory at the end of the measured step's
+    /// forward, largest first: `site: bytes`.
+    pub top_holders: Vec<String>,
+    /// Steps run as two halves after running out of memory.
+    pub split_steps: usize,
+    /// Peak allocated and reserved bytes of the whole run on the default allocator.
+    pub run_peak_allocated: usize,
+    /// See `run_peak_allocated`.
+    pub run_peak_reserved: usize,
+    /// What the leak and graph watches found (empty: nothing).
+    pub watch_findings: Vec<String>,
+}
+
+impl Report {
+    /// The report for a terminal.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "model {}", self.model);
+        for (i, ((loss, secs), acc)) in self
+            .train_loss
+            .iter()
+            .zip(&self.epoch_seconds)
+            .zip(&self.test_accuracy_per_epoch)
+            .enumerate()
+        {
+            let _ = writeln!(
+                out,
+                "epoch {}: train loss {loss:.4}, test accuracy {:.2}%, {secs:.1} s",
+                i + 1,
+                100.0 * acc
+            );
+        }
+        let _ = writeln!(
+            out,
+            "test accuracy {:.2}%, test loss {:.4}; {:.0} samples/s; waited {:.2} s for data",
+            100.0 * self.test_accuracy,
+            self.test_loss,
+            self.samples_per_second,
+            self.data_wait_seconds
+        );
+        let _ = writeln!(out, "memory of one training step (its own allocator):");
+        let _ = writeln!(
+            out,
+            "  peak allocated {}, reserved {}, requested {}",
+            format_size(self.step_peak_allocated),
+            format_size(self.step_peak_reserved),
+            format_size(self.step_peak_requested)
+        );
+        for (name, bytes) in &self.categories_at_peak {
+            let _ = writeln!(out, "  {name:<16} {:>12}", format_size(*bytes));
+        }
+        if !self.top_holders.is_empty() {
+            let _ = writeln!(out, "largest holders after the forward:");
+            for h in &self.top_holders {
+                let _ = writeln!(out, "  {h}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "run peak allocated {}, reserved {}; split steps {}",
+            format_size(self.run_peak_allocated),
+            format_size(self.run_peak_reserved),
+            self.split_steps
+        );
+        if self.watch_findings.is_empty() {
+            let _ = writeln!(out, "leak and graph watches: nothing found");
+        } else {
+            for f in &self.watch_findings {
+                let _ = writeln!(out, "watch: {f}");
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,98 @@
+//! `strata train` on real Fashion-MNIST (a slice of it, to stay quick): it learns, its
+//! report's memory figures hold together, and saved weights evaluate to the same accuracy.
+
+use std::path::PathBuf;
+
+use strata_cli::train::{
+    evaluate, model_with_weights, test_set, train, ModelKind, OptimizerKind, TrainOptions,
+};
+
+/// Memory statistics are the process's: one run at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn options(model: ModelKind) -> TrainOptions {
+    TrainOptions {
+        model,
+        epochs: 1,
+        batch_size: 64,
+        lr: 1e-3,
+        optimizer: OptimizerKind::Adam,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        workers: 2,
+        prefetch: Some(2),
+        seed: 0,
+        memory_limit: None,
+        data_dir: PathBuf::from("/usr/share/datasets/fashion-mnist"),
+        train_samples: Some(4096),
+        test_samples: Some(1000),
+        save: None,
+        load: None,
+    }
+}
+
+#[test]
+fn the_mlp_learns_and_its_step_is_measured() -> Result<(), Box<dyn std::error::Error>> {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("strata-train-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let weights = dir.join("mlp.safetensors");
+    let o = TrainOptions {
+        save: Some(weights.clone()),
+        ..options(ModelKind::Mlp)
+    };
+    let mut lines = Vec::new();
+    let r = train(&o, &mut |l| lines.push(l.to_owned()))?;
+    println!("{}", r.text());
+    assert_eq!(lines.len(), 1);
+    // 4096 images, one epoch: well above chance (10%).
+    assert!(r.test_accuracy > 0.65, "accuracy {}", r.test_accuracy);
+    assert_eq!(r.train_loss.len(), 1);
+    assert!(r.train_loss[0] < 1.5);
+    // The measured step holds at least the largest layer's gradient (1024 x 1024 floats)
+    // and never more than it reserved.
+    assert!(r.step_peak_allocated >= 1024 * 1024 * 4);
+    assert!(r.step_peak_reserved >= r.step_peak_allocated);
+    assert!(r.step_peak_requested <= r.step_peak_allocated);
+    assert!(r.categories_at_peak["gradient"] >= 1024 * 1024 * 4);
+    assert!(r.categories_at_peak["activation"] > 0);
+    // Parameters: 784·1024 + 1024·1024 + 1024·10 weights and 2058 biases, in floats.
+    let params = (784 * 1024 + 1024 * 1024 + 1024 * 10 + 2058) * 4;
+    assert!(r.categories_at_peak["parameter"] >= params);
+    // Adam's two moments per parameter, and a step count each.
+    let state = r.categories_at_peak["optimizer_state"];
+    let two = 2 * r.categories_at_peak["parameter"];
+    assert!(
+        state >= two && state <= two + 6 * 512,
+        "{state} against {two}"
+    );
+    assert!(!r.top_holders.is_empty());
+    assert!(r.watch_findings.is_empty(), "{:?}", r.watch_findings);
+    // The saved weights evaluate to the same accuracy.
+    let model = model_with_weights(ModelKind::Mlp, Some(&weights))?;
+    let (acc, loss) = evaluate(model.as_ref(), test_set(&o)?, &o)?;
+    assert_eq!(acc, r.test_accuracy);
+    assert!((loss - r.test_loss).abs() < 1e-9);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+#[test]
+fn the_cnn_and_the_lstm_learn() -> Result<(), Box<dyn std::error::Error>> {
+    let _serial = serial();
+    for (model, floor) in [(ModelKind::Cnn, 0.6), (ModelKind::Lstm, 0.4)] {
+        let o = TrainOptions {
+            train_samples: Some(2048),
+            test_samples: Some(500),
+            ..options(model)
+        };
+        let r = train(&o, &mut |_| {})?;
+        println!("{}", r.text());
+        assert!(r.test_accuracy > floor, "{model:?}: {}", r.test_accuracy);
+        assert!(r.step_peak_allocated > 0);
+    }
+    Ok(())
+}
