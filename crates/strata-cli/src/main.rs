@@ -114,6 +114,48 @@ struct TrainArgs {
     /// Start from these weights (safetensors).
     #[arg(long)]
     load: Option<PathBuf>,
+    /// Profile two steps after the measured one and print the table.
+    #[arg(long)]
+    profile: bool,
+    /// Write those two steps as a Chrome trace (chrome://tracing, Perfetto).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+}
+
+/// Progress bars on stderr: one per epoch, with the loss, samples per second and memory.
+#[derive(Default)]
+struct Bars {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl strata_cli::train::Progress for Bars {
+    fn epoch_started(&mut self, epoch: usize, epochs: usize, batches: usize) {
+        let bar = indicatif::ProgressBar::new(batches as u64);
+        let style =
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style.progress_chars("=> "));
+        bar.set_prefix(format!("epoch {epoch}/{epochs}"));
+        self.bar = Some(bar);
+    }
+
+    fn batch_done(&mut self, loss: f32, samples_per_second: f64, allocated: usize, peak: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "loss {loss:.4} · {samples_per_second:.0} samples/s · memory {} (peak {})",
+                strata::alloc::caching::format_size(allocated),
+                strata::alloc::caching::format_size(peak)
+            ));
+            bar.inc(1);
+        }
+    }
+
+    fn epoch_done(&mut self, line: &str) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        eprintln!("{line}");
+    }
 }
 
 /// `2GiB`, `512MiB`, `64KiB` or a number of bytes.
@@ -157,6 +199,7 @@ fn options(common: &CommonArgs) -> strata_cli::train::TrainOptions {
         test_samples: common.test_samples,
         save: None,
         load: None,
+        profile: Default::default(),
     }
 }
 
@@ -180,9 +223,13 @@ fn train(args: TrainArgs) -> ExitCode {
         train_samples: args.train_samples,
         save: args.save,
         load: args.load,
+        profile: strata_cli::train::ProfileRequest {
+            table: args.profile,
+            trace: args.trace,
+        },
         ..options(&args.common)
     };
-    let report = match strata_cli::train::train(&o, &mut |line| eprintln!("{line}")) {
+    let report = match strata_cli::train::train(&o, &mut Bars::default()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("strata train: {e}");

@@ -31,6 +31,7 @@ fn options(model: ModelKind) -> TrainOptions {
         test_samples: Some(1000),
         save: None,
         load: None,
+        profile: Default::default(),
     }
 }
 
@@ -45,7 +46,7 @@ fn the_mlp_learns_and_its_step_is_measured() -> Result<(), Box<dyn std::error::E
         ..options(ModelKind::Mlp)
     };
     let mut lines = Vec::new();
-    let r = train(&o, &mut |l| lines.push(l.to_owned()))?;
+    let r = train(&o, &mut |l: &str| lines.push(l.to_owned()))?;
     println!("{}", r.text());
     assert_eq!(lines.len(), 1);
     // 4096 images, one epoch: well above chance (10%).
@@ -89,7 +90,7 @@ fn the_cnn_and_the_lstm_learn() -> Result<(), Box<dyn std::error::Error>> {
             test_samples: Some(500),
             ..options(model)
         };
-        let r = train(&o, &mut |_| {})?;
+        let r = train(&o, &mut |_: &str| {})?;
         println!("{}", r.text());
         assert!(r.test_accuracy > floor, "{model:?}: {}", r.test_accuracy);
         assert!(r.step_peak_allocated > 0);

@@ -17,7 +17,7 @@ use strata::data::{DataLoader, Dataset, FashionMnist, LoaderOptions, Split, Subs
 use strata::nn::optim::{Adam, Optimizer, Sgd};
 use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
 use strata::nn::Module;
-use strata::profile::{GraphWatch, LeakWatch};
+use strata::profile::{GraphWatch, LeakWatch, ProfileOptions, Profiler, Schedule, SortKey};
 
 pub use models::ModelKind;
 pub use report::Report;
@@ -68,6 +68,41 @@ pub struct TrainOptions {
     pub save: Option<PathBuf>,
     /// Start from these weights (safetensors, PyTorch's key names).
     pub load: Option<PathBuf>,
+    /// Profile steps 3 and 4 (after a warm-up step): a table, a Chrome trace, or both.
+    pub profile: ProfileRequest,
+}
+
+/// What a run tells whoever watches it (progress bars, logs). Every method has a
+/// do-nothing default; a closure taking `&str` gets each epoch's summary line.
+pub trait Progress {
+    /// Epoch `epoch` (from 1) of `epochs` starts, with `batches` batches.
+    fn epoch_started(&mut self, epoch: usize, epochs: usize, batches: usize) {
+        let _ = (epoch, epochs, batches);
+    }
+    /// A batch was trained on: its loss, the epoch's samples per second so far, and the
+    /// allocated and peak allocated bytes now.
+    fn batch_done(&mut self, loss: f32, samples_per_second: f64, allocated: usize, peak: usize) {
+        let _ = (loss, samples_per_second, allocated, peak);
+    }
+    /// An epoch ended, evaluation included; `line` sums it up.
+    fn epoch_done(&mut self, line: &str) {
+        let _ = line;
+    }
+}
+
+impl<F: FnMut(&str)> Progress for F {
+    fn epoch_done(&mut self, line: &str) {
+        self(line)
+    }
+}
+
+/// Profiling of a few steps after the measured one.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileRequest {
+    /// Print the profiler's table (by self memory) after the run.
+    pub table: bool,
+    /// Write the profiled steps as a Chrome trace here.
+    pub trace: Option<PathBuf>,
 }
 
 /// Errors of a run, each naming what failed.
@@ -199,8 +234,8 @@ struct Measured {
     holders: Vec<String>,
 }
 
-/// Trains as `o` says; `progress` gets one line per epoch.
-pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report> {
+/// Trains as `o` says, telling `progress` as it goes.
+pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     if o.batch_size == 0 || o.epochs == 0 {
         return Err(TrainError::Options(
             "--batch-size and --epochs must be at least 1".into(),
@@ -223,11 +258,16 @@ pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report>
     let (mut wait, mut samples, mut step) = (0f64, 0usize, 0usize);
     let mut measured: Option<Measured> = None;
     let mut test_loss = 0.0;
+    let profiling = o.profile.table || o.profile.trace.is_some();
+    // Steps 0 and 1 (the measured one) idle, step 2 warms up, steps 3 and 4 are kept.
+    let mut profiler = profiling
+        .then(|| Profiler::start(ProfileOptions::default().schedule(Schedule::new(2, 1, 2))));
     memory::reset_peak_memory_stats(Device::Cpu)?;
     for epoch in 0..o.epochs {
         model.train();
         let start = Instant::now();
         let (mut loss_sum, mut n) = (0f64, 0usize);
+        progress.epoch_started(epoch + 1, o.epochs, loader.len());
         let mut batches = loader.epoch()?;
         loop {
             let waited = Instant::now();
@@ -266,6 +306,15 @@ pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report>
             n += b;
             step += 1;
             drop(batch);
+            if let Some(p) = profiler.as_mut() {
+                p.step();
+            }
+            progress.batch_done(
+                loss,
+                n as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                memory::memory_allocated(Device::Cpu)?,
+                memory::max_memory_allocated(Device::Cpu)?,
+            );
             for f in leaks.step()?.into_iter().chain(graphs.step()) {
                 if !findings.contains(&f.message) {
                     findings.push(f.message);
@@ -280,7 +329,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report>
         let (acc, tl) = evaluate(model.as_ref(), test_data.clone(), o)?;
         accuracy.push(acc);
         test_loss = tl;
-        progress(&format!(
+        progress.epoch_done(&format!(
             "epoch {}/{}: train loss {:.4}, test accuracy {:.2}%, {:.1} s, {:.0} samples/s",
             epoch + 1,
             o.epochs,
@@ -292,6 +341,27 @@ pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report>
     }
     if let Some(path) = &o.save {
         model.state_dict().save(path)?;
+    }
+    let (profile_table, trace_error) = match profiler.map(Profiler::finish) {
+        Some(p) => {
+            let table = o
+                .profile
+                .table
+                .then(|| p.key_averages().table(SortKey::SelfCpuMemoryUsage, 15));
+            let err = o
+                .profile
+                .trace
+                .as_ref()
+                .and_then(|path| p.export_chrome_trace(path).err().map(|e| (path.clone(), e)));
+            (table, err)
+        }
+        None => (None, None),
+    };
+    if let Some((path, e)) = trace_error {
+        return Err(TrainError::Options(format!(
+            "cannot write the trace to {}: {e}",
+            path.display()
+        )));
     }
     let m = measured.unwrap_or(Measured {
         allocated: 0,
@@ -332,6 +402,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn FnMut(&str)) -> Result<Report>
         run_peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
         run_peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
         watch_findings: findings,
+        profile_table,
     })
 }
 

@@ -46,6 +46,9 @@ pub struct Report {
     pub run_peak_reserved: usize,
     /// What the leak and graph watches found (empty: nothing).
     pub watch_findings: Vec<String>,
+    /// The profiler's table of the profiled steps, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_table: Option<String>,
 }
 
 impl Report {
@@ -99,6 +102,9 @@ impl Report {
             format_size(self.run_peak_reserved),
             self.split_steps
         );
+        if let Some(t) = &self.profile_table {
+            let _ = writeln!(out, "profile of two steps (after the measured one):\n{t}");
+        }
         if self.watch_findings.is_empty() {
             let _ = writeln!(out, "leak and graph watches: nothing found");
         } else {
