@@ -25,7 +25,7 @@ impl FloatFn for FloatKernel<'_> {
                 FloatOp::Rsqrt => kernels::map1::<T, T>(plan, move |x| one.div(x.sqrt())),
                 FloatOp::Sin => kernels::map1::<T, T>(plan, |x| x.sin()),
                 FloatOp::Cos => kernels::map1::<T, T>(plan, |x| x.cos()),
-                FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh()),
+                FloatOp::Tanh => kernels::map1::<T, T>(plan, |x| x.tanh_vectorisable()),
                 FloatOp::Sigmoid => kernels::map1::<T, T>(plan, move |x| {
                     one.div(one.add(x.neg().exp_vectorisable()))
                 }),
