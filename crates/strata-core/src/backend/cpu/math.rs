@@ -192,8 +192,8 @@ pub(crate) fn tanh_f32(x: f32) -> f32 {
     const CLAMP: f32 = 7.905_311;
     let xc = x.clamp(-CLAMP, CLAMP);
     let x2 = xc * xc;
-    let p = x2 * -2.760_768_5e-16 + 2.000_187_9e-13;
-    let p = x2 * p + -8.604_671_5e-11;
+    let p = x2 * -2.760_768_5e-16 + 2.000_188e-13;
+    let p = x2 * p + -8.604_672e-11;
     let p = x2 * p + 5.122_297e-8;
     let p = x2 * p + 1.485_722_4e-5;
     let p = x2 * p + 6.372_619_3e-4;
