@@ -43,6 +43,11 @@ enum Command {
     },
     /// Train a model on Fashion-MNIST and report accuracy, time and memory.
     Train(TrainArgs),
+    /// Train briefly (one epoch on 2048 images) and print the allocator's memory summary.
+    Summary {
+        #[command(flatten)]
+        common: CommonArgs,
+    },
     /// Report the test accuracy and loss of saved weights (PyTorch's key names).
     Eval {
         #[command(flatten)]
@@ -246,6 +251,31 @@ fn train(args: TrainArgs) -> ExitCode {
     }
 }
 
+fn summary(common: CommonArgs) -> ExitCode {
+    let o = strata_cli::train::TrainOptions {
+        train_samples: Some(2048),
+        test_samples: Some(common.test_samples.unwrap_or(1000)),
+        ..options(&common)
+    };
+    let run = || -> strata_cli::train::Result<String> {
+        strata_cli::train::train(&o, &mut |_: &str| {})?;
+        Ok(strata::core::memory::memory_summary(
+            strata::core::Device::Cpu,
+            false,
+        )?)
+    };
+    match run() {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("strata summary: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn eval(common: CommonArgs, load: PathBuf) -> ExitCode {
     let o = options(&common);
     let run = || -> strata_cli::train::Result<(f64, f64)> {
@@ -286,6 +316,7 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Demo) {
         Command::Train(args) => train(args),
         Command::Eval { common, load } => eval(common, load),
+        Command::Summary { common } => summary(common),
         Command::Demo => match strata_cli::demo::run(&mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

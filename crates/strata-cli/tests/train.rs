@@ -97,3 +97,67 @@ fn the_cnn_and_the_lstm_learn() -> Result<(), Box<dyn std::error::Error>> {
     }
     Ok(())
 }
+
+#[test]
+fn the_commands_run_end_to_end() -> Result<(), Box<dyn std::error::Error>> {
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("strata-cmd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (weights, report) = (dir.join("w.safetensors"), dir.join("r.json"));
+    let strata = env!("CARGO_BIN_EXE_strata");
+    let train = Command::new(strata)
+        .args([
+            "train",
+            "--epochs",
+            "1",
+            "--train-samples",
+            "1024",
+            "--test-samples",
+            "300",
+        ])
+        .arg("--save")
+        .arg(&weights)
+        .arg("--report-json")
+        .arg(&report)
+        .output()?;
+    assert!(
+        train.status.success(),
+        "{}",
+        String::from_utf8_lossy(&train.stderr)
+    );
+    let text = String::from_utf8_lossy(&train.stdout);
+    assert!(text.contains("memory of one training step"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report)?)?;
+    for key in [
+        "test_accuracy",
+        "test_loss",
+        "train_loss",
+        "epoch_seconds",
+        "data_wait_seconds",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing");
+    }
+    let eval = Command::new(strata)
+        .args(["eval", "--test-samples", "300", "--load"])
+        .arg(&weights)
+        .output()?;
+    assert!(
+        eval.status.success(),
+        "{}",
+        String::from_utf8_lossy(&eval.stderr)
+    );
+    let accuracy = 100.0 * json["test_accuracy"].as_f64().unwrap_or(-1.0);
+    assert!(String::from_utf8_lossy(&eval.stdout).contains(&format!("{accuracy:.2}%")));
+    let summary = Command::new(strata)
+        .args(["summary", "--test-samples", "100"])
+        .output()?;
+    assert!(summary.status.success());
+    assert!(String::from_utf8_lossy(&summary.stdout).contains("Allocated memory"));
+    let bad = Command::new(strata)
+        .args(["train", "--memory-limit", "2XB"])
+        .output()?;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown unit"));
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
