@@ -125,6 +125,12 @@ struct TrainArgs {
     /// Write those two steps as a Chrome trace (chrome://tracing, Perfetto).
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Mixed precision: forward and loss under autocast (f16 with a loss scaler).
+    #[arg(long, value_parser = ["bf16", "f16"])]
+    amp: Option<String>,
+    /// Step each parameter inside backward and free its gradient at once.
+    #[arg(long)]
+    optimizer_in_backward: bool,
 }
 
 /// Progress bars on stderr: one per epoch, with the loss, samples per second and memory.
@@ -205,6 +211,8 @@ fn options(common: &CommonArgs) -> strata_cli::train::TrainOptions {
         save: None,
         load: None,
         profile: Default::default(),
+        amp: None,
+        optimizer_in_backward: false,
     }
 }
 
@@ -232,6 +240,12 @@ fn train(args: TrainArgs) -> ExitCode {
             table: args.profile,
             trace: args.trace,
         },
+        amp: match args.amp.as_deref() {
+            Some("bf16") => Some(strata::core::DType::BF16),
+            Some(_) => Some(strata::core::DType::F16),
+            None => None,
+        },
+        optimizer_in_backward: args.optimizer_in_backward,
         ..options(&args.common)
     };
     let report = match strata_cli::train::train(&o, &mut Bars::default()) {

@@ -32,6 +32,8 @@ fn options(model: ModelKind) -> TrainOptions {
         save: None,
         load: None,
         profile: Default::default(),
+        amp: None,
+        optimizer_in_backward: false,
     }
 }
 
@@ -159,5 +161,40 @@ fn the_commands_run_end_to_end() -> Result<(), Box<dyn std::error::Error>> {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown unit"));
     let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+#[test]
+fn mixed_precision_and_stepping_in_backward_learn() -> Result<(), Box<dyn std::error::Error>> {
+    let _serial = serial();
+    let plain = train(&options(ModelKind::Mlp), &mut |_: &str| {})?;
+    for (amp, in_backward) in [
+        (Some(strata::core::DType::BF16), false),
+        (Some(strata::core::DType::F16), false),
+        (None, true),
+    ] {
+        let o = TrainOptions {
+            amp,
+            optimizer_in_backward: in_backward,
+            ..options(ModelKind::Mlp)
+        };
+        let r = train(&o, &mut |_: &str| {})?;
+        assert!(
+            r.test_accuracy > 0.65,
+            "{amp:?} {in_backward}: {}",
+            r.test_accuracy
+        );
+        if in_backward {
+            // Each gradient is freed as soon as its parameter stepped: the step holds at
+            // most the largest one, never all of them.
+            assert!(r.categories_at_peak["gradient"] < plain.categories_at_peak["gradient"]);
+        }
+    }
+    let both = TrainOptions {
+        amp: Some(strata::core::DType::F16),
+        optimizer_in_backward: true,
+        ..options(ModelKind::Mlp)
+    };
+    assert!(train(&both, &mut |_: &str| {}).is_err());
     Ok(())
 }

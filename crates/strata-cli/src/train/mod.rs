@@ -9,11 +9,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata::alloc::{DeviceAllocator, Grouping, HostCachingAllocator};
+use strata::core::autocast::autocast;
 use strata::core::autograd::inference_mode;
 use strata::core::nn::functional::{cross_entropy, Reduction};
-use strata::core::{memory, with_allocator, Category, Device, Tensor};
+use strata::core::{memory, with_allocator, Category, DType, Device, Tensor};
 use strata::data::transform::Normalize;
 use strata::data::{DataLoader, Dataset, FashionMnist, LoaderOptions, Split, Subset};
+use strata::nn::amp::GradScaler;
 use strata::nn::optim::{Adam, Optimizer, Sgd};
 use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
 use strata::nn::Module;
@@ -70,6 +72,19 @@ pub struct TrainOptions {
     pub load: Option<PathBuf>,
     /// Profile steps 3 and 4 (after a warm-up step): a table, a Chrome trace, or both.
     pub profile: ProfileRequest,
+    /// Mixed precision: forward and loss under autocast to this dtype (bf16 or f16; f16
+    /// with a GradScaler).
+    pub amp: Option<DType>,
+    /// Step each parameter inside backward, as soon as its gradient is ready, and free the
+    /// gradient at once.
+    pub optimizer_in_backward: bool,
+}
+
+/// What runs a step: the optimizer, and the loss scaler with f16.
+struct Stepper {
+    opt: Optimizer,
+    scaler: Option<GradScaler>,
+    amp: Option<DType>,
 }
 
 /// What a run tells whoever watches it (progress bars, logs). Every method has a
@@ -249,7 +264,22 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     for p in model.parameters() {
         p.mark_category(Category::Parameter);
     }
+    if o.amp == Some(DType::F16) && o.optimizer_in_backward {
+        return Err(TrainError::Options(
+            "--amp f16 needs a loss scaler, which steps after backward: it cannot be used with \
+             --optimizer-in-backward (use --amp bf16)"
+                .into(),
+        ));
+    }
     let mut opt = optimizer(model.as_ref(), o)?;
+    if o.optimizer_in_backward {
+        opt.set_step_in_backward(true)?;
+    }
+    let mut stepper = Stepper {
+        opt,
+        scaler: (o.amp == Some(DType::F16)).then(GradScaler::new),
+        amp: o.amp,
+    };
     let mut loader = loader(train_data.clone(), o, true)?;
     let mut leaks = LeakWatch::new(Device::Cpu);
     let mut graphs = GraphWatch::new();
@@ -285,7 +315,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
                 );
                 let routed: Arc<dyn DeviceAllocator> = fresh.clone();
                 let (loss, holders) = with_allocator(&routed, || {
-                    one_step(model.as_ref(), &mut opt, x, y, Some(&fresh))
+                    one_step(model.as_ref(), &mut stepper, x, y, Some(&fresh))
                 })?;
                 let stats = fresh.memory_stats();
                 measured = Some(Measured {
@@ -300,7 +330,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
                 });
                 loss
             } else {
-                one_step(model.as_ref(), &mut opt, x, y, None)?.0
+                one_step(model.as_ref(), &mut stepper, x, y, None)?.0
             };
             loss_sum += f64::from(loss) * b as f64;
             n += b;
@@ -411,13 +441,17 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
 /// forward ends.
 fn one_step(
     model: &dyn Module,
-    opt: &mut Optimizer,
+    stepper: &mut Stepper,
     x: &Tensor,
     y: &Tensor,
     holders: Option<&HostCachingAllocator>,
 ) -> Result<(f32, Vec<String>)> {
-    let logits = model.call(x)?;
-    let loss = cross_entropy(&logits, y, Reduction::Mean)?;
+    let (logits, loss) = {
+        let _region = stepper.amp.map(autocast).transpose()?;
+        let logits = model.call(x)?;
+        let loss = cross_entropy(&logits, y, Reduction::Mean)?;
+        (logits, loss)
+    };
     let top = if let Some(a) = holders {
         let mut live = a.live_allocations_by(Grouping::Site);
         live.truncate(5);
@@ -435,8 +469,17 @@ fn one_step(
         Vec::new()
     };
     drop(logits);
-    loss.backward()?;
-    opt.step()?;
-    opt.zero_grad(true)?;
-    Ok((loss.item::<f32>()?, top))
+    match &mut stepper.scaler {
+        Some(scaler) => {
+            scaler.scale(&loss)?.backward()?;
+            scaler.step(&mut stepper.opt)?;
+            scaler.update()?;
+        }
+        None => {
+            loss.backward()?;
+            stepper.opt.step()?;
+        }
+    }
+    stepper.opt.zero_grad(true)?;
+    Ok((loss.to(DType::F32)?.item::<f32>()?, top))
 }
