@@ -9,8 +9,7 @@ use strata::core::{memory, DType, Device, Tensor};
 use strata::nn::module::shared;
 use strata::nn::{Linear, Module, ReLU, Sequential};
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = Sequential::new();
     model.push(shared(Linear::new(256, 512, true)?))?;
     model.push(shared(ReLU::new()))?;
@@ -45,4 +44,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(buffered, features_bytes);
     assert!(with_graphs > 4 * buffered);
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

@@ -6,8 +6,7 @@
 
 use strata::core::{memory, DType, Device, Tensor};
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let x = Tensor::randn(&[4096, 256], DType::F32)?;
     let w = Tensor::randn(&[256, 1024], DType::F32)?;
     let rows = 512;
@@ -37,4 +36,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(allocations.iter().all(|&n| n == 0), "{allocations:?}");
     assert!((total - f64::from(whole_sum)).abs() <= 1e-3 * f64::from(whole_sum).abs().max(1.0));
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

@@ -9,8 +9,7 @@ use std::sync::Arc;
 use strata::core::{DType, Tensor};
 use strata::data::{Batch, DataLoader, LoaderOptions, Prefetch, TensorDataset};
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let x = Tensor::randn(&[1024, 64], DType::F32)?;
     let y = Tensor::arange(1024, DType::I64)?;
     let data = Arc::new(TensorDataset::new(vec![x, y])?);
@@ -44,4 +43,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     assert_eq!(seen, (0..16).collect::<Vec<_>>());
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

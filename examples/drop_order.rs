@@ -6,8 +6,7 @@
 
 use strata::core::{memory, DType, Device, Tensor};
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mib = 1 << 20;
     let base = memory::memory_allocated(Device::Cpu)?;
     let now = || -> strata::Result<usize> { Ok(memory::memory_allocated(Device::Cpu)? - base) };
@@ -35,4 +34,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     seen.push(now()?);
     assert_eq!(seen[5], 0);
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

@@ -11,8 +11,7 @@ use strata::nn::module::shared;
 use strata::nn::{Linear, Module, ReLU, Sequential};
 use strata::profile::MemoryTracker;
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = Sequential::new();
     for i in 0..4 {
         model.push(shared(Linear::new(
@@ -41,4 +40,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(peak[1] <= 2 * layer_out);
     assert_eq!(peak[1], peak[2]);
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

@@ -6,8 +6,7 @@
 
 use strata::core::{memory, DType, Device, Tensor};
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Tensor::randn(&[256, 256], DType::F32)?;
     let b = Tensor::randn(&[256, 256], DType::F32)?;
     let count = || -> strata::Result<i64> {
@@ -37,4 +36,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(fresh, 300);
     assert_eq!(preallocated, 0);
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

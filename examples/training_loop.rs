@@ -11,8 +11,7 @@ use strata::nn::optim::{Adam, Optimizer};
 use strata::nn::{Linear, Module, ReLU, Sequential};
 use strata::profile::LeakWatch;
 
-/// Runs the example; an `Err` or a failed assertion means it does not hold.
-pub fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = Sequential::new();
     model.push(shared(Linear::new(64, 256, true)?))?;
     model.push(shared(ReLU::new()))?;
@@ -37,4 +36,10 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The first step creates Adam's state; after it, every step ends where the last did.
     assert!(after[1..].iter().all(|&b| b == after[1]), "{after:?}");
     Ok(())
+}
+
+/// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
+#[test]
+fn holds() -> Result<(), Box<dyn std::error::Error>> {
+    main()
 }

@@ -124,9 +124,14 @@ pub fn memory_summary(device: Device, abbreviated: bool) -> Result<String> {
 /// Returns every wholly free cached segment to the system. Live tensors are untouched;
 /// segments that still hold a live block keep their free pieces.
 pub fn empty_cache(device: Device) -> Result<()> {
-    let before = memory_reserved(device)?;
+    // Reserved bytes are read only for an observer, which is told what the call released.
+    let observer = crate::observer::observer();
+    let before = match observer {
+        Some(_) => memory_reserved(device)?,
+        None => 0,
+    };
     on_default!(device, |a| a.empty_cache()).map_err(|e| backing_error("empty_cache", e))?;
-    if let Some(o) = crate::observer::observer() {
+    if let Some(o) = observer {
         let after = memory_reserved(device)?;
         o.cache_emptied(device, before.saturating_sub(after), after);
     }

@@ -144,7 +144,7 @@ fn a_schedule_keeps_only_the_active_steps() -> strata_core::Result<()> {
 }
 
 #[test]
-fn the_chrome_trace_follows_the_format() -> strata_core::Result<()> {
+fn the_chrome_trace_follows_the_format() -> Result<(), Box<dyn std::error::Error>> {
     let _serial = common::serial();
     let m = model()?;
     let mut opt = Optimizer::sgd(m.parameters(), Sgd::default())?;
@@ -166,13 +166,10 @@ fn the_chrome_trace_follows_the_format() -> strata_core::Result<()> {
     assert_eq!(summary.threads, 2);
     assert!(json.contains("\"Memory (cpu)\""));
     let dir = std::env::temp_dir().join(format!("strata-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| strata_core::Error::argument("io", e.to_string(), None))?;
+    std::fs::create_dir_all(&dir)?;
     let path = dir.join("trace.json");
-    prof.export_chrome_trace(&path)
-        .map_err(|e| strata_core::Error::argument("io", e.to_string(), None))?;
-    let back = std::fs::read_to_string(&path)
-        .map_err(|e| strata_core::Error::argument("io", e.to_string(), None))?;
+    prof.export_chrome_trace(&path)?;
+    let back = std::fs::read_to_string(&path)?;
     assert!(validate_chrome_trace(&back).is_ok());
     let _ = std::fs::remove_dir_all(dir);
     Ok(())

@@ -261,9 +261,6 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     let train_data = dataset(&o.data_dir, Split::Train, o.train_samples)?;
     let test_data = test_set(o)?;
     let model = model_with_weights(o.model, o.load.as_ref())?;
-    for p in model.parameters() {
-        p.mark_category(Category::Parameter);
-    }
     if o.amp == Some(DType::F16) && o.optimizer_in_backward {
         return Err(TrainError::Options(
             "--amp f16 needs a loss scaler, which steps after backward: it cannot be used with \
