@@ -33,7 +33,7 @@ pub mod trace;
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
-    AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, ConfigError,
+    AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, CategoryMix, ConfigError,
     HostCachingAllocator, MemoryStats, RecordContext, Snapshot, Stat, VirtualCachingAllocator,
 };
 pub use category::Category;

@@ -70,7 +70,7 @@ pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
-pub use stats::{CategoryBytes, MemoryStats, Stat, StatArray};
+pub use stats::{CategoryBytes, CategoryMix, MemoryStats, Stat, StatArray};
 // The report, site usage and size formatting live below the allocators (the plain allocator
 // and the errors use them too); these keep their `caching::` paths.
 pub use crate::error::{OomReport, OOM_TOP_SITES};
@@ -466,5 +466,7 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
     }
 }
 
+#[cfg(test)]
+mod category_tests;
 #[cfg(test)]
 mod tests;

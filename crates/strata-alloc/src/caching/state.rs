@@ -466,6 +466,7 @@ impl State {
         st.category_bytes
             .get_mut(Category::Temporary)
             .increase(bsize);
+        st.note_if_peak();
     }
 
     /// Brings the statistics up to date with a [`Reuse`] record: folds in the pairs it has not
@@ -497,6 +498,11 @@ impl State {
         let pool = r.pool;
         let st = &mut self.stats;
         let bytes = k * r.bsize as u64;
+        if st.allocated_bytes.all.current + r.bsize as i64 > st.allocated_bytes.all.peak {
+            // The first of the pairs set a new peak: the live blocks and this temporary.
+            st.take_peak_mix();
+            st.category_bytes_at_peak.add_temporary(r.bsize);
+        }
         st.allocation.rise_and_fall(pool, k, 1);
         st.active.rise_and_fall(pool, k, 1);
         st.allocated_bytes.rise_and_fall(pool, bytes, r.bsize);
@@ -765,6 +771,7 @@ impl State {
             blk.category = category;
             self.stats.category_bytes.get_mut(old).decrease(size);
             self.stats.category_bytes.get_mut(category).increase(size);
+            self.stats.follow_mark_at_peak(old, category, size);
         }
         true
     }

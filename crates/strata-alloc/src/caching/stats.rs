@@ -182,6 +182,10 @@ pub struct MemoryStats {
     /// categories add up to `allocated_bytes.all`.
     #[serde(default)]
     pub category_bytes: CategoryBytes,
+    /// Each category's bytes at the moment `allocated_bytes.all` last reached its peak (the
+    /// mix of the peak, as the blocks were marked then), not each category's own peak.
+    #[serde(default)]
+    pub category_bytes_at_peak: CategoryMix,
     /// Bytes of files memory-mapped for tensors on this device (`mapped_bytes`): not
     /// allocated here, but held by the program all the same; released when the mapping
     /// drops. Counted apart from `allocated_bytes` and `reserved_bytes`.
@@ -213,6 +217,35 @@ impl MemoryStats {
         self.oversize_segments.reset_peak();
         self.category_bytes.each_mut().for_each(Stat::reset_peak);
         self.mapped_bytes.reset_peak();
+        self.take_peak_mix();
+    }
+
+    /// Records the current category mix as the peak's mix.
+    #[inline]
+    pub(crate) fn take_peak_mix(&mut self) {
+        for c in Category::ALL {
+            self.category_bytes_at_peak.0[c.index()] = self.category_bytes.get(c).current;
+        }
+    }
+
+    /// After an allocation: when allocated bytes stand at their peak, records the mix.
+    #[inline]
+    pub(crate) fn note_if_peak(&mut self) {
+        let all = &self.allocated_bytes.all;
+        if all.current == all.peak {
+            self.take_peak_mix();
+        }
+    }
+
+    /// After `set_category` moved `size` bytes from `old` to `new`: while allocated bytes still
+    /// stand at their peak, the peak's mix follows the mark.
+    #[inline]
+    pub(crate) fn follow_mark_at_peak(&mut self, old: Category, new: Category, size: usize) {
+        let all = &self.allocated_bytes.all;
+        if all.current == all.peak {
+            self.category_bytes_at_peak.0[old.index()] -= size as i64;
+            self.category_bytes_at_peak.0[new.index()] += size as i64;
+        }
     }
 
     /// Zeroes every `allocated`/`freed` total and the event counters.
@@ -290,6 +323,21 @@ impl CategoryBytes {
             map.insert(format!("category_bytes.{c}.current"), s.current);
             map.insert(format!("category_bytes.{c}.peak"), s.peak);
         }
+    }
+}
+
+/// Bytes per [`Category`] at one moment (see [`MemoryStats::category_bytes_at_peak`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CategoryMix([i64; 7]);
+
+impl CategoryMix {
+    /// The bytes of one category.
+    pub fn get(&self, c: Category) -> i64 {
+        self.0[c.index()]
+    }
+
+    pub(crate) fn add_temporary(&mut self, bytes: usize) {
+        self.0[Category::Temporary.index()] += bytes as i64;
     }
 }
 
