@@ -131,6 +131,19 @@ struct TrainArgs {
     /// Step each parameter inside backward and free its gradient at once.
     #[arg(long)]
     optimizer_in_backward: bool,
+    /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
+    /// region; cnn: each conv block; lstm: segments of 7 time steps).
+    #[arg(long)]
+    checkpoint_activations: bool,
+    /// `cpu`, or `meta`: the whole run's memory without computing (values are null).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
+    device: String,
+    /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
+    #[arg(long, value_enum, default_value = "fail")]
+    on_oom: strata_cli::train::OnOom,
+    /// Record the allocator's history and save a snapshot pickle here (PyTorch's format).
+    #[arg(long)]
+    snapshot: Option<PathBuf>,
 }
 
 /// Progress bars on stderr: one per epoch, with the loss, samples per second and memory.
@@ -150,10 +163,17 @@ impl strata_cli::train::Progress for Bars {
         self.bar = Some(bar);
     }
 
-    fn batch_done(&mut self, loss: f32, samples_per_second: f64, allocated: usize, peak: usize) {
+    fn batch_done(
+        &mut self,
+        loss: Option<f32>,
+        samples_per_second: f64,
+        allocated: usize,
+        peak: usize,
+    ) {
         if let Some(bar) = &self.bar {
+            let loss = loss.map_or_else(|| "-".to_owned(), |l| format!("{l:.4}"));
             bar.set_message(format!(
-                "loss {loss:.4} · {samples_per_second:.0} samples/s · memory {} (peak {})",
+                "loss {loss} · {samples_per_second:.0} samples/s · memory {} (peak {})",
                 strata::alloc::caching::format_size(allocated),
                 strata::alloc::caching::format_size(peak)
             ));
@@ -197,22 +217,11 @@ fn options(common: &CommonArgs) -> strata_cli::train::TrainOptions {
         model: common.model,
         epochs: 1,
         batch_size: common.batch_size,
-        lr: 1e-3,
-        optimizer: strata_cli::train::OptimizerKind::Adam,
-        momentum: 0.0,
-        weight_decay: 0.0,
         workers: common.workers,
         prefetch: Some(common.prefetch),
-        seed: 0,
-        memory_limit: None,
         data_dir: common.data_dir.clone(),
-        train_samples: None,
         test_samples: common.test_samples,
-        save: None,
-        load: None,
-        profile: Default::default(),
-        amp: None,
-        optimizer_in_backward: false,
+        ..Default::default()
     }
 }
 
@@ -246,6 +255,14 @@ fn train(args: TrainArgs) -> ExitCode {
             None => None,
         },
         optimizer_in_backward: args.optimizer_in_backward,
+        checkpoint_activations: args.checkpoint_activations,
+        device: if args.device == "meta" {
+            strata::core::Device::Meta
+        } else {
+            strata::core::Device::Cpu
+        },
+        on_oom: args.on_oom,
+        snapshot: args.snapshot,
         ..options(&args.common)
     };
     let report = match strata_cli::train::train(&o, &mut Bars::default()) {

@@ -1,28 +1,34 @@
 //! `strata train` and `strata eval`: Fashion-MNIST with the mlp, cnn or lstm model, a
 //! report of accuracy, time and where the memory of one training step went.
 
+mod data;
+mod measure;
 pub mod models;
 mod report;
+mod step;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use strata::alloc::{DeviceAllocator, Grouping, HostCachingAllocator};
-use strata::core::autocast::autocast;
+use strata::alloc::{HostCachingAllocator, RecordContext, VirtualBacking, VirtualCachingAllocator};
 use strata::core::autograd::inference_mode;
+use strata::core::device::DefaultDevice;
 use strata::core::nn::functional::{cross_entropy, Reduction};
-use strata::core::{memory, with_allocator, Category, DType, Device, Tensor};
-use strata::data::transform::Normalize;
-use strata::data::{DataLoader, Dataset, FashionMnist, LoaderOptions, Split, Subset};
-use strata::nn::amp::GradScaler;
-use strata::nn::optim::{Adam, Optimizer, Sgd};
+use strata::core::routing::META_CAPACITY;
+use strata::core::{memory, DType, Device};
+use strata::data::{Dataset, Split};
 use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
 use strata::nn::Module;
 use strata::profile::{GraphWatch, LeakWatch, ProfileOptions, Profiler, Schedule, SortKey};
 
-pub use models::ModelKind;
+use data::Data;
+use measure::{measure, Measured};
+
+pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
+pub use models::{Model, ModelKind};
 pub use report::Report;
+pub use step::{OnOom, StepOutcome, Stepper};
 
 /// Which optimizer updates the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,13 +84,48 @@ pub struct TrainOptions {
     /// Step each parameter inside backward, as soon as its gradient is ready, and free the
     /// gradient at once.
     pub optimizer_in_backward: bool,
+    /// Keep only the inputs of each checkpointed region in forward and recompute the rest
+    /// in backward (see [`Model::build`] for the regions).
+    pub checkpoint_activations: bool,
+    /// `Device::Cpu`, or `Device::Meta`: the whole run's allocations without computing
+    /// (every value in the report is then `None`).
+    pub device: Device,
+    /// What a step that runs out of memory does.
+    pub on_oom: OnOom,
+    /// Record the allocator's history through the run and save a snapshot pickle here.
+    pub snapshot: Option<PathBuf>,
 }
 
-/// What runs a step: the optimizer, and the loss scaler with f16.
-struct Stepper {
-    opt: Optimizer,
-    scaler: Option<GradScaler>,
-    amp: Option<DType>,
+impl Default for TrainOptions {
+    /// The default recipe: the mlp, 5 epochs of Adam (lr 1e-3) in batches of 128, two
+    /// loader workers, on the CPU, with Debian's Fashion-MNIST.
+    fn default() -> Self {
+        TrainOptions {
+            model: ModelKind::Mlp,
+            epochs: 5,
+            batch_size: 128,
+            lr: 1e-3,
+            optimizer: OptimizerKind::Adam,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            workers: 2,
+            prefetch: Some(2),
+            seed: 0,
+            memory_limit: None,
+            data_dir: PathBuf::from(strata::data::FashionMnist::DEFAULT_DIR),
+            train_samples: None,
+            test_samples: None,
+            save: None,
+            load: None,
+            profile: ProfileRequest::default(),
+            amp: None,
+            optimizer_in_backward: false,
+            checkpoint_activations: false,
+            device: Device::Cpu,
+            on_oom: OnOom::Fail,
+            snapshot: None,
+        }
+    }
 }
 
 /// What a run tells whoever watches it (progress bars, logs). Every method has a
@@ -94,9 +135,15 @@ pub trait Progress {
     fn epoch_started(&mut self, epoch: usize, epochs: usize, batches: usize) {
         let _ = (epoch, epochs, batches);
     }
-    /// A batch was trained on: its loss, the epoch's samples per second so far, and the
-    /// allocated and peak allocated bytes now.
-    fn batch_done(&mut self, loss: f32, samples_per_second: f64, allocated: usize, peak: usize) {
+    /// A batch was trained on: its loss (`None` on meta), the epoch's samples per second so
+    /// far, and the allocated and peak allocated bytes now.
+    fn batch_done(
+        &mut self,
+        loss: Option<f32>,
+        samples_per_second: f64,
+        allocated: usize,
+        peak: usize,
+    ) {
         let _ = (loss, samples_per_second, allocated, peak);
     }
     /// An epoch ended, evaluation included; `line` sums it up.
@@ -143,42 +190,19 @@ pub enum TrainError {
 /// Result of a run.
 pub type Result<T> = std::result::Result<T, TrainError>;
 
-fn dataset(dir: &std::path::Path, split: Split, limit: Option<usize>) -> Result<Arc<dyn Dataset>> {
-    let full: Arc<dyn Dataset> =
-        Arc::new(FashionMnist::load_from(dir, split)?.normalized(Normalize::FASHION_MNIST));
-    Ok(match limit {
-        Some(n) if n < full.len() => Arc::new(Subset::new(full, (0..n).collect())?),
-        _ => full,
-    })
-}
-
-fn loader(data: Arc<dyn Dataset>, o: &TrainOptions, shuffle: bool) -> Result<DataLoader> {
-    Ok(DataLoader::new(
-        data,
-        LoaderOptions {
-            batch_size: o.batch_size,
-            shuffle,
-            num_workers: o.workers,
-            prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
-            seed: o.seed,
-            ..LoaderOptions::default()
-        },
-    )?)
-}
-
-/// The test set `o` names.
-pub fn test_set(o: &TrainOptions) -> Result<Arc<dyn Dataset>> {
-    dataset(&o.data_dir, Split::Test, o.test_samples)
-}
-
 /// Builds `kind`, with the weights in `load` when given.
 pub fn model_with_weights(kind: ModelKind, load: Option<&PathBuf>) -> Result<Arc<dyn Module>> {
     let model = models::build(kind)?;
+    load_weights(model.as_ref(), load)?;
+    Ok(model)
+}
+
+fn load_weights(model: &dyn Module, load: Option<&PathBuf>) -> Result<()> {
     if let Some(path) = load {
         let dict = StateDict::load(path)?;
         model.load_state_dict(&dict, LoadOptions::default())?;
     }
-    Ok(model)
+    Ok(())
 }
 
 /// Test accuracy (a fraction) and mean loss of `model` on `data`, under inference mode.
@@ -187,20 +211,30 @@ pub fn evaluate(
     data: Arc<dyn Dataset>,
     o: &TrainOptions,
 ) -> Result<(f64, f64)> {
+    let mut batches = Data::from_dataset(data, o, false)?;
+    let values = evaluate_on(model, &mut batches)?;
+    values.ok_or_else(|| TrainError::Options("evaluation on meta has no values".into()))
+}
+
+/// Accuracy and mean loss over `data`'s batches; `None` on meta (the same ops run, and
+/// allocate, but there are no values to read).
+fn evaluate_on(model: &dyn Module, data: &mut Data) -> Result<Option<(f64, f64)>> {
     let was_training = model.is_training();
     model.eval();
-    let mut loader = loader(data, o, false)?;
-    let (mut correct, mut loss_sum, mut n) = (0usize, 0f64, 0usize);
+    let (mut correct, mut loss_sum, mut n, mut meta) = (0usize, 0f64, 0usize, false);
     let result = inference_mode(|| -> Result<()> {
-        for batch in loader.epoch()? {
-            let batch = batch?;
-            let (x, y) = (&batch.tensors[0], &batch.tensors[1]);
-            let logits = model.call(x)?;
-            let b = y.numel();
-            loss_sum += f64::from(cross_entropy(&logits, y, Reduction::Sum)?.item::<f32>()?);
-            let hits = logits.argmax(Some(1), false)?.eq(y)?;
+        for batch in data.epoch()? {
+            let (x, y) = batch?;
+            let logits = model.call(&x)?;
+            let loss = cross_entropy(&logits, &y, Reduction::Sum)?;
+            let hits = logits.argmax(Some(1), false)?.eq(&y)?;
+            n += y.numel();
+            if x.device() == Device::Meta {
+                meta = true;
+                continue;
+            }
+            loss_sum += f64::from(loss.item::<f32>()?);
             correct += hits.to_vec::<bool>()?.iter().filter(|h| **h).count();
-            n += b;
         }
         Ok(())
     });
@@ -209,138 +243,115 @@ pub fn evaluate(
     }
     result?;
     let n = n.max(1) as f64;
-    Ok((correct as f64 / n, loss_sum / n))
+    Ok((!meta).then(|| (correct as f64 / n, loss_sum / n)))
 }
 
-fn optimizer(model: &dyn Module, o: &TrainOptions) -> Result<Optimizer> {
-    let params = model.parameters();
-    Ok(match o.optimizer {
-        OptimizerKind::Sgd => Optimizer::sgd(
-            params,
-            Sgd {
-                lr: o.lr,
-                momentum: o.momentum,
-                weight_decay: o.weight_decay,
-                ..Sgd::default()
-            },
-        )?,
-        OptimizerKind::Adam | OptimizerKind::Adamw => {
-            let config = Adam {
-                lr: o.lr,
-                weight_decay: o.weight_decay,
-                ..Adam::default()
-            };
-            if o.optimizer == OptimizerKind::Adam {
-                Optimizer::adam(params, config)?
-            } else {
-                Optimizer::adamw(params, config)?
-            }
+/// The measured step on a fresh caching allocator for `o.device`, with the run's settings.
+fn measured_step(
+    o: &TrainOptions,
+    stepper: &mut Stepper,
+    model: &Model,
+    x: &strata::core::Tensor,
+    y: &strata::core::Tensor,
+) -> Result<(StepOutcome, Measured)> {
+    let held = memory::memory_stats(o.device)?;
+    let settings = |e: strata::alloc::ConfigError| TrainError::Options(e.to_string());
+    let step = |after: &mut dyn FnMut()| stepper.step(model, x, y, after);
+    match o.device {
+        Device::Meta => {
+            let fresh = VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY))
+                .map_err(settings)?;
+            measure(Arc::new(fresh), o.device, &held, step)
         }
-    })
+        _ => {
+            let fresh = HostCachingAllocator::host().map_err(settings)?;
+            measure(Arc::new(fresh), o.device, &held, step)
+        }
+    }
 }
 
-/// What one measured step left: the fresh allocator's peaks, its categories, and the
-/// largest holders after the forward.
-struct Measured {
-    allocated: usize,
-    reserved: usize,
-    requested: usize,
-    categories: Vec<(Category, usize)>,
-    holders: Vec<String>,
-}
-
-/// Trains as `o` says, telling `progress` as it goes.
-pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
+/// Checks what no run can do before anything starts.
+fn check(o: &TrainOptions) -> Result<()> {
     if o.batch_size == 0 || o.epochs == 0 {
         return Err(TrainError::Options(
             "--batch-size and --epochs must be at least 1".into(),
         ));
     }
+    if !matches!(o.device, Device::Cpu | Device::Meta) {
+        return Err(TrainError::Options(format!(
+            "--device {} is not available: use cpu or meta",
+            o.device
+        )));
+    }
+    Ok(())
+}
+
+/// Trains as `o` says, telling `progress` as it goes.
+pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
+    check(o)?;
     strata::core::manual_seed(o.seed);
-    memory::set_memory_limit(o.memory_limit, Device::Cpu)?;
-    let train_data = dataset(&o.data_dir, Split::Train, o.train_samples)?;
-    let test_data = test_set(o)?;
-    let model = model_with_weights(o.model, o.load.as_ref())?;
-    if o.amp == Some(DType::F16) && o.optimizer_in_backward {
-        return Err(TrainError::Options(
-            "--amp f16 needs a loss scaler, which steps after backward: it cannot be used with \
-             --optimizer-in-backward (use --amp bf16)"
-                .into(),
-        ));
+    memory::set_memory_limit(o.memory_limit, o.device)?;
+    if o.snapshot.is_some() {
+        memory::record_memory_history(true, RecordContext::All, 100_000, o.device)?;
     }
-    let mut opt = optimizer(model.as_ref(), o)?;
-    if o.optimizer_in_backward {
-        opt.set_step_in_backward(true)?;
-    }
-    let mut stepper = Stepper {
-        opt,
-        scaler: (o.amp == Some(DType::F16)).then(GradScaler::new),
-        amp: o.amp,
+    let mut train_data = Data::new(o, Split::Train)?;
+    let mut test_data = Data::new(o, Split::Test)?;
+    let model = {
+        let _on = DefaultDevice::set(o.device);
+        Model::build(o.model, o.checkpoint_activations)?
     };
-    let mut loader = loader(train_data.clone(), o, true)?;
-    let mut leaks = LeakWatch::new(Device::Cpu);
+    load_weights(model.module().as_ref(), o.load.as_ref())?;
+    let mut stepper = Stepper::new(&model, o)?;
+    let mut leaks = LeakWatch::new(o.device);
     let mut graphs = GraphWatch::new();
     let mut findings: Vec<String> = Vec::new();
+    let meta = o.device == Device::Meta;
     let (mut train_loss, mut epoch_seconds, mut accuracy) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut wait, mut samples, mut step) = (0f64, 0usize, 0usize);
+    let (mut wait, mut samples, mut step, mut split_steps) = (0f64, 0usize, 0usize, 0usize);
     let mut measured: Option<Measured> = None;
-    let mut test_loss = 0.0;
+    let mut test_loss = None;
     let profiling = o.profile.table || o.profile.trace.is_some();
     // Steps 0 and 1 (the measured one) idle, step 2 warms up, steps 3 and 4 are kept.
     let mut profiler = profiling
         .then(|| Profiler::start(ProfileOptions::default().schedule(Schedule::new(2, 1, 2))));
-    memory::reset_peak_memory_stats(Device::Cpu)?;
+    memory::reset_peak_memory_stats(o.device)?;
     for epoch in 0..o.epochs {
-        model.train();
+        model.module().train();
         let start = Instant::now();
         let (mut loss_sum, mut n) = (0f64, 0usize);
-        progress.epoch_started(epoch + 1, o.epochs, loader.len());
-        let mut batches = loader.epoch()?;
+        progress.epoch_started(epoch + 1, o.epochs, train_data.len());
+        let mut batches = train_data.epoch()?;
         loop {
             let waited = Instant::now();
             let Some(batch) = batches.next() else { break };
             wait += waited.elapsed().as_secs_f64();
-            let batch = batch?;
-            let (x, y) = (&batch.tensors[0], &batch.tensors[1]);
+            let (x, y) = batch?;
             let b = y.numel();
-            let loss = if step == 1 {
+            let outcome = if step == 1 {
                 // The measured step: after the first optimizer step (its state exists),
                 // with the gradients cleared and the batch loaded, one step on a fresh
                 // allocator with the run's settings.
-                let fresh = Arc::new(
-                    HostCachingAllocator::host().map_err(|e| TrainError::Options(e.to_string()))?,
-                );
-                let routed: Arc<dyn DeviceAllocator> = fresh.clone();
-                let (loss, holders) = with_allocator(&routed, || {
-                    one_step(model.as_ref(), &mut stepper, x, y, Some(&fresh))
-                })?;
-                let stats = fresh.memory_stats();
-                measured = Some(Measured {
-                    allocated: stats.allocated_bytes.all.peak.max(0) as usize,
-                    reserved: stats.reserved_bytes.all.peak.max(0) as usize,
-                    requested: stats.requested_bytes.all.peak.max(0) as usize,
-                    categories: Category::ALL
-                        .iter()
-                        .map(|c| (*c, stats.category_bytes.get(*c).peak.max(0) as usize))
-                        .collect(),
-                    holders,
-                });
-                loss
+                let (outcome, m) = measured_step(o, &mut stepper, &model, &x, &y)?;
+                measured = Some(m);
+                outcome
             } else {
-                one_step(model.as_ref(), &mut stepper, x, y, None)?.0
+                stepper.step(&model, &x, &y, &mut || {})?
             };
-            loss_sum += f64::from(loss) * b as f64;
+            if outcome.parts > 1 {
+                split_steps += 1;
+            }
+            loss_sum += f64::from(outcome.loss.unwrap_or(0.0)) * b as f64;
             n += b;
             step += 1;
-            drop(batch);
+            drop((x, y));
             if let Some(p) = profiler.as_mut() {
                 p.step();
             }
             progress.batch_done(
-                loss,
+                outcome.loss,
                 n as f64 / start.elapsed().as_secs_f64().max(1e-9),
-                memory::memory_allocated(Device::Cpu)?,
-                memory::max_memory_allocated(Device::Cpu)?,
+                memory::memory_allocated(o.device)?,
+                memory::max_memory_allocated(o.device)?,
             );
             for f in leaks.step()?.into_iter().chain(graphs.step()) {
                 if !findings.contains(&f.message) {
@@ -353,21 +364,43 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
         samples += n;
         epoch_seconds.push(secs);
         train_loss.push(loss_sum / n.max(1) as f64);
-        let (acc, tl) = evaluate(model.as_ref(), test_data.clone(), o)?;
-        accuracy.push(acc);
-        test_loss = tl;
-        progress.epoch_done(&format!(
-            "epoch {}/{}: train loss {:.4}, test accuracy {:.2}%, {:.1} s, {:.0} samples/s",
-            epoch + 1,
-            o.epochs,
-            loss_sum / n.max(1) as f64,
-            100.0 * acc,
-            secs,
-            n as f64 / secs.max(1e-9)
-        ));
+        let values = evaluate_on(model.module().as_ref(), &mut test_data)?;
+        let line = match values {
+            Some((acc, tl)) => {
+                accuracy.push(acc);
+                test_loss = Some(tl);
+                format!(
+                    "epoch {}/{}: train loss {:.4}, test accuracy {:.2}%, {:.1} s, {:.0} samples/s",
+                    epoch + 1,
+                    o.epochs,
+                    loss_sum / n.max(1) as f64,
+                    100.0 * acc,
+                    secs,
+                    n as f64 / secs.max(1e-9)
+                )
+            }
+            None => format!(
+                "epoch {}/{} on meta: {:.1} s, peak allocated {}",
+                epoch + 1,
+                o.epochs,
+                secs,
+                strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
+            ),
+        };
+        progress.epoch_done(&line);
     }
     if let Some(path) = &o.save {
-        model.state_dict().save(path)?;
+        model.module().state_dict().save(path)?;
+    }
+    if let Some(path) = &o.snapshot {
+        let snap = memory::snapshot(o.device)?;
+        memory::record_memory_history(false, RecordContext::All, 0, o.device)?;
+        snap.save_pickle(path).map_err(|e| {
+            TrainError::Options(format!(
+                "cannot write the snapshot to {}: {e}",
+                path.display()
+            ))
+        })?;
     }
     let (profile_table, trace_error) = match profiler.map(Profiler::finish) {
         Some(p) => {
@@ -390,93 +423,33 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
             path.display()
         )));
     }
-    let m = measured.unwrap_or(Measured {
-        allocated: 0,
-        reserved: 0,
-        requested: 0,
-        categories: Vec::new(),
-        holders: Vec::new(),
-    });
-    let stats = memory::memory_stats(Device::Cpu)?;
-    let mut categories: std::collections::BTreeMap<String, usize> = m
-        .categories
-        .iter()
-        .filter(|(c, _)| !matches!(c, Category::Parameter | Category::OptimizerState))
-        .map(|(c, b)| (c.as_str().to_owned(), *b))
-        .collect();
-    for c in [Category::Parameter, Category::OptimizerState] {
-        categories.insert(
-            c.as_str().to_owned(),
-            stats.category_bytes.get(c).current.max(0) as usize,
-        );
-    }
+    let m = measured.unwrap_or_default();
+    let stats = memory::memory_stats(o.device)?;
     let total: f64 = epoch_seconds.iter().sum();
     Ok(Report {
         model: o.model.name().to_owned(),
-        test_accuracy: accuracy.last().copied().unwrap_or(0.0),
+        device: o.device.to_string(),
+        test_accuracy: accuracy.last().copied(),
         test_loss,
-        test_accuracy_per_epoch: accuracy,
-        train_loss,
+        test_accuracy_per_epoch: (!meta).then_some(accuracy),
+        train_loss: (!meta).then_some(train_loss),
         epoch_seconds,
         data_wait_seconds: wait,
         samples_per_second: samples as f64 / total.max(1e-9),
         step_peak_allocated: m.allocated,
         step_peak_reserved: m.reserved,
         step_peak_requested: m.requested,
-        categories_at_peak: categories,
+        categories_at_peak: m.categories,
         top_holders: m.holders,
-        split_steps: 0,
+        split_steps,
+        split_note: (split_steps > 0 && o.model == ModelKind::Cnn).then(|| {
+            "split steps normalise each half with its own BatchNorm statistics, so they differ \
+             slightly from a full-batch step"
+                .to_owned()
+        }),
         run_peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
         run_peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
         watch_findings: findings,
         profile_table,
     })
-}
-
-/// One training step: forward, loss, backward, optimizer step, gradients cleared. With
-/// `holders`, also the five sites holding the most memory on that allocator when the
-/// forward ends.
-fn one_step(
-    model: &dyn Module,
-    stepper: &mut Stepper,
-    x: &Tensor,
-    y: &Tensor,
-    holders: Option<&HostCachingAllocator>,
-) -> Result<(f32, Vec<String>)> {
-    let (logits, loss) = {
-        let _region = stepper.amp.map(autocast).transpose()?;
-        let logits = model.call(x)?;
-        let loss = cross_entropy(&logits, y, Reduction::Mean)?;
-        (logits, loss)
-    };
-    let top = if let Some(a) = holders {
-        let mut live = a.live_allocations_by(Grouping::Site);
-        live.truncate(5);
-        live.iter()
-            .map(|g| {
-                format!(
-                    "{}: {} in {} blocks",
-                    g.key,
-                    strata::alloc::caching::format_size(g.bytes),
-                    g.count
-                )
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    drop(logits);
-    match &mut stepper.scaler {
-        Some(scaler) => {
-            scaler.scale(&loss)?.backward()?;
-            scaler.step(&mut stepper.opt)?;
-            scaler.update()?;
-        }
-        None => {
-            loss.backward()?;
-            stepper.opt.step()?;
-        }
-    }
-    stepper.opt.zero_grad(true)?;
-    Ok((loss.to(DType::F32)?.item::<f32>()?, top))
 }

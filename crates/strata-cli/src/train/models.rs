@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use strata::core::autograd::checkpoint;
 use strata::core::nn::functional::Pair;
-use strata::core::{Result, Tensor};
+use strata::core::{Error, Result, Tensor};
 use strata::nn::module::shared;
 use strata::nn::{
     BatchNorm2d, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ModuleCore, ReLU,
@@ -33,6 +34,100 @@ impl ModelKind {
             ModelKind::Lstm => "lstm",
         }
     }
+}
+
+/// A model `strata train` runs: the module, and how its forward is split into
+/// checkpointed regions when activation checkpointing is on.
+#[derive(Clone)]
+pub struct Model {
+    module: Arc<dyn Module>,
+    lstm: Option<Arc<LstmClassifier>>,
+    checkpointed: bool,
+}
+
+/// Time steps per checkpointed segment of the lstm.
+pub const LSTM_SEGMENT: usize = 7;
+
+impl Model {
+    /// Builds `kind` with fresh weights; with `checkpointed`, its forward keeps only the
+    /// inputs of each region (mlp: children 1 to 4; cnn: each block of conv, BatchNorm, ReLU
+    /// and pool; lstm: segments of 7 time steps) and recomputes the rest in backward.
+    pub fn build(kind: ModelKind, checkpointed: bool) -> Result<Model> {
+        let (module, lstm) = match kind {
+            ModelKind::Lstm => {
+                let l = Arc::new(LstmClassifier::new()?);
+                (l.clone() as Arc<dyn Module>, Some(l))
+            }
+            _ => (build(kind)?, None),
+        };
+        Ok(Model {
+            module,
+            lstm,
+            checkpointed,
+        })
+    }
+
+    /// The module (parameters, buffers, state dict).
+    pub fn module(&self) -> &Arc<dyn Module> {
+        &self.module
+    }
+
+    /// The forward pass, checkpointed when the model was built so (and grad mode is on).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.checkpointed {
+            return self.module.call(x);
+        }
+        if let Some(lstm) = &self.lstm {
+            return lstm.core.scoped(|| lstm.forward_in_segments(x));
+        }
+        let children: Vec<Arc<dyn Module>> = self
+            .module
+            .core()
+            .children()
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        // mlp: [Flatten] (1..5 in one region) [Linear]; cnn: (0..4) (4..8) [Flatten, Linear].
+        let regions: &[(usize, usize)] = if children.len() == 6 {
+            &[(1, 5)]
+        } else {
+            &[(0, 4), (4, 8)]
+        };
+        self.module.core().scoped(|| {
+            let mut h = x.clone();
+            let mut next = 0;
+            for &(start, end) in regions {
+                h = chain(&children[next..start], &h)?;
+                let part: Vec<Arc<dyn Module>> = children[start..end].to_vec();
+                h = single(checkpoint(
+                    move |t: &[Tensor]| Ok(vec![chain(&part, &t[0])?]),
+                    &[h],
+                )?)?;
+                next = end;
+            }
+            chain(&children[next..], &h)
+        })
+    }
+}
+
+/// Runs `modules` in order, dropping each intermediate once the next has returned.
+fn chain(modules: &[Arc<dyn Module>], x: &Tensor) -> Result<Tensor> {
+    let mut h = x.clone();
+    for m in modules {
+        h = m.call(&h)?;
+    }
+    Ok(h)
+}
+
+/// The one output of a checkpointed region.
+fn single(outputs: Vec<Tensor>) -> Result<Tensor> {
+    outputs
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Unsupported {
+            op: "checkpoint",
+            message: "a checkpointed region returned no output".into(),
+        })
 }
 
 /// Builds `kind` with fresh weights (from the global generator).
@@ -101,5 +196,50 @@ impl Module for LstmClassifier {
         let rows = x.reshape(&[b, 28, 28])?;
         let out = self.lstm.call(&rows)?; // [b, 28, 128]
         self.head.call(&out.select(1, 27)?)
+    }
+}
+
+impl LstmClassifier {
+    /// The forward with the sequence cut into checkpointed segments of
+    /// [`LSTM_SEGMENT`] steps: each keeps its input rows and the state it starts from, and
+    /// its gates are recomputed in backward. The state carried between segments is the
+    /// graph's link between them.
+    fn forward_in_segments(&self, x: &Tensor) -> Result<Tensor> {
+        let b = x.shape()[0] as i64;
+        let rows = x.reshape(&[b, 28, 28])?;
+        let mut state: Option<(Tensor, Tensor)> = None;
+        for start in (0..28).step_by(LSTM_SEGMENT) {
+            let len = LSTM_SEGMENT.min(28 - start);
+            let seg = rows.narrow(1, start as i64, len)?;
+            let lstm = self.lstm.clone();
+            let mut inputs = vec![seg];
+            if let Some((h, c)) = state.take() {
+                inputs.extend([h, c]);
+            }
+            let out = checkpoint(
+                move |t: &[Tensor]| {
+                    let carried = (t.len() == 3).then(|| (&t[1], &t[2]));
+                    let (_, (h, c)) = lstm.call_with(&t[0], carried)?;
+                    Ok(vec![h, c])
+                },
+                &inputs,
+            )?;
+            let mut out = out.into_iter();
+            match (out.next(), out.next()) {
+                (Some(h), Some(c)) => state = Some((h, c)),
+                _ => {
+                    return Err(Error::Unsupported {
+                        op: "checkpoint",
+                        message: "an lstm segment returned no state".into(),
+                    })
+                }
+            }
+        }
+        let (h, _) = state.ok_or_else(|| Error::Unsupported {
+            op: "LstmClassifier",
+            message: "no time steps".into(),
+        })?;
+        // One layer: h_n[0] is the output at the last time step.
+        self.head.call(&h.select(0, 0)?)
     }
 }

@@ -12,14 +12,16 @@ use strata::alloc::caching::format_size;
 pub struct Report {
     /// The model trained.
     pub model: String,
-    /// Test accuracy after the last epoch, a fraction.
-    pub test_accuracy: f64,
-    /// Mean test loss after the last epoch.
-    pub test_loss: f64,
-    /// Test accuracy after each epoch.
-    pub test_accuracy_per_epoch: Vec<f64>,
-    /// Mean training loss of each epoch.
-    pub train_loss: Vec<f64>,
+    /// The device it ran on (`cpu`, or `meta`: allocations without values).
+    pub device: String,
+    /// Test accuracy after the last epoch, a fraction (null on meta).
+    pub test_accuracy: Option<f64>,
+    /// Mean test loss after the last epoch (null on meta).
+    pub test_loss: Option<f64>,
+    /// Test accuracy after each epoch (null on meta).
+    pub test_accuracy_per_epoch: Option<Vec<f64>>,
+    /// Mean training loss of each epoch (null on meta).
+    pub train_loss: Option<Vec<f64>>,
     /// Wall time of each epoch's training (evaluation excluded).
     pub epoch_seconds: Vec<f64>,
     /// Time the training step waited for the loader, all epochs.
@@ -32,14 +34,18 @@ pub struct Report {
     pub step_peak_reserved: usize,
     /// Peak of the bytes the step's ops asked for (unrounded; what PyTorch's profiler counts).
     pub step_peak_requested: usize,
-    /// Each category's peak in the measured step, plus parameters, optimizer state and
-    /// inputs as they stood then (on the run's default allocator).
+    /// Bytes by category at the moment of the measured step's peak: the step's own blocks
+    /// as marked then, plus what lived on the run's allocator through the step (parameters,
+    /// optimizer state, the batch).
     pub categories_at_peak: BTreeMap<String, usize>,
     /// The allocation sites holding the most memory at the end of the measured step's
     /// forward, largest first: `site: bytes`.
     pub top_holders: Vec<String>,
-    /// Steps run as two halves after running out of memory.
+    /// Steps run in parts (halves, or smaller) after running out of memory.
     pub split_steps: usize,
+    /// What split steps change in the result, when it is more than float rounding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_note: Option<String>,
     /// Peak allocated and reserved bytes of the whole run on the default allocator.
     pub run_peak_allocated: usize,
     /// See `run_peak_allocated`.
@@ -55,29 +61,38 @@ impl Report {
     /// The report for a terminal.
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "model {}", self.model);
-        for (i, ((loss, secs), acc)) in self
-            .train_loss
-            .iter()
-            .zip(&self.epoch_seconds)
-            .zip(&self.test_accuracy_per_epoch)
-            .enumerate()
-        {
+        let _ = writeln!(out, "model {} on {}", self.model, self.device);
+        match (&self.train_loss, &self.test_accuracy_per_epoch) {
+            (Some(losses), Some(accuracy)) => {
+                for (i, ((loss, secs), acc)) in losses
+                    .iter()
+                    .zip(&self.epoch_seconds)
+                    .zip(accuracy)
+                    .enumerate()
+                {
+                    let _ = writeln!(
+                        out,
+                        "epoch {}: train loss {loss:.4}, test accuracy {:.2}%, {secs:.1} s",
+                        i + 1,
+                        100.0 * acc
+                    );
+                }
+            }
+            _ => {
+                for (i, secs) in self.epoch_seconds.iter().enumerate() {
+                    let _ = writeln!(out, "epoch {}: {secs:.2} s (no values on meta)", i + 1);
+                }
+            }
+        }
+        if let (Some(acc), Some(loss)) = (self.test_accuracy, self.test_loss) {
             let _ = writeln!(
                 out,
-                "epoch {}: train loss {loss:.4}, test accuracy {:.2}%, {secs:.1} s",
-                i + 1,
-                100.0 * acc
+                "test accuracy {:.2}%, test loss {loss:.4}; {:.0} samples/s; waited {:.2} s for data",
+                100.0 * acc,
+                self.samples_per_second,
+                self.data_wait_seconds
             );
         }
-        let _ = writeln!(
-            out,
-            "test accuracy {:.2}%, test loss {:.4}; {:.0} samples/s; waited {:.2} s for data",
-            100.0 * self.test_accuracy,
-            self.test_loss,
-            self.samples_per_second,
-            self.data_wait_seconds
-        );
         let _ = writeln!(out, "memory of one training step (its own allocator):");
         let _ = writeln!(
             out,
@@ -85,6 +100,18 @@ impl Report {
             format_size(self.step_peak_allocated),
             format_size(self.step_peak_reserved),
             format_size(self.step_peak_requested)
+        );
+        let _ = writeln!(
+            out,
+            "  reserved beyond allocated (peak to peak): {} (cache and fragmentation)",
+            format_size(
+                self.step_peak_reserved
+                    .saturating_sub(self.step_peak_allocated)
+            )
+        );
+        let _ = writeln!(
+            out,
+            "by category at the peak (with what the run's allocator held):"
         );
         for (name, bytes) in &self.categories_at_peak {
             let _ = writeln!(out, "  {name:<16} {:>12}", format_size(*bytes));
@@ -102,6 +129,9 @@ impl Report {
             format_size(self.run_peak_reserved),
             self.split_steps
         );
+        if let Some(note) = &self.split_note {
+            let _ = writeln!(out, "  {note}");
+        }
         if let Some(t) = &self.profile_table {
             let _ = writeln!(out, "profile of two steps (after the measured one):\n{t}");
         }
