@@ -8,6 +8,9 @@ pub enum ProfileError {
     /// A lower layer refused (an unknown device, ...).
     #[error(transparent)]
     Core(#[from] strata_core::Error),
+    /// A plan cannot be made as asked (a replica unlike its model, ...).
+    #[error("plan: {0}")]
+    Plan(String),
     /// A module's tensors or its inputs are not all on one device.
     #[error(
         "device mismatch: {expected_from} {} on {expected}, but {}. Hint: move them with \

@@ -16,6 +16,9 @@
 //!   [`EmptyCacheWatch`]: `empty_cache` in a loop; [`check_devices`]: a module's tensors and
 //!   inputs on one device; [`fragmentation`]: reserved against allocated, with settings to try.
 //!
+//! - [`plan`](mod@plan): a training step's exact peak before running it, on meta replicas of
+//!   the model and the optimizer.
+//!
 //! Every watch returns [`Finding`]s, whose text says what is wrong, where, and what to do.
 
 mod cache;
@@ -31,6 +34,7 @@ mod growth;
 mod hub;
 mod leak;
 mod monitor;
+pub mod plan;
 mod profiler;
 mod tracker;
 mod views;

@@ -1,0 +1,217 @@
+//! Memory planning: a training step's peak before running it. The step runs on the meta
+//! device, where every op allocates exactly what it would on the CPU and computes nothing,
+//! over allocators of its own: a dedicated one for the model, the optimizer and the batch
+//! (configured like the target: its capacity, `STRATA_ALLOC_CONF`), and a fresh one for the
+//! planned step alone, as `strata train` measures a step. The figures are the allocator's
+//! own, so they are exact, not estimated.
+//!
+//! - [`plan_step`]: the engine, for any step: `setup` builds the state on meta, `step` runs
+//!   one step on a batch.
+//! - [`plan`]: for a model and an optimizer: builds a meta replica of both (same structure,
+//!   names and options; the real ones are not touched) and plans forward, loss, backward
+//!   and the optimizer step.
+
+mod history;
+mod model;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use strata_alloc::{
+    AllocatorConfig, Category, DeviceAllocator, RecordContext, VirtualBacking,
+    VirtualCachingAllocator,
+};
+use strata_core::device::DefaultDevice;
+use strata_core::routing::META_CAPACITY;
+use strata_core::{with_device_allocator, DType, Device, Error, Tensor};
+
+pub use history::{LiveGroup, TimelinePoint};
+pub use model::{plan, StepOptions};
+
+/// One input of the planned step: a batch tensor's shape and dtype.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputSpec {
+    /// The shape, batch dimension first.
+    pub shape: Vec<usize>,
+    /// The dtype.
+    pub dtype: DType,
+}
+
+impl InputSpec {
+    /// An input of `shape` and `dtype`.
+    pub fn new(shape: &[usize], dtype: DType) -> Self {
+        InputSpec {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+}
+
+/// How the planning allocators are configured.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// Capacity of the dedicated allocator's device (`None`: unbounded); setting up the
+    /// model, the optimizer and the batch beyond it is an out-of-memory error.
+    pub capacity: Option<usize>,
+    /// Allocator settings in `STRATA_ALLOC_CONF`'s syntax (`None`: that variable's).
+    pub alloc_conf: Option<String>,
+    /// Steps run before the planned one (default 1 when 0 is given: the optimizer's state
+    /// exists after the first).
+    pub warmup_steps: usize,
+}
+
+/// What a planned step takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanReport {
+    /// Peak bytes of blocks handed out during the step (`allocated_bytes.all.peak` of its
+    /// own allocator).
+    pub peak_allocated: usize,
+    /// Peak bytes the step's allocator reserved.
+    pub peak_reserved: usize,
+    /// Peak of the bytes the step's ops asked for (unrounded).
+    pub peak_requested: usize,
+    /// Bytes the model, the optimizer and the batch hold through the step (allocated on
+    /// the dedicated allocator).
+    pub held_allocated: usize,
+    /// Bytes by category at the moment of the step's peak: its blocks as marked then, plus
+    /// what the dedicated allocator held.
+    pub categories_at_peak: BTreeMap<String, usize>,
+    /// The step's allocations and frees in order, with the live requested bytes after each.
+    pub timeline: Vec<TimelinePoint>,
+    /// Live blocks at the requested peak, by allocation site, largest first.
+    pub sites_at_peak: Vec<LiveGroup>,
+    /// Live blocks at the requested peak, by scope path, largest first.
+    pub scopes_at_peak: Vec<LiveGroup>,
+}
+
+fn config(options: &PlanOptions) -> strata_core::Result<AllocatorConfig> {
+    let parsed = match &options.alloc_conf {
+        Some(text) => AllocatorConfig::parse(text),
+        None => AllocatorConfig::from_env(),
+    };
+    parsed.map_err(|e| {
+        Error::argument(
+            "plan",
+            format!("allocator settings: {e}"),
+            Some("fix the settings (for example `expandable_segments:True`)"),
+        )
+    })
+}
+
+fn meta_allocator(capacity: usize, config: AllocatorConfig) -> Arc<VirtualCachingAllocator> {
+    Arc::new(VirtualCachingAllocator::with_config(
+        VirtualBacking::new(capacity),
+        config,
+    ))
+}
+
+/// Plans one step: `setup` builds the state (a model, an optimizer) with meta as the
+/// default device and a dedicated meta allocator; the inputs are made there; `step` runs
+/// `warmup_steps` times, then once more on a fresh allocator whose figures are the plan.
+/// Nothing touches the CPU's memory or the global random generator.
+pub fn plan_step<S, E>(
+    inputs: &[InputSpec],
+    options: &PlanOptions,
+    setup: impl FnOnce() -> std::result::Result<S, E>,
+    mut step: impl FnMut(&mut S, &[Tensor]) -> std::result::Result<(), E>,
+) -> std::result::Result<PlanReport, E>
+where
+    E: From<Error>,
+{
+    let config = config(options)?;
+    let dedicated = meta_allocator(options.capacity.unwrap_or(META_CAPACITY), config.clone());
+    let routed: Arc<dyn DeviceAllocator> = dedicated.clone();
+    with_device_allocator(Device::Meta, &routed, || {
+        let _meta = DefaultDevice::set(Device::Meta);
+        let mut state = setup()?;
+        let batch = inputs
+            .iter()
+            .map(|i| {
+                let t = Tensor::on(Device::Meta).zeros(&i.shape, i.dtype)?;
+                t.mark_category(Category::Input);
+                Ok(t)
+            })
+            .collect::<std::result::Result<Vec<_>, E>>()?;
+        for _ in 0..options.warmup_steps.max(1) {
+            step(&mut state, &batch)?;
+        }
+        let held = dedicated.memory_stats();
+        let fresh = meta_allocator(META_CAPACITY, config);
+        fresh.record_memory_history(true, RecordContext::All, usize::MAX);
+        let routed: Arc<dyn DeviceAllocator> = fresh.clone();
+        with_device_allocator(Device::Meta, &routed, || step(&mut state, &batch))?;
+        let stats = fresh.memory_stats();
+        let categories_at_peak = Category::ALL
+            .iter()
+            .map(|&c| {
+                let here = stats.category_bytes_at_peak.get(c).max(0) as usize;
+                let elsewhere = held.category_bytes.get(c).current.max(0) as usize;
+                (c.as_str().to_owned(), here + elsewhere)
+            })
+            .collect();
+        let walk = history::walk(&fresh.history());
+        Ok(PlanReport {
+            peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
+            peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
+            peak_requested: stats.requested_bytes.all.peak.max(0) as usize,
+            held_allocated: held.allocated_bytes.all.current.max(0) as usize,
+            categories_at_peak,
+            timeline: walk.timeline,
+            sites_at_peak: walk.sites_at_peak,
+            scopes_at_peak: walk.scopes_at_peak,
+        })
+    })
+}
+
+impl PlanReport {
+    /// The report as a table for a terminal.
+    pub fn text(&self) -> String {
+        use std::fmt::Write;
+        let size = strata_alloc::caching::format_size;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "planned step: peak allocated {}, reserved {}, requested {}",
+            size(self.peak_allocated),
+            size(self.peak_reserved),
+            size(self.peak_requested)
+        );
+        let _ = writeln!(
+            out,
+            "held through the step (model, optimizer, batch): {}",
+            size(self.held_allocated)
+        );
+        let _ = writeln!(out, "by category at the peak:");
+        for (name, bytes) in &self.categories_at_peak {
+            let _ = writeln!(out, "  {name:<16} {:>12}", size(*bytes));
+        }
+        for (title, groups) in [
+            ("sites", &self.sites_at_peak),
+            ("scopes", &self.scopes_at_peak),
+        ] {
+            let _ = writeln!(out, "{title} live at the peak (requested bytes):");
+            for g in groups.iter().take(8) {
+                let key = if g.key.is_empty() {
+                    "(no scope)"
+                } else {
+                    &g.key
+                };
+                let _ = writeln!(
+                    out,
+                    "  {:>12} in {:>3} blocks  {key}",
+                    size(g.requested_bytes),
+                    g.count
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "timeline: {} allocations and frees",
+            self.timeline.len()
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;
