@@ -43,6 +43,9 @@ enum Command {
     },
     /// Train a model on Fashion-MNIST and report accuracy, time and memory.
     Train(TrainArgs),
+    /// Predict the memory of `strata train`'s measured step without running it, or with
+    /// `--fit` find the largest batch size that holds under `--memory-limit`.
+    Plan(PlanArgs),
     /// Train briefly (one epoch on 2048 images) and print the allocator's memory summary.
     Summary {
         #[command(flatten)]
@@ -64,9 +67,10 @@ struct CommonArgs {
     /// The model.
     #[arg(long, value_enum, default_value = "mlp")]
     model: strata_cli::train::ModelKind,
-    /// Samples per batch.
-    #[arg(long, default_value_t = 128)]
-    batch_size: usize,
+    /// Samples per batch (`train` also takes `auto`, with `--memory-limit`: the largest
+    /// batch size that `plan --fit` finds).
+    #[arg(long, default_value = "128", value_parser = parse_batch_size)]
+    batch_size: BatchSize,
     /// Loader worker threads (0: load on the training thread).
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -84,14 +88,10 @@ struct CommonArgs {
     report_json: Option<PathBuf>,
 }
 
-/// `strata train`'s options.
+/// The options that change what a training step does and the memory it takes, shared by
+/// `train` and `plan` (same names, same defaults).
 #[derive(clap::Args)]
-struct TrainArgs {
-    #[command(flatten)]
-    common: CommonArgs,
-    /// Passes over the training set.
-    #[arg(long, default_value_t = 5)]
-    epochs: usize,
+struct StepArgs {
     /// Learning rate.
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
@@ -113,6 +113,31 @@ struct TrainArgs {
     /// Train on the first N training images only.
     #[arg(long)]
     train_samples: Option<usize>,
+    /// Mixed precision: forward and loss under autocast (f16 with a loss scaler).
+    #[arg(long, value_parser = ["bf16", "f16"])]
+    amp: Option<String>,
+    /// Step each parameter inside backward and free its gradient at once.
+    #[arg(long)]
+    optimizer_in_backward: bool,
+    /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
+    /// region; cnn: each conv block; lstm: segments of 7 time steps).
+    #[arg(long)]
+    checkpoint_activations: bool,
+    /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
+    #[arg(long, value_enum, default_value = "fail")]
+    on_oom: strata_cli::train::OnOom,
+}
+
+/// `strata train`'s options.
+#[derive(clap::Args)]
+struct TrainArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    step: StepArgs,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5)]
+    epochs: usize,
     /// Save the trained weights (safetensors).
     #[arg(long)]
     save: Option<PathBuf>,
@@ -125,25 +150,25 @@ struct TrainArgs {
     /// Write those two steps as a Chrome trace (chrome://tracing, Perfetto).
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Mixed precision: forward and loss under autocast (f16 with a loss scaler).
-    #[arg(long, value_parser = ["bf16", "f16"])]
-    amp: Option<String>,
-    /// Step each parameter inside backward and free its gradient at once.
-    #[arg(long)]
-    optimizer_in_backward: bool,
-    /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
-    /// region; cnn: each conv block; lstm: segments of 7 time steps).
-    #[arg(long)]
-    checkpoint_activations: bool,
     /// `cpu`, or `meta`: the whole run's memory without computing (values are null).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
     device: String,
-    /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
-    #[arg(long, value_enum, default_value = "fail")]
-    on_oom: strata_cli::train::OnOom,
     /// Record the allocator's history and save a snapshot pickle here (PyTorch's format).
     #[arg(long)]
     snapshot: Option<PathBuf>,
+}
+
+/// `strata plan`'s options.
+#[derive(clap::Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    step: StepArgs,
+    /// Find the largest batch size whose whole run (two epochs, evaluation, the loader's
+    /// prefetched batches) holds under `--memory-limit`.
+    #[arg(long)]
+    fit: bool,
 }
 
 /// Progress bars on stderr: one per epoch, with the loss, samples per second and memory.
@@ -212,11 +237,25 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok((n * scale) as usize)
 }
 
+/// `--batch-size`: a number of samples, or `auto` (`None`).
+#[derive(Debug, Clone, Copy)]
+struct BatchSize(Option<usize>);
+
+fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
+    if s == "auto" {
+        return Ok(BatchSize(None));
+    }
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(BatchSize(Some(n))),
+        _ => Err(format!("`{s}` is not a batch size: write a positive number or `auto`")),
+    }
+}
+
 fn options(common: &CommonArgs) -> strata_cli::train::TrainOptions {
     strata_cli::train::TrainOptions {
         model: common.model,
         epochs: 1,
-        batch_size: common.batch_size,
+        batch_size: common.batch_size.0.unwrap_or(128),
         workers: common.workers,
         prefetch: Some(common.prefetch),
         data_dir: common.data_dir.clone(),
@@ -233,37 +272,74 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(
     Ok(())
 }
 
+/// The options `step` sets on top of `common`'s.
+fn step_options(common: &CommonArgs, step: StepArgs) -> strata_cli::train::TrainOptions {
+    strata_cli::train::TrainOptions {
+        lr: step.lr,
+        optimizer: step.optimizer,
+        momentum: step.momentum,
+        weight_decay: step.weight_decay,
+        seed: step.seed,
+        memory_limit: step.memory_limit,
+        train_samples: step.train_samples,
+        amp: match step.amp.as_deref() {
+            Some("bf16") => Some(strata::core::DType::BF16),
+            Some(_) => Some(strata::core::DType::F16),
+            None => None,
+        },
+        optimizer_in_backward: step.optimizer_in_backward,
+        checkpoint_activations: step.checkpoint_activations,
+        on_oom: step.on_oom,
+        ..options(common)
+    }
+}
+
+/// `--batch-size auto`: the largest batch size `plan --fit` finds under the memory limit.
+fn auto_batch_size(
+    o: &strata_cli::train::TrainOptions,
+) -> Result<strata_cli::train::Fit, String> {
+    let Some(limit) = o.memory_limit else {
+        return Err("--batch-size auto needs --memory-limit, the memory to fit in".into());
+    };
+    strata_cli::train::fit(o, limit).map_err(|e| e.to_string())
+}
+
 fn train(args: TrainArgs) -> ExitCode {
-    let o = strata_cli::train::TrainOptions {
+    let auto = args.common.batch_size.0.is_none();
+    let mut o = strata_cli::train::TrainOptions {
         epochs: args.epochs,
-        lr: args.lr,
-        optimizer: args.optimizer,
-        momentum: args.momentum,
-        weight_decay: args.weight_decay,
-        seed: args.seed,
-        memory_limit: args.memory_limit,
-        train_samples: args.train_samples,
         save: args.save,
         load: args.load,
         profile: strata_cli::train::ProfileRequest {
             table: args.profile,
             trace: args.trace,
         },
-        amp: match args.amp.as_deref() {
-            Some("bf16") => Some(strata::core::DType::BF16),
-            Some(_) => Some(strata::core::DType::F16),
-            None => None,
-        },
-        optimizer_in_backward: args.optimizer_in_backward,
-        checkpoint_activations: args.checkpoint_activations,
         device: if args.device == "meta" {
             strata::core::Device::Meta
         } else {
             strata::core::Device::Cpu
         },
-        on_oom: args.on_oom,
         snapshot: args.snapshot,
-        ..options(&args.common)
+        ..step_options(&args.common, args.step)
+    };
+    let fitted = if auto {
+        match auto_batch_size(&o) {
+            Ok(fit) => {
+                eprintln!(
+                    "batch size auto: {} (the largest whose run holds in {})",
+                    fit.batch_size,
+                    strata::alloc::caching::format_size(fit.memory_limit)
+                );
+                o.batch_size = fit.batch_size;
+                Some(fit)
+            }
+            Err(e) => {
+                eprintln!("strata train: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
     };
     let report = match strata_cli::train::train(&o, &mut Bars::default()) {
         Ok(r) => r,
@@ -273,10 +349,74 @@ fn train(args: TrainArgs) -> ExitCode {
         }
     };
     print!("{}", report.text());
+    if let Some(fit) = fitted {
+        let size = strata::alloc::caching::format_size;
+        println!(
+            "batch size {}: predicted run peak allocated {}, reserved {}; measured {}, {}",
+            fit.batch_size,
+            size(fit.run_peak_allocated),
+            size(fit.run_peak_reserved),
+            size(report.run_peak_allocated),
+            size(report.run_peak_reserved)
+        );
+    }
     match write_json(&args.common.report_json, &report) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("strata train: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn plan(args: PlanArgs) -> ExitCode {
+    let fit_asked = args.fit || args.common.batch_size.0.is_none();
+    let mut o = step_options(&args.common, args.step);
+    let mut run = || -> Result<(strata::profile::plan::PlanReport, Option<strata_cli::train::Fit>), String> {
+        let fit = if fit_asked {
+            let fit = auto_batch_size(&o)?;
+            o.batch_size = fit.batch_size;
+            Some(fit)
+        } else {
+            None
+        };
+        let report = strata_cli::train::plan(&o).map_err(|e| e.to_string())?;
+        Ok((report, fit))
+    };
+    let (report, fit) = match run() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "{} at batch size {} (the step strata train measures):",
+        o.model.name(),
+        o.batch_size
+    );
+    print!("{}", report.text());
+    if let Some(fit) = &fit {
+        let size = strata::alloc::caching::format_size;
+        println!(
+            "fit: batch size {} is the largest whose run holds in {} (run peak allocated {}, \
+             reserved {}); tried {}",
+            fit.batch_size,
+            size(fit.memory_limit),
+            size(fit.run_peak_allocated),
+            size(fit.run_peak_reserved),
+            fit.trials
+                .iter()
+                .map(|(b, ok)| format!("{b}{}", if *ok { "" } else { " (no)" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let json = strata_cli::train::PlanJson::new(&o, &report, fit);
+    match write_json(&args.common.report_json, &json) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
             ExitCode::FAILURE
         }
     }
@@ -344,8 +484,16 @@ fn main() -> ExitCode {
         eprintln!("strata: {e}");
         return ExitCode::FAILURE;
     }
-    match cli.command.unwrap_or(Command::Demo) {
+    let command = cli.command.unwrap_or(Command::Demo);
+    if let Command::Eval { common, .. } | Command::Summary { common } = &command {
+        if common.batch_size.0.is_none() {
+            eprintln!("strata: --batch-size auto is for train and plan; give a number");
+            return ExitCode::FAILURE;
+        }
+    }
+    match command {
         Command::Train(args) => train(args),
+        Command::Plan(args) => plan(args),
         Command::Eval { common, load } => eval(common, load),
         Command::Summary { common } => summary(common),
         Command::Demo => match strata_cli::demo::run(&mut std::io::stdout()) {
@@ -412,5 +560,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -4,6 +4,7 @@
 mod data;
 mod measure;
 pub mod models;
+mod plan;
 mod report;
 mod step;
 
@@ -27,6 +28,7 @@ use measure::{measure, Measured};
 
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
 pub use models::{Model, ModelKind};
+pub use plan::{fit, plan, Fit, PlanJson};
 pub use report::Report;
 pub use step::{OnOom, StepOutcome, Stepper};
 
@@ -271,7 +273,7 @@ fn measured_step(
 }
 
 /// Checks what no run can do before anything starts.
-fn check(o: &TrainOptions) -> Result<()> {
+pub(crate) fn check(o: &TrainOptions) -> Result<()> {
     if o.batch_size == 0 || o.epochs == 0 {
         return Err(TrainError::Options(
             "--batch-size and --epochs must be at least 1".into(),

@@ -1,0 +1,126 @@
+//! `strata plan` predicts, to the byte, the step `strata train` measures, for every model
+//! and every option that changes the step's memory; `--fit` finds a batch size within 90%
+//! of the largest that really fits.
+
+use std::path::PathBuf;
+
+use strata::core::{memory, DType, Device, Error};
+use strata_cli::train::{fit, plan, train, ModelKind, TrainError, TrainOptions};
+
+/// Memory statistics are the process's: one run at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn options(model: ModelKind, batch_size: usize) -> TrainOptions {
+    TrainOptions {
+        model,
+        epochs: 1,
+        batch_size,
+        workers: 0,
+        data_dir: PathBuf::from("/usr/share/datasets/fashion-mnist"),
+        // Two full batches: the measured step is the second.
+        train_samples: Some(2 * batch_size),
+        test_samples: Some(64),
+        ..TrainOptions::default()
+    }
+}
+
+#[test]
+fn the_plan_equals_the_measured_step_for_every_model_and_option() {
+    let _serial = serial();
+    let variants: [(&str, fn(TrainOptions) -> TrainOptions); 4] = [
+        ("plain", |o| o),
+        ("checkpointed", |o| TrainOptions {
+            checkpoint_activations: true,
+            ..o
+        }),
+        ("bf16", |o| TrainOptions {
+            amp: Some(DType::BF16),
+            ..o
+        }),
+        ("in backward", |o| TrainOptions {
+            optimizer_in_backward: true,
+            ..o
+        }),
+    ];
+    for model in [ModelKind::Mlp, ModelKind::Cnn, ModelKind::Lstm] {
+        for (name, variant) in variants {
+            for b in [16, 100, 256] {
+                let o = variant(options(model, b));
+                let predicted = plan(&o).expect("a plan");
+                let measured = train(&o, &mut |_: &str| {}).expect("a run");
+                assert_eq!(
+                    (
+                        predicted.peak_allocated,
+                        predicted.peak_reserved,
+                        predicted.peak_requested
+                    ),
+                    (
+                        measured.step_peak_allocated,
+                        measured.step_peak_reserved,
+                        measured.step_peak_requested
+                    ),
+                    "{model:?} {name} at batch {b}"
+                );
+                assert_eq!(
+                    predicted.categories_at_peak, measured.categories_at_peak,
+                    "{model:?} {name} at batch {b}"
+                );
+            }
+        }
+    }
+}
+
+/// Whether a real run of `o` at batch size `b` holds under `limit`.
+fn holds(o: &TrainOptions, b: usize, limit: usize) -> bool {
+    memory::empty_cache(Device::Cpu).expect("empty the cache");
+    let run = train(
+        &TrainOptions {
+            batch_size: b,
+            memory_limit: Some(limit),
+            ..o.clone()
+        },
+        &mut |_: &str| {},
+    );
+    memory::set_memory_limit(None, Device::Cpu).expect("no limit");
+    match run {
+        Ok(_) => true,
+        Err(TrainError::Core(Error::OutOfMemory { .. })) => false,
+        Err(e) => panic!("batch {b}: {e}"),
+    }
+}
+
+#[test]
+fn fit_reaches_ninety_percent_of_the_largest_batch_that_really_fits() {
+    let _serial = serial();
+    let limit = 256 << 20;
+    let o = TrainOptions {
+        epochs: 2,
+        train_samples: Some(16384),
+        test_samples: Some(1000),
+        ..options(ModelKind::Mlp, 128)
+    };
+    let found = fit(&o, limit).expect("a fit");
+    println!("fit: {found:?}");
+    // The batch size found runs without running out of memory (what --batch-size auto
+    // relies on).
+    assert!(holds(&o, found.batch_size, limit));
+    // Bisect real runs between it and the whole training slice.
+    let (mut lo, mut hi) = (found.batch_size, 16384 + 1);
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if holds(&o, mid, limit) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    println!("largest real batch: {lo}");
+    assert!(
+        found.batch_size * 10 >= lo * 9,
+        "fit {} against a real maximum of {lo}",
+        found.batch_size
+    );
+}
