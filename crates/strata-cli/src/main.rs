@@ -247,7 +247,9 @@ fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
     }
     match s.parse::<usize>() {
         Ok(n) if n > 0 => Ok(BatchSize(Some(n))),
-        _ => Err(format!("`{s}` is not a batch size: write a positive number or `auto`")),
+        _ => Err(format!(
+            "`{s}` is not a batch size: write a positive number or `auto`"
+        )),
     }
 }
 
@@ -295,9 +297,7 @@ fn step_options(common: &CommonArgs, step: StepArgs) -> strata_cli::train::Train
 }
 
 /// `--batch-size auto`: the largest batch size `plan --fit` finds under the memory limit.
-fn auto_batch_size(
-    o: &strata_cli::train::TrainOptions,
-) -> Result<strata_cli::train::Fit, String> {
+fn auto_batch_size(o: &strata_cli::train::TrainOptions) -> Result<strata_cli::train::Fit, String> {
     let Some(limit) = o.memory_limit else {
         return Err("--batch-size auto needs --memory-limit, the memory to fit in".into());
     };

@@ -7,6 +7,7 @@ pub mod autograd;
 mod cnn;
 mod data;
 mod mlp;
+mod plan;
 
 use std::time::{Duration, Instant};
 
@@ -259,6 +260,7 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     rows.extend(cnn::rows(quick, torch.as_ref())?);
     rows.extend(mlp::rows(quick, torch.as_ref(), sgemm_1024)?);
     rows.extend(data::rows(quick)?);
+    rows.extend(plan::rows(quick)?);
     Ok(rows)
 }
 

@@ -16,6 +16,7 @@ mod model;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use strata_alloc::{
     AllocatorConfig, Category, DeviceAllocator, RecordContext, VirtualBacking,
@@ -82,6 +83,11 @@ pub struct PlanReport {
     pub sites_at_peak: Vec<LiveGroup>,
     /// Live blocks at the requested peak, by scope path, largest first.
     pub scopes_at_peak: Vec<LiveGroup>,
+    /// Wall time of `setup` (building the replicas).
+    pub setup_time: Duration,
+    /// Wall time of the planning itself: the warm-up and planned steps on meta and reading
+    /// the history back.
+    pub plan_time: Duration,
 }
 
 fn config(options: &PlanOptions) -> strata_core::Result<AllocatorConfig> {
@@ -123,7 +129,10 @@ where
     let routed: Arc<dyn DeviceAllocator> = dedicated.clone();
     with_device_allocator(Device::Meta, &routed, || {
         let _meta = DefaultDevice::set(Device::Meta);
+        let started = Instant::now();
         let mut state = setup()?;
+        let setup_time = started.elapsed();
+        let started = Instant::now();
         let batch = inputs
             .iter()
             .map(|i| {
@@ -159,6 +168,8 @@ where
             timeline: walk.timeline,
             sites_at_peak: walk.sites_at_peak,
             scopes_at_peak: walk.scopes_at_peak,
+            setup_time,
+            plan_time: started.elapsed(),
         })
     })
 }
@@ -206,8 +217,10 @@ impl PlanReport {
         }
         let _ = writeln!(
             out,
-            "timeline: {} allocations and frees",
-            self.timeline.len()
+            "timeline: {} allocations and frees; planned in {:.2} ms (replicas built in {:.2} ms)",
+            self.timeline.len(),
+            self.plan_time.as_secs_f64() * 1e3,
+            self.setup_time.as_secs_f64() * 1e3
         );
         out
     }
