@@ -27,10 +27,13 @@ fn options(model: ModelKind, batch_size: usize) -> TrainOptions {
     }
 }
 
+/// A change to the options: one of the variants planned.
+type Variant = fn(TrainOptions) -> TrainOptions;
+
 #[test]
 fn the_plan_equals_the_measured_step_for_every_model_and_option() {
     let _serial = serial();
-    let variants: [(&str, fn(TrainOptions) -> TrainOptions); 4] = [
+    let variants: [(&str, Variant); 4] = [
         ("plain", |o| o),
         ("checkpointed", |o| TrainOptions {
             checkpoint_activations: true,
