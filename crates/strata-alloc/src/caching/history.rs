@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backing::StreamId;
-use crate::Site;
+use crate::{Category, Site};
 
 /// What a trace entry records (the action names of PyTorch's memory snapshots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -77,6 +77,8 @@ pub struct TraceEntry {
     pub time_us: i64,
     /// The site that caused it, when the context level keeps sites.
     pub site: Option<Site>,
+    /// On `FreeRequested`: what the block held.
+    pub category: Option<Category>,
 }
 
 pub(crate) fn now_us() -> i64 {
@@ -129,6 +131,7 @@ impl History {
         size: usize,
         stream: StreamId,
         site: Option<Site>,
+        category: Option<Category>,
     ) {
         if !self.enabled {
             return;
@@ -148,6 +151,7 @@ impl History {
             stream,
             time_us: now_us(),
             site,
+            category,
         });
     }
 }
@@ -159,7 +163,7 @@ mod tests {
     #[test]
     fn ring_buffer_keeps_the_newest() {
         let mut h = History::default();
-        h.record(TraceAction::Alloc, 1, 1, StreamId(0), None);
+        h.record(TraceAction::Alloc, 1, 1, StreamId(0), None, None);
         assert!(h.entries.is_empty());
         h.configure(true, RecordContext::All, 3);
         for i in 0..5 {
@@ -169,6 +173,7 @@ mod tests {
                 1,
                 StreamId(0),
                 Some(Site::unknown("t")),
+                None,
             );
         }
         let addrs: Vec<usize> = h.entries.iter().map(|e| e.addr).collect();
@@ -182,8 +187,10 @@ mod tests {
             1,
             StreamId(0),
             Some(Site::unknown("t")),
+            Some(Category::Gradient),
         );
         assert!(h.entries.back().unwrap().site.is_none());
+        assert_eq!(h.entries.back().unwrap().category, Some(Category::Gradient));
         h.configure(false, RecordContext::All, 10);
         assert!(h.entries.is_empty());
         assert_eq!(TraceAction::SegmentUnmap.as_str(), "segment_unmap");

@@ -11,7 +11,7 @@ use super::snapshot::{
 use super::state::State;
 use super::stats::{MemoryStats, StatArray};
 use crate::backing::StreamId;
-use crate::Site;
+use crate::{Category, Site};
 
 /// One block of a [`SegmentLayout`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub struct BlockLayout {
     pub state: Option<BlockState>,
     /// Who allocated it, while active.
     pub site: Option<Site>,
+    /// What it holds, while active.
+    pub category: Option<Category>,
 }
 
 /// A segment and the blocks tiling it, in address order.
@@ -93,6 +95,7 @@ impl State {
                             requested: b.requested,
                             state: self.block_state(id),
                             site: b.site,
+                            category: b.allocated.then_some(b.category),
                         }
                     })
                     .collect(),
@@ -156,6 +159,7 @@ impl State {
                         requested_size: b.requested as u64,
                         state,
                         frames: self.frames(b.site),
+                        category: b.category,
                     });
                 }
                 segments.push(s);
@@ -176,6 +180,7 @@ impl State {
                     stream: e.stream.0,
                     time_us: e.time_us,
                     frames: Frame::frames(e.site),
+                    category: e.category,
                 }
             })
             .collect();

@@ -250,13 +250,17 @@ fn block(b: &BlockSnapshot) -> PyValue {
         BlockState::ActivePendingFree => "active_pending_free",
         BlockState::Inactive => "inactive",
     };
-    dict([
+    let mut d = dict([
         ("address", PyValue::int(b.address)),
         ("size", PyValue::int(b.size)),
         ("requested_size", PyValue::int(b.requested_size)),
         ("state", PyValue::str(state)),
         ("frames", frames(&b.frames)),
-    ])
+    ]);
+    if let (Some(c), PyValue::Dict(entries)) = (b.category, &mut d) {
+        entries.push(("category".to_owned(), PyValue::str(c.as_str())));
+    }
+    d
 }
 
 fn segment(s: &SegmentSnapshot) -> PyValue {
@@ -300,6 +304,9 @@ fn trace_entry(e: &TraceEntrySnapshot) -> PyValue {
         ("time_us".to_owned(), PyValue::int(e.time_us)),
         ("frames".to_owned(), frames(&e.frames)),
     ]);
+    if let Some(c) = e.category {
+        entries.push(("category".to_owned(), PyValue::str(c.as_str())));
+    }
     PyValue::Dict(entries)
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::PoolKind;
 use super::history::TraceAction;
-use crate::Site;
+use crate::{Category, Site};
 
 /// One stack frame. strata records the user's source line and the op (`name`) that
 /// allocated, innermost first, then, inside a scope, a frame named by the scope path whose
@@ -72,6 +72,9 @@ pub struct BlockSnapshot {
     pub state: BlockState,
     /// Where it was allocated (empty for free blocks).
     pub frames: Vec<Frame>,
+    /// What an allocated block holds (strata's key; absent in PyTorch's snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
 }
 
 /// A segment (for an expandable segment: one contiguous mapped range of it).
@@ -123,6 +126,10 @@ pub struct TraceEntrySnapshot {
     pub time_us: i64,
     /// Where it came from.
     pub frames: Vec<Frame>,
+    /// On a `free_requested` entry, what the block held when it was freed (strata's key;
+    /// absent in PyTorch's snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
 }
 
 /// The settings in force when the snapshot was taken.

@@ -147,7 +147,29 @@ impl State {
         site: Option<Site>,
     ) {
         if self.history.enabled {
-            self.history.record(action, addr, size, stream, site);
+            self.history.record(action, addr, size, stream, site, None);
+        }
+    }
+
+    /// Records a block's `FreeRequested`, with what it held.
+    #[inline]
+    fn trace_freed(
+        &mut self,
+        addr: usize,
+        size: usize,
+        stream: StreamId,
+        site: Option<Site>,
+        category: Category,
+    ) {
+        if self.history.enabled {
+            self.history.record(
+                TraceAction::FreeRequested,
+                addr,
+                size,
+                stream,
+                site,
+                Some(category),
+            );
         }
     }
 
@@ -675,7 +697,7 @@ impl State {
         if o {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.trace(TraceAction::FreeRequested, addr, requested, stream, site);
+        self.trace_freed(addr, requested, stream, site, category);
         self.trace(TraceAction::FreeCompleted, addr, requested, stream, site);
         // `front` merges with `rem` (its only free neighbour) back into `M`.
         let mut net_blocks: i64 = 0;
@@ -736,7 +758,7 @@ impl State {
         if oversize {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.trace(TraceAction::FreeRequested, addr, requested, stream, site);
+        self.trace_freed(addr, requested, stream, site, category);
         let uses = std::mem::take(&mut self.heap.blocks[id].stream_uses);
         let mut pending = 0;
         for s in uses {
