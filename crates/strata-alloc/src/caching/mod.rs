@@ -49,6 +49,7 @@ mod inspect;
 mod oom;
 mod pickle;
 mod release;
+mod replay;
 mod snapshot;
 mod state;
 mod stats;
@@ -66,6 +67,9 @@ pub use config::{
 };
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};
+pub use replay::{
+    recorded_config, replay, Coverage, ReplayError, ReplayFigures, ReplayOom, ReplayReport,
+};
 pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
