@@ -34,7 +34,8 @@ pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, CategoryMix, ConfigError,
-    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, Stat, VirtualCachingAllocator,
+    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, SnapshotReadError, Stat,
+    VirtualCachingAllocator,
 };
 pub use category::Category;
 pub use error::{AllocError, OomReport};

@@ -103,7 +103,7 @@ fn expandable_segments_waste_less_on_a_fragmenting_run() {
 #[test]
 fn a_smaller_device_shows_where_the_run_would_have_run_out_of_memory() {
     let (snap, (allocated, _, _)) = recorded_run("", 100_000);
-    let capacity = allocated as u64 * 3 / 4;
+    let capacity = allocated * 3 / 4;
     let r = replay(&snap, 0, "", Some(capacity)).expect("a replay");
     assert!(!r.what_if.ooms.is_empty());
     let first = &r.what_if.ooms[0];

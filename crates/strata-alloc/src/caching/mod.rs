@@ -51,9 +51,11 @@ mod pickle;
 mod release;
 mod replay;
 mod snapshot;
+mod snapshot_read;
 mod state;
 mod stats;
 mod summary;
+mod unpickle;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -72,8 +74,9 @@ pub use replay::{
 };
 pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
-    TraceEntrySnapshot,
+    TraceEntrySnapshot, SCOPE_FILE,
 };
+pub use snapshot_read::{ReadNotes, SnapshotFormat, SnapshotReadError};
 pub use stats::{CategoryBytes, CategoryMix, MemoryStats, Stat, StatArray};
 // The report, site usage and size formatting live below the allocators (the plain allocator
 // and the errors use them too); these keep their `caching::` paths.

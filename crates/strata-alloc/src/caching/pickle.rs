@@ -12,6 +12,7 @@
 //! | other int (64-bit addresses, timestamps) | `LONG1` (little-endian two's complement) |
 //! | float | `BINFLOAT` (big-endian IEEE 754 double) |
 //! | str | `SHORT_BINUNICODE` (< 256 bytes of UTF-8) or `BINUNICODE` |
+//! | bytes (never in a snapshot) | `SHORT_BINBYTES` (< 256 bytes) or `BINBYTES` |
 //! | list | `EMPTY_LIST`, then per batch of up to 1000 items `APPEND` or `MARK` ... `APPENDS` |
 //! | dict | `EMPTY_DICT`, then per batch of up to 1000 pairs `SETITEM` or `MARK` ... `SETITEMS` |
 //! | tuple | `EMPTY_TUPLE`, `TUPLE1`..`TUPLE3`, or `MARK` ... `TUPLE` |
@@ -40,6 +41,8 @@ const LONG1: u8 = 0x8a;
 const BINFLOAT: u8 = b'G';
 const SHORT_BINUNICODE: u8 = 0x8c;
 const BINUNICODE: u8 = b'X';
+const SHORT_BINBYTES: u8 = b'C';
+const BINBYTES: u8 = b'B';
 const EMPTY_LIST: u8 = b']';
 const APPEND: u8 = b'a';
 const APPENDS: u8 = b'e';
@@ -73,6 +76,8 @@ pub(crate) enum PyValue {
     Float(f64),
     /// A `str`.
     Str(String),
+    /// A `bytes` (or `bytearray`); snapshots hold none, but pickles read back may.
+    Bytes(Vec<u8>),
     /// A `list`.
     List(Vec<PyValue>),
     /// A `tuple`.
@@ -110,6 +115,7 @@ fn write_value(out: &mut Vec<u8>, value: &PyValue) {
             out.extend_from_slice(&f.to_be_bytes());
         }
         PyValue::Str(s) => write_str(out, s),
+        PyValue::Bytes(b) => write_bytes(out, b),
         PyValue::List(items) => {
             out.push(EMPTY_LIST);
             for batch in items.chunks(BATCH) {
@@ -216,6 +222,19 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
         end -= 1;
     }
     out.push(BINUNICODE);
+    out.extend_from_slice(&(end as u32).to_le_bytes());
+    out.extend_from_slice(&bytes[..end]);
+}
+
+fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    if let Ok(n) = u8::try_from(bytes.len()) {
+        out.extend_from_slice(&[SHORT_BINBYTES, n]);
+        out.extend_from_slice(bytes);
+        return;
+    }
+    // `BINBYTES` holds at most 4 GiB; snapshots hold no bytes at all.
+    let end = bytes.len().min(u32::MAX as usize);
+    out.push(BINBYTES);
     out.extend_from_slice(&(end as u32).to_le_bytes());
     out.extend_from_slice(&bytes[..end]);
 }
