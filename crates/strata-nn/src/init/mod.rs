@@ -76,7 +76,9 @@ pub fn uniform_(t: &Tensor, low: f64, high: f64, g: Option<&mut Generator>) -> R
     let r = with_generator(g, |g| {
         Tensor::on(t.device()).rand_with(t.shape().as_slice(), DType::F64, g)
     })?;
-    write(t, &r.mul(high - low)?.add(low)?)
+    // Scaled in place: the draws are the only temporary, not three of them.
+    r.mul_(high - low)?.add_(low)?;
+    write(t, &r)
 }
 
 /// Fills `t` with draws from N(`mean`, `std`²).
@@ -92,7 +94,8 @@ pub fn normal_(t: &Tensor, mean: f64, std: f64, g: Option<&mut Generator>) -> Re
     let r = with_generator(g, |g| {
         Tensor::on(t.device()).randn_with(t.shape().as_slice(), DType::F64, g)
     })?;
-    write(t, &r.mul(std)?.add(mean)?)
+    r.mul_(std)?.add_(mean)?;
+    write(t, &r)
 }
 
 /// Fills `t` with `value`.
