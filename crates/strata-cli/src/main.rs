@@ -43,6 +43,33 @@ enum Command {
     },
     /// Train a model on Fashion-MNIST and report accuracy, time and memory.
     Train(TrainArgs),
+    /// Replay a snapshot's recorded history under other allocator settings (strata's or
+    /// PyTorch's `_dump_snapshot` pickles, or strata's JSON).
+    Replay {
+        /// The snapshot.
+        snapshot: PathBuf,
+        /// The settings to try (`STRATA_ALLOC_CONF` syntax).
+        #[arg(long, default_value = "")]
+        alloc_conf: String,
+        /// The device's capacity for the what-if run (bytes, or with KiB, MiB, GiB).
+        #[arg(long, value_parser = parse_size)]
+        capacity: Option<usize>,
+        /// Which device's trace.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+    },
+    /// Write a snapshot as one self-contained HTML page (timeline by category, scope or
+    /// site; segments at any moment; the largest holders at the peak).
+    Viz {
+        /// The snapshot.
+        snapshot: PathBuf,
+        /// The page to write.
+        #[arg(short = 'o', long, default_value = "memory.html")]
+        output: PathBuf,
+        /// Also draw the timeline as a PNG here.
+        #[arg(long)]
+        png: Option<PathBuf>,
+    },
     /// Predict the memory of `strata train`'s measured step without running it, or with
     /// `--fit` find the largest batch size that holds under `--memory-limit`.
     Plan(PlanArgs),
@@ -156,6 +183,9 @@ struct TrainArgs {
     /// Record the allocator's history and save a snapshot pickle here (PyTorch's format).
     #[arg(long)]
     snapshot: Option<PathBuf>,
+    /// Record the allocator's history and write the memory page here (see `strata viz`).
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 /// `strata plan`'s options.
@@ -320,6 +350,7 @@ fn train(args: TrainArgs) -> ExitCode {
             strata::core::Device::Cpu
         },
         snapshot: args.snapshot,
+        html: args.html,
         ..step_options(&args.common, args.step)
     };
     let fitted = if auto {
@@ -477,6 +508,70 @@ fn eval(common: CommonArgs, load: PathBuf) -> ExitCode {
     }
 }
 
+fn load(path: &std::path::Path, command: &str) -> Option<strata::alloc::Snapshot> {
+    match strata::alloc::Snapshot::load_with_notes(path) {
+        Ok((snap, notes)) => {
+            if notes.skipped_trace_entries() > 0 {
+                eprintln!(
+                    "strata {command}: skipped {} trace entries of actions strata does not replay",
+                    notes.skipped_trace_entries()
+                );
+            }
+            Some(snap)
+        }
+        Err(e) => {
+            eprintln!("strata {command}: {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+fn replay(
+    snapshot: PathBuf,
+    alloc_conf: String,
+    capacity: Option<usize>,
+    device: usize,
+) -> ExitCode {
+    let Some(snap) = load(&snapshot, "replay") else {
+        return ExitCode::FAILURE;
+    };
+    match strata::alloc::caching::replay(&snap, device, &alloc_conf, capacity.map(|c| c as u64)) {
+        Ok(report) => {
+            print!("{}", strata_cli::replay::table(&report));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("strata replay: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn viz(snapshot: PathBuf, output: PathBuf, png: Option<PathBuf>) -> ExitCode {
+    let Some(snap) = load(&snapshot, "viz") else {
+        return ExitCode::FAILURE;
+    };
+    let title = snapshot
+        .file_name()
+        .map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+    match strata_cli::viz::write(&snap, &title, &output, png.as_deref()) {
+        Ok(data) => {
+            println!(
+                "wrote {} ({} allocations, peak {} at entry {})",
+                output.display(),
+                data.lives.len(),
+                strata::alloc::caching::format_size(data.peak_bytes as usize),
+                data.peak_entry
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("strata viz: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Settle STRATA_ALLOC_CONF before any work, so a bad setting stops the run at once.
@@ -494,6 +589,17 @@ fn main() -> ExitCode {
     match command {
         Command::Train(args) => train(args),
         Command::Plan(args) => plan(args),
+        Command::Replay {
+            snapshot,
+            alloc_conf,
+            capacity,
+            device,
+        } => replay(snapshot, alloc_conf, capacity, device),
+        Command::Viz {
+            snapshot,
+            output,
+            png,
+        } => viz(snapshot, output, png),
         Command::Eval { common, load } => eval(common, load),
         Command::Summary { common } => summary(common),
         Command::Demo => match strata_cli::demo::run(&mut std::io::stdout()) {

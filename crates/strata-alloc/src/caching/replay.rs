@@ -43,11 +43,11 @@ pub struct ReplayFigures {
     pub peak_reserved: u64,
     /// Peak of the bytes asked for.
     pub peak_requested: u64,
-    /// Allocated bytes at the moment reserved bytes peaked.
-    pub allocated_at_peak: u64,
+    /// Reserved bytes at the moment allocated bytes peaked.
+    pub reserved_at_peak: u64,
     /// Reserved over allocated at that moment (1.0: no waste).
     pub reserved_per_allocated: f64,
-    /// The largest free block at that moment.
+    /// The largest free (cached) block at that moment.
     pub largest_free_block: u64,
     /// Requests that would have run out of memory.
     pub ooms: Vec<ReplayOom>,
@@ -203,12 +203,14 @@ fn run(
     a.set_memory_limit(limit.map(|l| l as usize));
     let mut live: HashMap<u64, Block> = HashMap::new();
     let mut ooms = Vec::new();
-    let (mut peak_reserved, mut allocated_at_peak, mut largest_free) = (0u64, 0u64, 0u64);
+    let mut largest_free = 0u64;
+    let (mut peak_allocated, mut reserved_at_peak) = (0u64, 0u64);
+    // At each new peak of allocated bytes: what was reserved then and the largest free block.
     let mut observe = |a: &CachingAllocator<VirtualBacking>| {
-        let reserved = a.memory_reserved() as u64;
-        if reserved > peak_reserved {
-            peak_reserved = reserved;
-            allocated_at_peak = a.memory_allocated() as u64;
+        let allocated = a.memory_allocated() as u64;
+        if allocated > peak_allocated {
+            peak_allocated = allocated;
+            reserved_at_peak = a.memory_reserved() as u64;
             largest_free = a.largest_free_block() as u64;
         }
     };
@@ -264,9 +266,9 @@ fn run(
         peak_allocated: stats.allocated_bytes.all.peak.max(0) as u64,
         peak_reserved: stats.reserved_bytes.all.peak.max(0) as u64,
         peak_requested: stats.requested_bytes.all.peak.max(0) as u64,
-        allocated_at_peak,
-        reserved_per_allocated: if allocated_at_peak > 0 {
-            peak_reserved as f64 / allocated_at_peak as f64
+        reserved_at_peak,
+        reserved_per_allocated: if peak_allocated > 0 {
+            reserved_at_peak as f64 / peak_allocated as f64
         } else {
             0.0
         },

@@ -96,6 +96,8 @@ pub struct TrainOptions {
     pub on_oom: OnOom,
     /// Record the allocator's history through the run and save a snapshot pickle here.
     pub snapshot: Option<PathBuf>,
+    /// Record the allocator's history and write the memory page (`strata viz`) here.
+    pub html: Option<PathBuf>,
 }
 
 impl Default for TrainOptions {
@@ -126,6 +128,7 @@ impl Default for TrainOptions {
             device: Device::Cpu,
             on_oom: OnOom::Fail,
             snapshot: None,
+            html: None,
         }
     }
 }
@@ -293,8 +296,11 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     check(o)?;
     strata::core::manual_seed(o.seed);
     memory::set_memory_limit(o.memory_limit, o.device)?;
-    if o.snapshot.is_some() {
-        memory::record_memory_history(true, RecordContext::All, 100_000, o.device)?;
+    // The run's peaks include making the model and the optimizer.
+    memory::reset_peak_memory_stats(o.device)?;
+    let recording = o.snapshot.is_some() || o.html.is_some();
+    if recording {
+        memory::record_memory_history(true, RecordContext::All, 1_000_000, o.device)?;
     }
     let mut train_data = Data::new(o, Split::Train)?;
     let mut test_data = Data::new(o, Split::Test)?;
@@ -316,7 +322,6 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     // Steps 0 and 1 (the measured one) idle, step 2 warms up, steps 3 and 4 are kept.
     let mut profiler = profiling
         .then(|| Profiler::start(ProfileOptions::default().schedule(Schedule::new(2, 1, 2))));
-    memory::reset_peak_memory_stats(o.device)?;
     for epoch in 0..o.epochs {
         model.module().train();
         let start = Instant::now();
@@ -394,15 +399,21 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     if let Some(path) = &o.save {
         model.module().state_dict().save(path)?;
     }
-    if let Some(path) = &o.snapshot {
+    if recording {
         let snap = memory::snapshot(o.device)?;
         memory::record_memory_history(false, RecordContext::All, 0, o.device)?;
-        snap.save_pickle(path).map_err(|e| {
-            TrainError::Options(format!(
-                "cannot write the snapshot to {}: {e}",
-                path.display()
-            ))
-        })?;
+        if let Some(path) = &o.snapshot {
+            snap.save_pickle(path).map_err(|e| {
+                TrainError::Options(format!(
+                    "cannot write the snapshot to {}: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        if let Some(path) = &o.html {
+            let title = format!("strata train --model {}", o.model.name());
+            crate::viz::write(&snap, &title, path, None).map_err(TrainError::Options)?;
+        }
     }
     let (profile_table, trace_error) = match profiler.map(Profiler::finish) {
         Some(p) => {

@@ -1,0 +1,355 @@
+//! `strata viz`: a snapshot's history as one self-contained HTML page (no network): live
+//! memory over time stacked by category, scope or site, reserved memory over it, the
+//! segments and their blocks at any moment, and the largest holders at the peak. With
+//! `--png`, the timeline as a bitmap.
+
+mod page;
+#[cfg(feature = "png")]
+mod png;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use strata::alloc::caching::{BlockState, Snapshot, TraceAction, TraceEntrySnapshot, SCOPE_FILE};
+
+pub use page::html;
+#[cfg(feature = "png")]
+pub use png::timeline_png;
+
+/// One allocation's life: from trace entry `s` to entry `e` (the number of entries when it
+/// is still live at the end), `b` bytes requested at address `a`, and its category, scope
+/// and site as indices into [`VizData`]'s name lists.
+#[derive(Debug, Clone, Serialize)]
+pub struct Life {
+    /// Entry index of the allocation (0 for blocks allocated before the trace began).
+    pub s: usize,
+    /// Entry index of the free.
+    pub e: usize,
+    /// Bytes requested.
+    pub b: u64,
+    /// Address.
+    pub a: u64,
+    /// Category, scope and site indices.
+    pub g: [usize; 3],
+}
+
+/// A range of device memory held by the allocator from entry `s` to entry `e`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Range {
+    /// Start address.
+    pub a: u64,
+    /// Bytes.
+    pub b: u64,
+    /// Entry index where it was reserved (0: before the trace).
+    pub s: usize,
+    /// Entry index where it was released (the entry count: never).
+    pub e: usize,
+}
+
+/// Everything the page draws, computed from one snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct VizData {
+    /// What the page is about (the snapshot's file name).
+    pub title: String,
+    /// Trace entries: the time axis.
+    pub entries: usize,
+    /// Category, scope and site names.
+    pub names: [Vec<String>; 3],
+    /// Every allocation of the trace, and those live at the snapshot that it did not see.
+    pub lives: Vec<Life>,
+    /// Reserved bytes after each change: `(entry, bytes)`.
+    pub reserved: Vec<(usize, u64)>,
+    /// Reserved ranges (segments; the mapped ranges of expandable ones).
+    pub ranges: Vec<Range>,
+    /// The entry at which requested bytes peaked, and the peak.
+    pub peak_entry: usize,
+    /// See `peak_entry`.
+    pub peak_bytes: u64,
+    /// The sites holding the most at the peak: `(site, bytes, blocks)`, largest first.
+    pub top_holders: Vec<(String, u64, usize)>,
+    /// What the page should say about the data (a truncated trace, no trace).
+    pub notes: Vec<String>,
+}
+
+/// Interns names, giving each an index.
+#[derive(Default)]
+struct Names {
+    list: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        self.list.push(name.to_owned());
+        self.index.insert(name.to_owned(), self.list.len() - 1);
+        self.list.len() - 1
+    }
+}
+
+/// The site and scope a trace entry's frames name.
+fn site_and_scope(frames: &[strata::alloc::caching::Frame]) -> (String, String) {
+    let site = frames
+        .iter()
+        .find(|f| f.filename != SCOPE_FILE)
+        .map_or_else(
+            || "(no frames)".to_owned(),
+            |f| format!("{}:{} ({})", f.filename, f.line, f.name),
+        );
+    let scope = frames
+        .iter()
+        .find(|f| f.filename == SCOPE_FILE)
+        .map_or_else(|| "(no scope)".to_owned(), |f| f.name.clone());
+    (site, scope)
+}
+
+/// Closes the parts of open ranges that `[a, a + b)` covers at entry `i`, reopening what
+/// is left of each on either side.
+fn unmap(open: &mut Vec<Range>, done: &mut Vec<Range>, a: u64, b: u64, i: usize) {
+    let end = a + b;
+    let mut kept = Vec::new();
+    for r in open.drain(..) {
+        let r_end = r.a + r.b;
+        if r_end <= a || r.a >= end {
+            kept.push(r);
+            continue;
+        }
+        done.push(Range { e: i, ..r.clone() });
+        if r.a < a {
+            kept.push(Range {
+                a: r.a,
+                b: a - r.a,
+                s: i,
+                e: 0,
+            });
+        }
+        if r_end > end {
+            kept.push(Range {
+                a: end,
+                b: r_end - end,
+                s: i,
+                e: 0,
+            });
+        }
+    }
+    *open = kept;
+}
+
+/// The page's data for device `device` of `snapshot`.
+pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
+    let trace: &[TraceEntrySnapshot] = snapshot
+        .device_traces
+        .get(device)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let n = trace.len();
+    let mut names: [Names; 3] = Default::default();
+    let mut notes = Vec::new();
+    // Categories of blocks live at the end, by address (strata's snapshots say).
+    let mut live_at_end: HashMap<u64, &strata::alloc::caching::BlockSnapshot> = HashMap::new();
+    for seg in &snapshot.segments {
+        for b in &seg.blocks {
+            if b.state != BlockState::Inactive {
+                live_at_end.insert(b.address, b);
+            }
+        }
+    }
+    let mut open: HashMap<u64, (usize, u64, String, String)> = HashMap::new();
+    let mut lives = Vec::new();
+    let mut early = 0usize;
+    let group = |names: &mut [Names; 3], category: &str, scope: &str, site: &str| {
+        [names[0].id(category), names[1].id(scope), names[2].id(site)]
+    };
+    for (i, e) in trace.iter().enumerate() {
+        let Some(addr) = e.addr else { continue };
+        match e.action {
+            TraceAction::Alloc => {
+                let (site, scope) = site_and_scope(&e.frames);
+                open.insert(addr, (i, e.size, site, scope));
+            }
+            TraceAction::FreeRequested => {
+                let category = e.category.map_or("unknown", |c| c.as_str());
+                let (s, b, site, scope) = match open.remove(&addr) {
+                    Some(o) => o,
+                    None => {
+                        early += 1;
+                        let (site, scope) = site_and_scope(&e.frames);
+                        (0, e.size, site, scope)
+                    }
+                };
+                let g = group(&mut names, category, &scope, &site);
+                lives.push(Life {
+                    s,
+                    e: i,
+                    b,
+                    a: addr,
+                    g,
+                });
+            }
+            _ => {}
+        }
+    }
+    for (addr, (s, b, site, scope)) in open {
+        let category = live_at_end
+            .get(&addr)
+            .and_then(|blk| blk.category)
+            .map_or("unknown", |c| c.as_str());
+        let g = group(&mut names, category, &scope, &site);
+        lives.push(Life {
+            s,
+            e: n,
+            b,
+            a: addr,
+            g,
+        });
+    }
+    let seen: std::collections::HashSet<u64> = lives.iter().map(|l| l.a).collect();
+    for (addr, blk) in &live_at_end {
+        if !seen.contains(addr) && blk.state == BlockState::ActiveAllocated {
+            early += 1;
+            let (site, scope) = site_and_scope(&blk.frames);
+            let category = blk.category.map_or("unknown", |c| c.as_str());
+            let g = group(&mut names, category, &scope, &site);
+            lives.push(Life {
+                s: 0,
+                e: n,
+                b: blk.requested_size,
+                a: *addr,
+                g,
+            });
+        }
+    }
+    lives.sort_by_key(|l| (l.s, l.a));
+    if n == 0 {
+        notes.push(
+            "the snapshot has no allocation history: only the blocks live when it was taken \
+             are shown"
+                .to_owned(),
+        );
+    } else if early > 0 {
+        notes.push(format!(
+            "the history starts after the run did (a full ring buffer or late recording): \
+             {early} blocks were allocated before its first entry and are drawn from the start"
+        ));
+    }
+    // Reserved memory and ranges from the segment events; what the trace does not explain
+    // was reserved before it.
+    let mut open_ranges: Vec<Range> = Vec::new();
+    let mut ranges: Vec<Range> = Vec::new();
+    let mut reserved = Vec::new();
+    let mut level: i128 = 0;
+    for (i, e) in trace.iter().enumerate() {
+        let Some(addr) = e.addr else { continue };
+        match e.action {
+            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                level += i128::from(e.size);
+                open_ranges.push(Range {
+                    a: addr,
+                    b: e.size,
+                    s: i,
+                    e: 0,
+                });
+                reserved.push((i, level));
+            }
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                level -= i128::from(e.size);
+                unmap(&mut open_ranges, &mut ranges, addr, e.size, i);
+                reserved.push((i, level));
+            }
+            _ => {}
+        }
+    }
+    let before = i128::from(snapshot.total_reserved()) - level;
+    let before = before.max(0);
+    if before > 0 {
+        for seg in &snapshot.segments {
+            let covered = open_ranges
+                .iter()
+                .any(|r| r.a <= seg.address && seg.address < r.a + r.b);
+            if !covered {
+                open_ranges.push(Range {
+                    a: seg.address,
+                    b: seg.total_size,
+                    s: 0,
+                    e: 0,
+                });
+            }
+        }
+    }
+    let reserved: Vec<(usize, u64)> = std::iter::once((0, before as u64))
+        .chain(
+            reserved
+                .into_iter()
+                .map(|(i, l)| (i, (l + before).max(0) as u64)),
+        )
+        .collect();
+    ranges.extend(open_ranges.into_iter().map(|r| Range { e: n, ..r }));
+    ranges.sort_by_key(|r| (r.a, r.s));
+    // The peak of live requested bytes and who held it.
+    let mut deltas: Vec<(usize, i128)> = Vec::with_capacity(lives.len() * 2);
+    for l in &lives {
+        deltas.push((l.s, i128::from(l.b)));
+        deltas.push((l.e, -i128::from(l.b)));
+    }
+    // Frees before allocations at the same entry.
+    deltas.sort_by_key(|(i, d)| (*i, *d > 0));
+    let (mut live, mut peak_bytes, mut peak_entry) = (0i128, 0i128, 0usize);
+    for (i, d) in deltas {
+        live += d;
+        if live > peak_bytes {
+            (peak_bytes, peak_entry) = (live, i);
+        }
+    }
+    let mut by_site: HashMap<usize, (u64, usize)> = HashMap::new();
+    for l in lives
+        .iter()
+        .filter(|l| l.s <= peak_entry && peak_entry < l.e)
+    {
+        let e = by_site.entry(l.g[2]).or_default();
+        e.0 += l.b;
+        e.1 += 1;
+    }
+    let [categories, scopes, sites] = names.map(|n| n.list);
+    let mut top_holders: Vec<(String, u64, usize)> = by_site
+        .into_iter()
+        .map(|(s, (b, c))| (sites[s].clone(), b, c))
+        .collect();
+    top_holders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top_holders.truncate(10);
+    VizData {
+        title: title.to_owned(),
+        entries: n,
+        names: [categories, scopes, sites],
+        lives,
+        reserved,
+        ranges,
+        peak_entry,
+        peak_bytes: peak_bytes.max(0) as u64,
+        top_holders,
+        notes,
+    }
+}
+
+/// Writes the page for `snapshot` (device 0) to `html`, and with `png` the timeline there.
+pub fn write(
+    snapshot: &Snapshot,
+    title: &str,
+    html_path: &std::path::Path,
+    png: Option<&std::path::Path>,
+) -> Result<VizData, String> {
+    let data = viz_data(snapshot, 0, title);
+    std::fs::write(html_path, html(&data))
+        .map_err(|e| format!("cannot write {}: {e}", html_path.display()))?;
+    if let Some(path) = png {
+        #[cfg(feature = "png")]
+        timeline_png(&data, path, 1100, 420)?;
+        #[cfg(not(feature = "png"))]
+        return Err(format!(
+            "cannot draw {}: this strata was built without the `png` feature",
+            path.display()
+        ));
+    }
+    Ok(data)
+}

@@ -1,0 +1,190 @@
+//! The offline memory tools end to end: a run recorded with `strata train --snapshot
+//! --html`, replayed exactly under its own settings and under expandable segments, and its
+//! page rendered in headless Chromium (Debian's `chromium`, which the test command
+//! installs), with a screenshot saved.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use strata::alloc::caching::{replay, Coverage};
+use strata::alloc::Snapshot;
+
+fn strata(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("the strata binary runs");
+    assert!(
+        out.status.success(),
+        "strata {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viz");
+    std::fs::create_dir_all(&d).expect("a directory");
+    d
+}
+
+/// Chromium, headless, as this machine needs it: no sandbox (root), no GPU, no network
+/// chatter, a fresh profile.
+fn chromium(profile: &Path, args: &[String]) -> Output {
+    Command::new("timeout")
+        .arg("120")
+        .arg("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("chromium runs (scripts/test installs Debian's chromium)")
+}
+
+/// Renders `page`: fails without the page's marker or with its error element, then saves
+/// a screenshot to `shot`.
+fn render(page: &Path, shot: &Path) {
+    let url = format!("file://{}", page.display());
+    // One profile per page: tests render in parallel, and a profile admits one browser.
+    let stem = shot
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let profile = dir().join(format!("profile-{}-{stem}", std::process::id()));
+    let dom = chromium(&profile, &["--dump-dom".into(), url.clone()]);
+    let text = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        !text.contains("id=\"error\""),
+        "the page reported an error: {}",
+        text.split("id=\"error\"")
+            .nth(1)
+            .unwrap_or("")
+            .chars()
+            .take(300)
+            .collect::<String>()
+    );
+    assert!(
+        text.contains("id=\"drawn\""),
+        "the page did not finish drawing; chromium said: {}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let _ = std::fs::remove_file(shot);
+    chromium(
+        &profile,
+        &[
+            "--window-size=1200,1100".into(),
+            format!("--screenshot={}", shot.display()),
+            url,
+        ],
+    );
+    let png = std::fs::read(shot).expect("a screenshot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    println!("screenshot: {}", shot.display());
+}
+
+#[test]
+fn a_recorded_run_replays_exactly_and_its_page_renders() {
+    let d = dir();
+    let (snap, report, page) = (d.join("mlp.pickle"), d.join("mlp.json"), d.join("mlp.html"));
+    strata(&[
+        "train",
+        "--model",
+        "mlp",
+        "--epochs",
+        "1",
+        "--train-samples",
+        "2048",
+        "--test-samples",
+        "256",
+        "--snapshot",
+        snap.to_str().expect("a path"),
+        "--html",
+        page.to_str().expect("a path"),
+        "--report-json",
+        report.to_str().expect("a path"),
+    ]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("the report")).expect("JSON");
+    let recorded = Snapshot::load(&snap).expect("the snapshot reads back");
+    let r = replay(&recorded, 0, "expandable_segments:True", None).expect("a replay");
+    assert_eq!(r.coverage, Coverage::Complete);
+    assert_eq!(
+        Some(r.recorded.peak_allocated),
+        json["run_peak_allocated"].as_u64(),
+        "allocated"
+    );
+    assert_eq!(
+        Some(r.recorded.peak_reserved),
+        json["run_peak_reserved"].as_u64(),
+        "reserved"
+    );
+    assert_eq!(r.what_if.peak_requested, r.recorded.peak_requested);
+    assert!(r.what_if.ooms.is_empty());
+    let table = String::from_utf8_lossy(
+        &strata(&[
+            "replay",
+            snap.to_str().expect("a path"),
+            "--alloc-conf",
+            "expandable_segments:True",
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(table.contains("expandable_segments:True"), "{table}");
+    assert!(table.contains("peak reserved"), "{table}");
+    // A device a third the size runs out of memory, and says where.
+    let small = (json["run_peak_allocated"].as_u64().unwrap_or(0) / 3).to_string();
+    let table = String::from_utf8_lossy(
+        &strata(&[
+            "replay",
+            snap.to_str().expect("a path"),
+            "--capacity",
+            &small,
+        ])
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        table.contains("would run out of memory at entry"),
+        "{table}"
+    );
+    // The page `train --html` wrote, and the one `viz` writes with its PNG.
+    render(&page, &d.join("train-page.png"));
+    let (viz_page, timeline) = (d.join("viz.html"), d.join("timeline.png"));
+    strata(&[
+        "viz",
+        snap.to_str().expect("a path"),
+        "-o",
+        viz_page.to_str().expect("a path"),
+        "--png",
+        timeline.to_str().expect("a path"),
+    ]);
+    let png = std::fs::read(&timeline).expect("the timeline");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    render(&viz_page, &d.join("viz-page.png"));
+}
+
+#[test]
+fn a_pytorch_snapshot_renders_too() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../strata-alloc/tests/fixtures/snapshots/pytorch-p4.pickle");
+    let d = dir();
+    let page = d.join("pytorch.html");
+    strata(&[
+        "viz",
+        fixture.to_str().expect("a path"),
+        "-o",
+        page.to_str().expect("a path"),
+    ]);
+    render(&page, &d.join("pytorch-page.png"));
+    let out = strata(&["replay", fixture.to_str().expect("a path")]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("recorded run"));
+}
