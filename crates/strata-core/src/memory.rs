@@ -206,6 +206,13 @@ pub fn record_memory_history(
     Ok(())
 }
 
+/// What-if replay of a recorded history (a [`Snapshot`]'s trace, strata's or PyTorch's)
+/// under other allocator settings and capacities: see
+/// [`strata_alloc::caching::replay`]. `Snapshot::load` reads the file.
+pub use strata_alloc::caching::{
+    replay, Coverage, ReplayError, ReplayFigures, ReplayOom, ReplayReport,
+};
+
 /// Segments, blocks and the recorded history, in the structure of PyTorch's
 /// `torch.cuda.memory._snapshot()`; save it with [`Snapshot::to_json`].
 pub fn snapshot(device: Device) -> Result<Snapshot> {
