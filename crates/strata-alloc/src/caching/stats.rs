@@ -220,6 +220,20 @@ impl MemoryStats {
         self.take_peak_mix();
     }
 
+    /// Bytes by category name at this allocator's peak, plus what `held` (another
+    /// allocator's statistics: the memory that lived there through the same time) holds now:
+    /// what a step measured on its own allocator was made of, with what it ran beside.
+    pub fn categories_at_peak_with(&self, held: &MemoryStats) -> BTreeMap<String, usize> {
+        Category::ALL
+            .iter()
+            .map(|&c| {
+                let here = self.category_bytes_at_peak.get(c).max(0) as usize;
+                let elsewhere = held.category_bytes.get(c).current.max(0) as usize;
+                (c.as_str().to_owned(), here + elsewhere)
+            })
+            .collect()
+    }
+
     /// Records the current category mix as the peak's mix.
     #[inline]
     pub(crate) fn take_peak_mix(&mut self) {

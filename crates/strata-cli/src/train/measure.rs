@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use strata::alloc::caching::format_size;
 use strata::alloc::{Backing, CachingAllocator, DeviceAllocator, Grouping, MemoryStats};
-use strata::core::{with_device_allocator, Category, Device};
+use strata::core::{with_device_allocator, Device};
 
 use super::step::StepOutcome;
 use super::Result;
@@ -48,14 +48,7 @@ where
         })
     })?;
     let stats = fresh.memory_stats();
-    let categories = Category::ALL
-        .iter()
-        .map(|&c| {
-            let here = stats.category_bytes_at_peak.get(c).max(0) as usize;
-            let elsewhere = held.category_bytes.get(c).current.max(0) as usize;
-            (c.as_str().to_owned(), here + elsewhere)
-        })
-        .collect();
+    let categories = stats.categories_at_peak_with(held);
     Ok((
         outcome,
         Measured {

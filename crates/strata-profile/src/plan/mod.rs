@@ -150,14 +150,7 @@ where
         let routed: Arc<dyn DeviceAllocator> = fresh.clone();
         with_device_allocator(Device::Meta, &routed, || step(&mut state, &batch))?;
         let stats = fresh.memory_stats();
-        let categories_at_peak = Category::ALL
-            .iter()
-            .map(|&c| {
-                let here = stats.category_bytes_at_peak.get(c).max(0) as usize;
-                let elsewhere = held.category_bytes.get(c).current.max(0) as usize;
-                (c.as_str().to_owned(), here + elsewhere)
-            })
-            .collect();
+        let categories_at_peak = stats.categories_at_peak_with(&held);
         let walk = history::walk(&fresh.history());
         Ok(PlanReport {
             peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
