@@ -1,0 +1,150 @@
+//! Reading pickles: a small pickle virtual machine for the data a memory snapshot holds.
+//!
+//! It reads what CPython's pickler writes for dicts, lists, tuples, sets, strings, bytes,
+//! ints, floats, booleans and `None`, at every protocol from 0 to 5 (`pickle.dump(snapshot,
+//! f)`, as `torch.cuda.memory._dump_snapshot()` does, writes protocol 4 or 5 depending on the
+//! Python version; strata's own writer in `pickle.rs` writes protocol 4). Everything that
+//! builds a Python object from code (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `NEWOBJ`,
+//! `INST`, `OBJ`, `PERSID`, extension codes, out-of-band buffers) is refused: a snapshot holds
+//! no objects, and running such opcodes is how a pickle runs code.
+//!
+//! The machine keeps Python's reference semantics: containers live in an arena and the stack
+//! and the memo hold their indices, so a dict that CPython memoizes while still empty and
+//! fills afterwards reads back filled wherever it is referenced again (`BINGET`). Shared
+//! objects are copied when the result is turned into a [`PyValue`] tree, within a budget
+//! ([`expansion_budget`]) so that a few bytes of nested references cannot expand without
+//! bound, and nesting is limited to [`MAX_DEPTH`] levels.
+//!
+//! Every read is bounds-checked: a length larger than the bytes left is a truncation error,
+//! never an allocation, and no input makes the reader panic.
+
+use std::collections::HashMap;
+
+use super::pickle::PyValue;
+use super::snapshot_read::SnapshotReadError;
+
+/// The deepest nesting of containers accepted (a snapshot nests 8 levels).
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Values the result may hold for `input_len` bytes of pickle: shared (memoized) objects are
+/// copied at every reference, so this bounds the expansion. A snapshot shares its stack
+/// frames and strings; 64 values per byte of input leaves room for deep shared stacks.
+pub(crate) fn expansion_budget(input_len: usize) -> usize {
+    input_len.saturating_mul(64).saturating_add(1 << 20)
+}
+
+/// The highest protocol this reader knows.
+const HIGHEST_PROTOCOL: u8 = 5;
+
+mod machine;
+mod opcodes;
+
+use machine::Machine;
+
+/// What [`loads`] found besides the value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Unpickled {
+    /// The value the pickle holds.
+    pub value: PyValue,
+    /// The protocol announced by `PROTO`; `None` for protocol 0 and 1 pickles, which have no
+    /// `PROTO` opcode.
+    pub protocol: Option<u8>,
+}
+
+/// Reads one pickled value from the start of `data` (bytes after its `STOP` are ignored, as
+/// `pickle.loads` ignores them).
+pub(crate) fn loads(data: &[u8]) -> Result<Unpickled, SnapshotReadError> {
+    let mut m = Machine {
+        data,
+        pos: 0,
+        arena: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        protocol: None,
+    };
+    let (root, stop_at) = m.run()?;
+    let mut budget = expansion_budget(data.len());
+    let value = m.build(root, 0, &mut budget, stop_at)?;
+    Ok(Unpickled {
+        value,
+        protocol: m.protocol,
+    })
+}
+
+/// Index of an object in the arena.
+pub(super) type Id = usize;
+
+/// A Python object while the pickle is being read. Containers hold arena indices, so that
+/// every reference to a container sees what is added to it later.
+pub(super) enum Obj {
+    /// `None`, a bool, an int, a float, a str or bytes.
+    Atom(PyValue),
+    List(Vec<Id>),
+    Tuple(Vec<Id>),
+    /// Keys are checked to be strings when the item is set.
+    Dict(Vec<(String, Id)>),
+    /// A `set` or `frozenset`; read as a list.
+    Set(Vec<Id>),
+}
+
+impl Obj {
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Obj::Atom(v) => type_name(v),
+            Obj::List(_) => "a list",
+            Obj::Tuple(_) => "a tuple",
+            Obj::Dict(_) => "a dict",
+            Obj::Set(_) => "a set",
+        }
+    }
+}
+
+/// "an int", "a str", ...: the Python type of `v`, with its article.
+pub(crate) fn type_name(v: &PyValue) -> &'static str {
+    match v {
+        PyValue::None => "None",
+        PyValue::Bool(_) => "a bool",
+        PyValue::Int(_) => "an int",
+        PyValue::Float(_) => "a float",
+        PyValue::Str(_) => "a str",
+        PyValue::Bytes(_) => "bytes",
+        PyValue::List(_) => "a list",
+        PyValue::Tuple(_) => "a tuple",
+        PyValue::Dict(_) => "a dict",
+    }
+}
+
+/// A short description of a value for error messages: its type and, for scalars, the value
+/// (`a str ("abc")`, `an int (5)`, `a list of 3 items`).
+pub(crate) fn describe(v: &PyValue) -> String {
+    fn short(s: &str) -> String {
+        let mut out: String = s.chars().take(40).collect();
+        if out.len() < s.len() {
+            out.push_str("...");
+        }
+        format!("{out:?}")
+    }
+    match v {
+        PyValue::None => "None".to_owned(),
+        PyValue::Bool(b) => format!("a bool ({})", if *b { "True" } else { "False" }),
+        PyValue::Int(i) => format!("an int ({i})"),
+        PyValue::Float(f) => format!("a float ({f})"),
+        PyValue::Str(s) => format!("a str ({})", short(s)),
+        PyValue::Bytes(b) => format!("bytes ({} bytes)", b.len()),
+        PyValue::List(items) => format!("a list of {} items", items.len()),
+        PyValue::Tuple(items) => format!("a tuple of {} items", items.len()),
+        PyValue::Dict(entries) => {
+            let keys: Vec<&str> = entries.iter().take(8).map(|(k, _)| k.as_str()).collect();
+            let more = if entries.len() > keys.len() {
+                ", ..."
+            } else {
+                ""
+            };
+            format!("a dict with keys {}{more}", keys.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
