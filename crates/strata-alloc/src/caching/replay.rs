@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::config::{AllocatorConfig, ROUNDUP_INTERVALS};
 use super::history::TraceAction;
-use super::snapshot::{AllocatorSettings, Snapshot, TraceEntrySnapshot, SCOPE_FILE};
+use super::snapshot::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
 use super::CachingAllocator;
 use crate::backing::VirtualBacking;
 use crate::{Block, DeviceAllocator, Site};
@@ -143,19 +143,12 @@ pub fn recorded_config(s: &AllocatorSettings) -> AllocatorConfig {
 
 /// The site a trace entry names (its innermost frame, with the scope frame if any).
 fn site_of(e: &TraceEntrySnapshot) -> String {
-    let mut s = e
-        .frames
-        .iter()
-        .find(|f| f.filename != SCOPE_FILE)
-        .map_or_else(
-            || "<unknown>".to_owned(),
-            |f| format!("{}:{} ({})", f.filename, f.line, f.name),
-        );
-    if let Some(scope) = e.frames.iter().find(|f| f.filename == SCOPE_FILE) {
-        s.push_str(" in ");
-        s.push_str(&scope.name);
+    let (site, scope) = Frame::site_and_scope(&e.frames);
+    let site = site.unwrap_or_else(|| "<unknown>".to_owned());
+    match scope {
+        Some(scope) => format!("{site} in {scope}"),
+        None => site,
     }
-    s
 }
 
 /// Blocks the trace frees, or the snapshot holds, without the trace allocating them:

@@ -24,6 +24,20 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Reads back what [`Frame::frames`] writes (and what PyTorch's stacks hold): the innermost
+    /// code frame as `file:line (name)`, and the scope path, each when the frames have one.
+    pub fn site_and_scope(frames: &[Frame]) -> (Option<String>, Option<&str>) {
+        let site = frames
+            .iter()
+            .find(|f| f.filename != SCOPE_FILE)
+            .map(|f| format!("{}:{} ({})", f.filename, f.line, f.name));
+        let scope = frames
+            .iter()
+            .find(|f| f.filename == SCOPE_FILE)
+            .map(|f| f.name.as_str());
+        (site, scope)
+    }
+
     pub(crate) fn frames(site: Option<Site>) -> Vec<Frame> {
         let Some(s) = site else {
             return Vec::new();

@@ -10,7 +10,7 @@ mod png;
 use std::collections::HashMap;
 
 use serde::Serialize;
-use strata::alloc::caching::{BlockState, Snapshot, TraceAction, TraceEntrySnapshot, SCOPE_FILE};
+use strata::alloc::caching::{BlockState, Frame, Snapshot, TraceAction, TraceEntrySnapshot};
 
 pub use page::html;
 #[cfg(feature = "png")]
@@ -90,19 +90,12 @@ impl Names {
 }
 
 /// The site and scope a trace entry's frames name.
-fn site_and_scope(frames: &[strata::alloc::caching::Frame]) -> (String, String) {
-    let site = frames
-        .iter()
-        .find(|f| f.filename != SCOPE_FILE)
-        .map_or_else(
-            || "(no frames)".to_owned(),
-            |f| format!("{}:{} ({})", f.filename, f.line, f.name),
-        );
-    let scope = frames
-        .iter()
-        .find(|f| f.filename == SCOPE_FILE)
-        .map_or_else(|| "(no scope)".to_owned(), |f| f.name.clone());
-    (site, scope)
+fn site_and_scope(frames: &[Frame]) -> (String, String) {
+    let (site, scope) = Frame::site_and_scope(frames);
+    (
+        site.unwrap_or_else(|| "(no frames)".to_owned()),
+        scope.unwrap_or("(no scope)").to_owned(),
+    )
 }
 
 /// Closes the parts of open ranges that `[a, a + b)` covers at entry `i`, reopening what
