@@ -50,6 +50,7 @@ mod oom;
 mod pickle;
 mod release;
 mod replay;
+mod reuse;
 mod snapshot;
 mod snapshot_read;
 mod state;
