@@ -3,7 +3,8 @@
 //! training job (`strata train`, `strata eval`, `strata plan`) and the memory page
 //! (`strata viz`).
 //!
-//! The binary (`src/main.rs`) only parses arguments and prints; everything it runs is here.
+//! The binary (`src/main.rs` and its own modules in `src/cli/`) only parses arguments and
+//! prints; everything it runs is here.
 
 pub mod bench;
 pub mod conform;

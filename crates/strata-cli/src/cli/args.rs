@@ -1,0 +1,199 @@
+//! The subcommands' argument types and the flag groups they share, so that a new subcommand
+//! reuses them and the help stays consistent.
+
+use std::path::PathBuf;
+
+use crate::cli::size::{parse_batch_size, parse_size, BatchSize};
+
+/// What `train` and `eval` share.
+#[derive(clap::Args)]
+pub(crate) struct CommonArgs {
+    /// The model.
+    #[arg(long, value_enum, default_value = "mlp")]
+    pub(crate) model: strata_cli::train::ModelKind,
+    /// Samples per batch (`train` also takes `auto`, with `--memory-limit`: the largest
+    /// batch size that `plan --fit` finds).
+    #[arg(long, default_value = "128", value_parser = parse_batch_size)]
+    pub(crate) batch_size: BatchSize,
+    /// Loader worker threads (0: load on the training thread).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) workers: usize,
+    /// Batches each worker prepares ahead.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) prefetch: usize,
+    /// Where the IDX files are.
+    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
+    pub(crate) data_dir: PathBuf,
+    /// Evaluate on the first N test images only.
+    #[arg(long)]
+    pub(crate) test_samples: Option<usize>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub(crate) report_json: Option<PathBuf>,
+}
+
+/// The options that change what a training step does and the memory it takes, shared by
+/// `train` and `plan` (same names, same defaults).
+#[derive(clap::Args)]
+pub(crate) struct StepArgs {
+    /// Learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub(crate) lr: f64,
+    /// The optimizer.
+    #[arg(long, value_enum, default_value = "adam")]
+    pub(crate) optimizer: strata_cli::train::OptimizerKind,
+    /// SGD's momentum.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) momentum: f64,
+    /// Weight decay.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) weight_decay: f64,
+    /// Seed of the weights and the shuffling.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// Cap on reserved memory (bytes, or with KiB, MiB, GiB).
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<usize>,
+    /// Train on the first N training images only.
+    #[arg(long)]
+    pub(crate) train_samples: Option<usize>,
+    /// Mixed precision: forward and loss under autocast (f16 with a loss scaler).
+    #[arg(long, value_parser = ["bf16", "f16"])]
+    pub(crate) amp: Option<String>,
+    /// Step each parameter inside backward and free its gradient at once.
+    #[arg(long)]
+    pub(crate) optimizer_in_backward: bool,
+    /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
+    /// region; cnn: each conv block; lstm: segments of 7 time steps).
+    #[arg(long)]
+    pub(crate) checkpoint_activations: bool,
+    /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub(crate) on_oom: strata_cli::train::OnOom,
+}
+
+/// `strata conform`'s options.
+#[derive(clap::Args)]
+pub(crate) struct ConformArgs {
+    /// The programs file (`{"programs": [...]}`).
+    pub(crate) programs: PathBuf,
+    /// The device every tensor a program creates is made on: `cpu`, or `meta` (shapes,
+    /// layouts and allocations without values).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
+    pub(crate) device: String,
+    /// Run each program on a fresh caching allocator and report its events and peaks.
+    #[arg(long)]
+    pub(crate) allocations: bool,
+}
+
+/// `strata bench`'s options.
+#[derive(clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Print a Markdown table (for BENCHMARKS.md).
+    #[arg(long)]
+    pub(crate) markdown: bool,
+    /// Write every row as JSON to this file (name, strata, baseline, ratio, unit).
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Fewer repetitions: a smoke run, not a measurement.
+    #[arg(long)]
+    pub(crate) quick: bool,
+}
+
+/// `strata train`'s options.
+#[derive(clap::Args)]
+pub(crate) struct TrainArgs {
+    /// The options `train` and `eval` share.
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// The options of the training step.
+    #[command(flatten)]
+    pub(crate) step: StepArgs,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) epochs: usize,
+    /// Save the trained weights (safetensors).
+    #[arg(long)]
+    pub(crate) save: Option<PathBuf>,
+    /// Start from these weights (safetensors).
+    #[arg(long)]
+    pub(crate) load: Option<PathBuf>,
+    /// Profile two steps after the measured one and print the table.
+    #[arg(long)]
+    pub(crate) profile: bool,
+    /// Write those two steps as a Chrome trace (chrome://tracing, Perfetto).
+    #[arg(long)]
+    pub(crate) trace: Option<PathBuf>,
+    /// `cpu`, or `meta`: the whole run's memory without computing (values are null).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
+    pub(crate) device: String,
+    /// Record the allocator's history and save a snapshot pickle here (PyTorch's format).
+    #[arg(long)]
+    pub(crate) snapshot: Option<PathBuf>,
+    /// Record the allocator's history and write the memory page here (see `strata viz`).
+    #[arg(long)]
+    pub(crate) html: Option<PathBuf>,
+}
+
+/// `strata replay`'s options.
+#[derive(clap::Args)]
+pub(crate) struct ReplayArgs {
+    /// The snapshot.
+    pub(crate) snapshot: PathBuf,
+    /// The settings to try (`STRATA_ALLOC_CONF` syntax).
+    #[arg(long, default_value = "")]
+    pub(crate) alloc_conf: String,
+    /// The device's capacity for the what-if run (bytes, or with KiB, MiB, GiB).
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) capacity: Option<usize>,
+    /// Which device's trace.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) device: usize,
+}
+
+/// `strata viz`'s options.
+#[derive(clap::Args)]
+pub(crate) struct VizArgs {
+    /// The snapshot.
+    pub(crate) snapshot: PathBuf,
+    /// The page to write.
+    #[arg(short = 'o', long, default_value = "memory.html")]
+    pub(crate) output: PathBuf,
+    /// Also draw the timeline as a PNG here.
+    #[arg(long)]
+    pub(crate) png: Option<PathBuf>,
+}
+
+/// `strata plan`'s options.
+#[derive(clap::Args)]
+pub(crate) struct PlanArgs {
+    /// The options `train` and `eval` share.
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// The options of the training step.
+    #[command(flatten)]
+    pub(crate) step: StepArgs,
+    /// Find the largest batch size whose whole run (two epochs, evaluation, the loader's
+    /// prefetched batches) holds under `--memory-limit`.
+    #[arg(long)]
+    pub(crate) fit: bool,
+}
+
+/// `strata summary`'s options.
+#[derive(clap::Args)]
+pub(crate) struct SummaryArgs {
+    /// The options `train` and `eval` share.
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+}
+
+/// `strata eval`'s options.
+#[derive(clap::Args)]
+pub(crate) struct EvalArgs {
+    /// The options `train` and `eval` share.
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// The weights (safetensors).
+    #[arg(long)]
+    pub(crate) load: PathBuf,
+}

@@ -1,0 +1,63 @@
+//! `strata plan`: predict the memory of a training step, or fit the batch size to a limit.
+
+use std::process::ExitCode;
+
+use strata::profile::plan::PlanReport;
+use strata_cli::train::{Fit, PlanJson};
+
+use crate::cli::args::PlanArgs;
+use crate::cli::commands::shared::{auto_batch_size, step_options, write_json};
+
+/// Prints the plan of the measured step (and the fit, with `--fit` or `--batch-size auto`).
+pub(crate) fn run(args: PlanArgs) -> ExitCode {
+    let fit_asked = args.fit || args.common.batch_size.0.is_none();
+    let mut o = step_options(&args.common, args.step);
+    let mut run = || -> Result<(PlanReport, Option<Fit>), String> {
+        let fit = if fit_asked {
+            let fit = auto_batch_size(&o)?;
+            o.batch_size = fit.batch_size;
+            Some(fit)
+        } else {
+            None
+        };
+        let report = strata_cli::train::plan(&o).map_err(|e| e.to_string())?;
+        Ok((report, fit))
+    };
+    let (report, fit) = match run() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "{} at batch size {} (the step strata train measures):",
+        o.model.name(),
+        o.batch_size
+    );
+    print!("{}", report.text());
+    if let Some(fit) = &fit {
+        let size = strata::alloc::caching::format_size;
+        println!(
+            "fit: batch size {} is the largest whose run holds in {} (run peak allocated {}, \
+             reserved {}); tried {}",
+            fit.batch_size,
+            size(fit.memory_limit),
+            size(fit.run_peak_allocated),
+            size(fit.run_peak_reserved),
+            fit.trials
+                .iter()
+                .map(|(b, ok)| format!("{b}{}", if *ok { "" } else { " (no)" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let json = PlanJson::new(&o, &report, fit);
+    match write_json(&args.common.report_json, &json) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! What several subcommands' drivers share: the training options built from the flags,
+//! `--batch-size auto`, the JSON report and loading a snapshot.
+
+use std::path::{Path, PathBuf};
+
+use strata_cli::train::{Fit, TrainOptions};
+
+use crate::cli::args::{CommonArgs, StepArgs};
+
+/// The options `common` sets (one epoch; batch size 128 where it is `auto`).
+pub(crate) fn options(common: &CommonArgs) -> TrainOptions {
+    TrainOptions {
+        model: common.model,
+        epochs: 1,
+        batch_size: common.batch_size.0.unwrap_or(128),
+        workers: common.workers,
+        prefetch: Some(common.prefetch),
+        data_dir: common.data_dir.clone(),
+        test_samples: common.test_samples,
+        ..Default::default()
+    }
+}
+
+/// The options `step` sets on top of `common`'s.
+pub(crate) fn step_options(common: &CommonArgs, step: StepArgs) -> TrainOptions {
+    TrainOptions {
+        lr: step.lr,
+        optimizer: step.optimizer,
+        momentum: step.momentum,
+        weight_decay: step.weight_decay,
+        seed: step.seed,
+        memory_limit: step.memory_limit,
+        train_samples: step.train_samples,
+        amp: match step.amp.as_deref() {
+            Some("bf16") => Some(strata::core::DType::BF16),
+            Some(_) => Some(strata::core::DType::F16),
+            None => None,
+        },
+        optimizer_in_backward: step.optimizer_in_backward,
+        checkpoint_activations: step.checkpoint_activations,
+        on_oom: step.on_oom,
+        ..options(common)
+    }
+}
+
+/// `--batch-size auto`: the largest batch size `plan --fit` finds under the memory limit.
+pub(crate) fn auto_batch_size(o: &TrainOptions) -> Result<Fit, String> {
+    let Some(limit) = o.memory_limit else {
+        return Err("--batch-size auto needs --memory-limit, the memory to fit in".into());
+    };
+    strata_cli::train::fit(o, limit).map_err(|e| e.to_string())
+}
+
+/// Writes `value` as pretty JSON to `path`, when there is one (`--report-json`).
+pub(crate) fn write_json(
+    path: &Option<PathBuf>,
+    value: &impl serde::Serialize,
+) -> Result<(), String> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Loads the snapshot at `path`, telling on stderr (as `strata <command>`) what it skipped
+/// or why it cannot be read.
+pub(crate) fn load(path: &Path, command: &str) -> Option<strata::alloc::Snapshot> {
+    match strata::alloc::Snapshot::load_with_notes(path) {
+        Ok((snap, notes)) => {
+            if notes.skipped_trace_entries() > 0 {
+                eprintln!(
+                    "strata {command}: skipped {} trace entries of actions strata does not replay",
+                    notes.skipped_trace_entries()
+                );
+            }
+            Some(snap)
+        }
+        Err(e) => {
+            eprintln!("strata {command}: {}: {e}", path.display());
+            None
+        }
+    }
+}

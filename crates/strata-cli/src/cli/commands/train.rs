@@ -1,0 +1,76 @@
+//! `strata train`: train a model and print its report.
+
+use std::process::ExitCode;
+
+use strata_cli::train::{ProfileRequest, TrainOptions};
+
+use crate::cli::args::TrainArgs;
+use crate::cli::commands::shared::{auto_batch_size, step_options, write_json};
+use crate::cli::progress::Bars;
+
+/// Trains (first fitting the batch size where it is `auto`) and prints the report.
+pub(crate) fn run(args: TrainArgs) -> ExitCode {
+    let auto = args.common.batch_size.0.is_none();
+    let mut o = TrainOptions {
+        epochs: args.epochs,
+        save: args.save,
+        load: args.load,
+        profile: ProfileRequest {
+            table: args.profile,
+            trace: args.trace,
+        },
+        device: if args.device == "meta" {
+            strata::core::Device::Meta
+        } else {
+            strata::core::Device::Cpu
+        },
+        snapshot: args.snapshot,
+        html: args.html,
+        ..step_options(&args.common, args.step)
+    };
+    let fitted = if auto {
+        match auto_batch_size(&o) {
+            Ok(fit) => {
+                eprintln!(
+                    "batch size auto: {} (the largest whose run holds in {})",
+                    fit.batch_size,
+                    strata::alloc::caching::format_size(fit.memory_limit)
+                );
+                o.batch_size = fit.batch_size;
+                Some(fit)
+            }
+            Err(e) => {
+                eprintln!("strata train: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let report = match strata_cli::train::train(&o, &mut Bars::default()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", report.text());
+    if let Some(fit) = fitted {
+        let size = strata::alloc::caching::format_size;
+        println!(
+            "batch size {}: predicted run peak allocated {}, reserved {}; measured {}, {}",
+            fit.batch_size,
+            size(fit.run_peak_allocated),
+            size(fit.run_peak_reserved),
+            size(report.run_peak_allocated),
+            size(report.run_peak_reserved)
+        );
+    }
+    match write_json(&args.common.report_json, &report) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! `strata viz`: write a snapshot as the memory page (and, with `--png`, a timeline image).
+
+use std::process::ExitCode;
+
+use crate::cli::args::VizArgs;
+use crate::cli::commands::shared::load;
+
+/// Writes the snapshot's page to `--output` and says what it holds.
+pub(crate) fn run(args: VizArgs) -> ExitCode {
+    let VizArgs {
+        snapshot,
+        output,
+        png,
+    } = args;
+    let Some(snap) = load(&snapshot, "viz") else {
+        return ExitCode::FAILURE;
+    };
+    let title = snapshot
+        .file_name()
+        .map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+    match strata_cli::viz::write(&snap, &title, &output, png.as_deref()) {
+        Ok(data) => {
+            println!(
+                "wrote {} ({} allocations, peak {} at entry {})",
+                output.display(),
+                data.lives.len(),
+                strata::alloc::caching::format_size(data.peak_bytes as usize),
+                data.peak_entry
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("strata viz: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

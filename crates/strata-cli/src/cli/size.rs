@@ -1,0 +1,65 @@
+//! Parsing of the size arguments: memory sizes (`--memory-limit`, `--capacity`) and
+//! `--batch-size`.
+
+/// `2GiB`, `512MiB`, `64KiB` or a number of bytes.
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, unit) = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((t, ""), |i| t.split_at(i));
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" | "K" | "KB" => 1024.0,
+        "MiB" | "M" | "MB" => 1024.0 * 1024.0,
+        "GiB" | "G" | "GB" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}`: use bytes, KiB, MiB or GiB"
+            ))
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size: write 2GiB, 512MiB or a number of bytes"))?;
+    Ok((n * scale) as usize)
+}
+
+/// `--batch-size`: a number of samples, or `auto` (`None`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchSize(pub(crate) Option<usize>);
+
+/// `auto`, or a positive number of samples.
+pub(crate) fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
+    if s == "auto" {
+        return Ok(BatchSize(None));
+    }
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(BatchSize(Some(n))),
+        _ => Err(format!(
+            "`{s}` is not a batch size: write a positive number or `auto`"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_batch_size, parse_size};
+
+    #[test]
+    fn sizes_take_bytes_or_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64KiB"), Ok(64 * 1024));
+        assert_eq!(parse_size(" 1.5 MiB "), Ok(3 * 512 * 1024));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("3XB").is_err());
+        assert!(parse_size("GiB").is_err());
+    }
+
+    #[test]
+    fn a_batch_size_is_positive_or_auto() {
+        assert_eq!(parse_batch_size("auto").map(|b| b.0), Ok(None));
+        assert_eq!(parse_batch_size("32").map(|b| b.0), Ok(Some(32)));
+        assert!(parse_batch_size("0").is_err());
+        assert!(parse_batch_size("-1").is_err());
+    }
+}
