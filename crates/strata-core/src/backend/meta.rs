@@ -7,10 +7,11 @@
 //! own for meta, the allocator sees exactly the calls a CPU run makes, and a program's
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
-use super::kernel::{
-    sums_densely, BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp,
-    TernaryOp, UpdatePtrs, UpdateRule,
+use super::args::{
+    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
+    SoftmaxArgs, UpdateArgs,
 };
+use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
 
@@ -26,18 +27,10 @@ impl Backend for Meta {
 
     unsafe fn same_unary(&self, _: &Plan, _: SameOp, _: DType) {}
 
-    unsafe fn dense_sum(
-        &self,
-        dtype: DType,
-        _: *const u8,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: &mut [f64],
-    ) -> bool {
+    unsafe fn dense_sum(&self, args: &DenseSumArgs) -> bool {
         // The CPU takes this path for exactly these dtypes; taking it here too keeps the two
         // devices on the same allocation sequence.
-        sums_densely(dtype)
+        sums_densely(args.dtype)
     }
 
     unsafe fn binary(&self, _: &Plan, _: BinaryOp, _: DType, _: Option<Scalar>) {}
@@ -54,80 +47,17 @@ impl Backend for Meta {
 
     unsafe fn arg_best(&self, _: &Plan, _: DType, _: bool) {}
 
-    unsafe fn softmax(
-        &self,
-        _: DType,
-        _: *const u8,
-        _: *mut u8,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: bool,
-    ) {
-    }
+    unsafe fn softmax(&self, _: &SoftmaxArgs) {}
 
-    unsafe fn gemm(
-        &self,
-        _: DType,
-        _: &Product,
-        _: *mut u8,
-        _: &Mat,
-        _: *const u8,
-        _: *const u8,
-        _: Option<(*const u8, &Mat)>,
-        _: Scalar,
-        _: Scalar,
-        _: GemmScratch,
-    ) {
-    }
+    unsafe fn gemm(&self, _: &GemmArgs<'_>) {}
 
-    unsafe fn pick(
-        &self,
-        _: DType,
-        _: &[usize],
-        _: [Vec<isize>; 2],
-        _: usize,
-        _: *mut u8,
-        _: *const u8,
-        _: bool,
-        _: Pick<'_>,
-    ) {
-    }
+    unsafe fn pick(&self, _: &PickArgs<'_>) {}
 
-    unsafe fn scatter_add(
-        &self,
-        _: DType,
-        _: &[usize],
-        _: [Vec<isize>; 2],
-        _: *const u8,
-        _: *mut u8,
-        _: &[i64],
-        _: isize,
-    ) {
-    }
+    unsafe fn scatter_add(&self, _: &ScatterAddArgs<'_>) {}
 
-    unsafe fn max_pool2d(
-        &self,
-        _: DType,
-        _: *const u8,
-        _: *mut u8,
-        _: *mut i64,
-        _: usize,
-        _: &PoolWindows,
-    ) {
-    }
+    unsafe fn max_pool2d(&self, _: &MaxPoolArgs<'_>) {}
 
-    unsafe fn max_pool2d_backward(
-        &self,
-        _: DType,
-        _: *const u8,
-        _: *const i64,
-        _: *mut u8,
-        _: usize,
-        _: usize,
-        _: usize,
-    ) {
-    }
+    unsafe fn max_pool2d_backward(&self, _: &MaxPoolBackwardArgs) {}
 
-    unsafe fn update(&self, _: &UpdateRule, _: DType, _: &UpdatePtrs) {}
+    unsafe fn update(&self, _: &UpdateArgs<'_>) {}
 }

@@ -18,18 +18,21 @@
 //! ([`kernel`]); every pointer a method takes is the caller's promise,
 //! spelled out in its `# Safety` section.
 
+pub(crate) mod args;
 pub(crate) mod cpu;
 pub(crate) mod kernel;
 mod meta;
+pub(crate) mod plan;
 
-pub(crate) use cpu::{Dims, Operand, Plan};
+pub(crate) use plan::{Dims, Operand, Plan};
 
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
-use kernel::{
-    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
-    UpdatePtrs, UpdateRule,
+use args::{
+    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
+    SoftmaxArgs, UpdateArgs,
 };
+use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 
 /// The kernels of one device.
 pub(crate) trait Backend: Sync {
@@ -51,22 +54,16 @@ pub(crate) trait Backend: Sync {
     /// As for [`Backend::float_unary`].
     unsafe fn same_unary(&self, plan: &Plan, s: SameOp, compute: DType);
 
-    /// Sums `outer` contiguous `[len, inner]` blocks of f32 or f64 starting at `base` over
-    /// their `len` dimension into the `[outer, inner]` f64 values `out`; false (nothing
-    /// written) when this backend has no such fast path for `dtype`.
+    /// Sums `outer` contiguous `[len, inner]` blocks of f32 or f64 over their `len`
+    /// dimension into the `[outer, inner]` f64 accumulators `args.out`; false (nothing
+    /// written) when this backend has no such fast path for the dtype. Every backend must
+    /// answer as [`kernel::sums_densely`] does, so that the meta device allocates as the CPU.
     ///
     /// # Safety
-    /// `base` must address `outer·len·inner` readable elements of `dtype` that nothing writes
-    /// during the call.
-    unsafe fn dense_sum(
-        &self,
-        dtype: DType,
-        base: *const u8,
-        outer: usize,
-        len: usize,
-        inner: usize,
-        out: &mut [f64],
-    ) -> bool;
+    /// `args.input` must address `outer·len·inner` readable elements of `args.dtype` that
+    /// nothing writes during the call, and `args.out` `outer·inner` writable f64 elements
+    /// that nothing else touches.
+    unsafe fn dense_sum(&self, args: &DenseSumArgs) -> bool;
 
     /// `out = a op b` over `plan` (operands out, a, b; or out, a with `scalar` as `b`),
     /// computed in `compute` (comparisons write bool).
@@ -118,90 +115,43 @@ pub(crate) trait Backend: Sync {
     /// As for [`Backend::fold`]; operands 0 and 1 private buffers, 2 and 3 readable.
     unsafe fn arg_best(&self, plan: &Plan, acc: DType, max: bool);
 
-    /// Softmax (log-softmax with `log`) of `outer` contiguous slabs of `slab_len` elements,
-    /// each `[slab_len / inner, inner]` normalised along its first dimension, in the
-    /// floating `dtype`.
+    /// Softmax (log-softmax with `log`) of `outer` contiguous slabs (see [`SoftmaxArgs`]), in
+    /// the floating dtype.
     ///
     /// # Safety
     /// `input` must address `outer·slab_len` readable elements of `dtype` and `output` as
     /// many writable ones, not overlapping, that nothing else touches during the call.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn softmax(
-        &self,
-        dtype: DType,
-        input: *const u8,
-        output: *mut u8,
-        outer: usize,
-        slab_len: usize,
-        inner: usize,
-        log: bool,
-    );
+    unsafe fn softmax(&self, args: &SoftmaxArgs);
 
-    /// `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`, with
-    /// operands addressed from their storages' base pointers by [`Mat`] offsets. With a
+    /// `out = beta·c + alpha·(a @ b)` for every product of the batch, in `dtype`, with
+    /// operands addressed from their storages' base pointers by [`kernel::Mat`] offsets. With a
     /// result buffer in `scratch` the result goes through it first (an output that overlaps
     /// an input, or is not dense); f16 and bf16 products widen into `scratch`'s f32 room.
     ///
     /// # Safety
-    /// Every element `p`, `c`'s `Mat` and `out_mat` address must lie in valid memory: the
-    /// inputs readable, the output writable and untouched by anything else during the call;
-    /// without a result buffer, the output overlaps neither itself nor an input. Each
-    /// non-null `scratch` pointer must address the elements [`GemmScratch`] says, writable
-    /// and used by nothing else during the call.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(
-        &self,
-        dtype: DType,
-        p: &Product,
-        out: *mut u8,
-        out_mat: &Mat,
-        a: *const u8,
-        b: *const u8,
-        c: Option<(*const u8, &Mat)>,
-        alpha: Scalar,
-        beta: Scalar,
-        scratch: GemmScratch,
-    );
+    /// Every element the product, `c`'s `Mat` and `out_mat` address must lie in valid
+    /// memory: the inputs readable, the output writable and untouched by anything else during
+    /// the call; without a result buffer, the output overlaps neither itself nor an input.
+    /// Each non-null `scratch` pointer must address the elements [`kernel::GemmScratch`] says,
+    /// writable and used by nothing else during the call.
+    unsafe fn gemm(&self, args: &GemmArgs<'_>);
 
     /// The indexed copy `out[k] = src[pick(k)]` over `shape` (`index_select`, `gather`):
-    /// `strides` are the output's and the source's (stride 0 along the picked dimension),
-    /// in elements; each visit copies `block` consecutive elements.
+    /// each visit copies `block` consecutive elements (see [`PickArgs`]).
     ///
     /// # Safety
     /// Every position the walk forms must lie inside the output (writable) and source
     /// (readable); with `parallel`, each output element is written by one visit only and
     /// the output shares no memory with the source.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn pick(
-        &self,
-        dtype: DType,
-        shape: &[usize],
-        strides: [Vec<isize>; 2],
-        block: usize,
-        out: *mut u8,
-        src: *const u8,
-        parallel: bool,
-        pick: Pick<'_>,
-    );
+    unsafe fn pick(&self, args: &PickArgs<'_>);
 
-    /// `dst[idx[k]·dim_stride + …] += src[…]` over the index's `shape`, in row-major order
-    /// (repeated indices accumulate in order); `strides` are the source's and the
-    /// destination's (stride 0 along the indexed dimension), in elements.
+    /// `dst[idx[k]·dim_stride + …] += src[…]` over the index's shape, in row-major order
+    /// (repeated indices accumulate in order; see [`ScatterAddArgs`]).
     ///
     /// # Safety
     /// Every position the walk forms must lie inside the source (readable) and destination
     /// (writable).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn scatter_add(
-        &self,
-        dtype: DType,
-        shape: &[usize],
-        strides: [Vec<isize>; 2],
-        src: *const u8,
-        dst: *mut u8,
-        idx: &[i64],
-        dim_stride: isize,
-    );
+    unsafe fn scatter_add(&self, args: &ScatterAddArgs<'_>);
 
     /// 2-d max pooling of `planes` contiguous planes of `src` into `dst`, with each maximum's
     /// flat position in its plane written to `idx` (i64).
@@ -210,15 +160,7 @@ pub(crate) trait Backend: Sync {
     /// `src` holds `planes·h·w` readable elements of `dtype`, `dst` and `idx` `planes·oh·ow`
     /// writable elements of `dtype` and i64, sharing no memory with `src` or each other; every
     /// window holds at least one position inside its plane.
-    unsafe fn max_pool2d(
-        &self,
-        dtype: DType,
-        src: *const u8,
-        dst: *mut u8,
-        idx: *mut i64,
-        planes: usize,
-        windows: &PoolWindows,
-    );
+    unsafe fn max_pool2d(&self, args: &MaxPoolArgs<'_>);
 
     /// Max pooling's backward: per plane, zeros `gx` (`plane_in` elements) and adds each
     /// `grad` element (`plane_out` per plane) at the position `idx` names (positions outside
@@ -227,26 +169,16 @@ pub(crate) trait Backend: Sync {
     /// # Safety
     /// `grad` and `idx` hold `planes·plane_out` readable elements of `dtype` and i64, `gx`
     /// `planes·plane_in` writable elements of `dtype` sharing no memory with them.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn max_pool2d_backward(
-        &self,
-        dtype: DType,
-        grad: *const u8,
-        idx: *const i64,
-        gx: *mut u8,
-        planes: usize,
-        plane_in: usize,
-        plane_out: usize,
-    );
+    unsafe fn max_pool2d_backward(&self, args: &MaxPoolBackwardArgs);
 
-    /// Applies an optimizer's update `rule` in place, in one pass over the parameter, its
-    /// gradient and the rule's state tensors (see [`UpdatePtrs`]).
+    /// Applies an optimizer's update rule in place, in one pass over the parameter, its
+    /// gradient and the rule's state tensors (see [`kernel::UpdatePtrs`]).
     ///
     /// # Safety
     /// The parameter and the used state pointers address `n` writable elements of `dtype`, the
     /// gradient `n` readable ones; the written operands share no memory with each other or
     /// the gradient, and the op holds their storages locked.
-    unsafe fn update(&self, rule: &UpdateRule, dtype: DType, ptrs: &UpdatePtrs);
+    unsafe fn update(&self, args: &UpdateArgs<'_>);
 }
 
 /// The backend whose kernels run on `device`'s memory.

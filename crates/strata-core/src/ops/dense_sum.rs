@@ -1,6 +1,7 @@
 //! The fast path of `sum` and `mean` for a contiguous floating input reduced over one run of
 //! adjacent dimensions (the kernel is the backend's `dense_sum`).
 
+use crate::backend::args::DenseSumArgs;
 use crate::backend::for_device;
 use crate::backend::kernel::sums_densely;
 use crate::op::OpContext;
@@ -44,7 +45,16 @@ pub(crate) fn dense_sum(
     // SAFETY: the input is contiguous from its offset and holds outer·len·inner elements of
     // its dtype; the storage is read-locked until `guards` drops, so nothing writes it
     // meanwhile.
-    let done = unsafe { backend.dense_sum(dtype, base, outer, len, inner, &mut out) };
+    let done = unsafe {
+        backend.dense_sum(&DenseSumArgs {
+            dtype,
+            input: base,
+            outer,
+            len,
+            inner,
+            out: out.as_mut_ptr() as *mut u8,
+        })
+    };
     drop(guards);
     Ok(done.then_some(out))
 }

@@ -1,6 +1,7 @@
 //! 2-d max pooling over `[N, C, H, W]` (or any `[.., H, W]`): the values and each maximum's
 //! position in its plane, and the gradient routed back to those positions.
 
+use crate::backend::args::{MaxPoolArgs, MaxPoolBackwardArgs};
 use crate::backend::for_device;
 use crate::backend::kernel::PoolWindows;
 use crate::layout::Layout;
@@ -51,7 +52,16 @@ pub(crate) fn max_pool2d(
         // `indices` are fresh, contiguous, n·oh·ow elements each, and share no memory with
         // `src` or each other; the caller checked that every window holds a position of the
         // plane; the storages stay locked until `guards` drops.
-        unsafe { backend.max_pool2d(x.dtype(), input, out, idx, n, win) };
+        unsafe {
+            backend.max_pool2d(&MaxPoolArgs {
+                dtype: x.dtype(),
+                src: input,
+                dst: out,
+                idx,
+                planes: n,
+                windows: win,
+            })
+        };
     }
     Ok((values, indices))
 }
@@ -91,7 +101,17 @@ pub(crate) fn max_pool2d_backward(
         // SAFETY: `g` and `idx` are contiguous with n·plane_out elements (the pooled shape);
         // `gx` is fresh and contiguous with n·plane_in elements, sharing no memory with them;
         // the storages stay locked until `guards` drops.
-        unsafe { backend.max_pool2d_backward(g.dtype(), gp, ip, xp, n, plane_in, plane_out) };
+        unsafe {
+            backend.max_pool2d_backward(&MaxPoolBackwardArgs {
+                dtype: g.dtype(),
+                grad: gp,
+                idx: ip,
+                gx: xp,
+                planes: n,
+                plane_in,
+                plane_out,
+            })
+        };
     }
     Ok(gx)
 }

@@ -8,6 +8,7 @@
 //! computed in f32 (converted slice-wise); f32 uses a vectorisable `exp` (`exp_f32`).
 //! Blocks of `outer` run in parallel on strata's pool.
 
+use crate::backend::args::SoftmaxArgs;
 use crate::backend::for_device;
 use crate::layout::overlap::{overlap, Overlap};
 use crate::layout::{wrap_dim, Layout};
@@ -107,7 +108,17 @@ fn softmax_op(
         // does `target` from its own offset; `target` is either fresh or an output that shares
         // no memory with `src` (checked above); both storages are locked (the output's for
         // writing) until `guards` drops.
-        unsafe { backend.softmax(x.dtype(), input, output, outer, len * inner, inner, log) };
+        unsafe {
+            backend.softmax(&SoftmaxArgs {
+                dtype: x.dtype(),
+                input,
+                output,
+                outer,
+                slab_len: len * inner,
+                inner,
+                log,
+            })
+        };
     }
     match out {
         None => Ok(target),

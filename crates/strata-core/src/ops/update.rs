@@ -19,6 +19,7 @@
 //! # Ok::<(), strata_core::Error>(())
 //! ```
 
+use crate::backend::args::UpdateArgs;
 use crate::backend::for_device;
 use crate::backend::kernel::{UpdatePtrs, UpdateRule};
 use crate::op::OpContext;
@@ -192,7 +193,13 @@ fn apply(
     // dense, so each covers `n` elements from its offset; the written storages are distinct
     // from each other and from the gradient's (checked above), and stay locked until `guards`
     // drops.
-    unsafe { backend.update(&rule, param.dtype(), &ptrs) };
+    unsafe {
+        backend.update(&UpdateArgs {
+            rule: &rule,
+            dtype: param.dtype(),
+            ptrs: &ptrs,
+        })
+    };
     drop(guards);
     for _ in 1..rule.param_writes() {
         pb.storage.bump_version();

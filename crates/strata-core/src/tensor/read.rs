@@ -1,6 +1,7 @@
 //! Reading elements back into Rust values.
 
-use crate::backend::cpu::{kernels, Operand, Plan};
+use crate::backend::cpu::kernels;
+use crate::backend::{Operand, Plan};
 use crate::dtype::Element;
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};

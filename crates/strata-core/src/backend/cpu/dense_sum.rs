@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::pool::{pool, GRAIN_SIZE};
+use crate::backend::args::DenseSumArgs;
 use crate::backend::kernel::sums_densely;
 use crate::dtype::DType;
 
@@ -159,24 +160,28 @@ fn run<T: Wide>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]
     }
 }
 
-/// Sums `outer` contiguous `[len, inner]` blocks of a floating `dtype` ([`sums_densely`])
-/// starting at `base` over their `len` dimension, into the `outer·inner` f64 values `out`
-/// (`[outer, inner]`); false (nothing written) for another dtype.
+/// Sums `outer` contiguous `[len, inner]` blocks of a floating dtype ([`sums_densely`])
+/// starting at `args.input` over their `len` dimension, into the `outer·inner` f64 values at
+/// `args.out` (`[outer, inner]`); false (nothing written) for another dtype.
 ///
 /// # Safety
-/// `base` must point to `outer·len·inner` readable elements of `dtype` that nothing writes
-/// during the call.
-pub(crate) unsafe fn sum_blocks(
-    dtype: DType,
-    base: *const u8,
-    outer: usize,
-    len: usize,
-    inner: usize,
-    out: &mut [f64],
-) -> bool {
-    if !sums_densely(dtype) || out.len() != outer * inner {
+/// `args.input` must point to `outer·len·inner` readable elements of the dtype that nothing
+/// writes during the call, and `args.out` to `outer·inner` writable f64 elements (aligned)
+/// that nothing else touches.
+pub(crate) unsafe fn sum_blocks(args: &DenseSumArgs) -> bool {
+    let DenseSumArgs {
+        dtype,
+        input: base,
+        outer,
+        len,
+        inner,
+        out,
+    } = *args;
+    if !sums_densely(dtype) {
         return false;
     }
+    // SAFETY: the caller's promise: `out` addresses `outer·inner` f64 elements only we touch.
+    let out = unsafe { std::slice::from_raw_parts_mut(out as *mut f64, outer * inner) };
     out.fill(0.0);
     let n = outer * len * inner;
     /// Sums the blocks as elements of `T`.

@@ -7,7 +7,8 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::pool::{pool, GRAIN_SIZE};
-use crate::dtype::{dispatch, DType, DTypeFn, Element};
+use crate::backend::args::{PickArgs, ScatterAddArgs};
+use crate::dtype::{dispatch, DTypeFn, Element};
 use crate::layout::checked_numel;
 
 /// Copies `out[k] = src[offs[1] + pick(k, coords)]` over `shape` in `dtype` (the operands'
@@ -22,26 +23,16 @@ use crate::layout::checked_numel;
 /// position and the source position plus `pick` must address `block` elements inside them.
 /// With `parallel`, every output element must be written by one visit only and the output
 /// must share no memory with the source.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn pick(
-    dtype: DType,
-    shape: &[usize],
-    strides: [Vec<isize>; 2],
-    block: usize,
-    out: *mut u8,
-    src: *const u8,
-    parallel: bool,
-    pick: impl Fn(usize, &[usize]) -> isize + Sync,
-) {
+pub(crate) unsafe fn pick(args: &PickArgs<'_>, pick: impl Fn(usize, &[usize]) -> isize + Sync) {
     dispatch(
-        dtype,
+        args.dtype,
         Pick {
-            shape,
-            strides,
-            block,
-            out: SharedPtr(out),
-            src: SharedPtr(src as *mut u8),
-            parallel,
+            shape: args.shape,
+            strides: [args.out_strides.to_vec(), args.src_strides.to_vec()],
+            block: args.block,
+            out: SharedPtr(args.out),
+            src: SharedPtr(args.src as *mut u8),
+            parallel: args.parallel,
             pick,
         },
     );
@@ -58,24 +49,16 @@ pub(crate) unsafe fn pick(
 /// stays valid for the call (the destination writable). Every position the walk forms must
 /// address an element inside them: `shape` fits in both, and every `idx[k]` lies in the
 /// destination's indexed dimension.
-pub(crate) unsafe fn scatter_add(
-    dtype: DType,
-    shape: &[usize],
-    strides: [Vec<isize>; 2],
-    src: *const u8,
-    dst: *mut u8,
-    idx: &[i64],
-    dim_stride: isize,
-) {
+pub(crate) unsafe fn scatter_add(args: &ScatterAddArgs<'_>) {
     dispatch(
-        dtype,
+        args.dtype,
         ScatterAdd {
-            shape,
-            strides,
-            src: SharedPtr(src as *mut u8),
-            dst: SharedPtr(dst),
-            idx,
-            dim_stride,
+            shape: args.shape,
+            strides: [args.src_strides.to_vec(), args.dst_strides.to_vec()],
+            src: SharedPtr(args.src as *mut u8),
+            dst: SharedPtr(args.dst),
+            idx: args.idx,
+            dim_stride: args.dim_stride,
         },
     );
 }

@@ -28,13 +28,13 @@ mod tile;
 pub(crate) mod unary;
 pub(crate) mod update;
 
-pub use run::Plan;
-
-use super::kernel::{
-    BinaryOp, FloatOp, Fold, GemmScratch, Mat, Pick, PoolWindows, Product, SameOp, TernaryOp,
-    UpdatePtrs, UpdateRule,
+use super::args::{
+    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
+    SoftmaxArgs, UpdateArgs,
 };
-use super::Backend;
+use super::kernel::{BinaryOp, FloatOp, Fold, Pick, SameOp, TernaryOp};
+use super::{Backend, Plan};
+use crate::dtype::DType;
 use crate::Device;
 use crate::Scalar;
 
@@ -56,17 +56,9 @@ impl Backend for Cpu {
         unsafe { unary::same(plan, s, compute) }
     }
 
-    unsafe fn dense_sum(
-        &self,
-        dtype: DType,
-        base: *const u8,
-        outer: usize,
-        len: usize,
-        inner: usize,
-        out: &mut [f64],
-    ) -> bool {
+    unsafe fn dense_sum(&self, args: &DenseSumArgs) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { dense_sum::sum_blocks(dtype, base, outer, len, inner, out) }
+        unsafe { dense_sum::sum_blocks(args) }
     }
 
     unsafe fn binary(&self, plan: &Plan, op: BinaryOp, compute: DType, scalar: Option<Scalar>) {
@@ -104,123 +96,53 @@ impl Backend for Cpu {
         unsafe { reduce::arg_best(plan, acc, max) }
     }
 
-    unsafe fn softmax(
-        &self,
-        dtype: DType,
-        input: *const u8,
-        output: *mut u8,
-        outer: usize,
-        slab_len: usize,
-        inner: usize,
-        log: bool,
-    ) {
+    unsafe fn softmax(&self, args: &SoftmaxArgs) {
         // SAFETY: forwarded from the caller.
-        unsafe { softmax::slabs(dtype, input, output, outer, slab_len, inner, log) }
+        unsafe { softmax::slabs(args) }
     }
 
-    unsafe fn gemm(
-        &self,
-        dtype: DType,
-        p: &Product,
-        out: *mut u8,
-        out_mat: &Mat,
-        a: *const u8,
-        b: *const u8,
-        c: Option<(*const u8, &Mat)>,
-        alpha: Scalar,
-        beta: Scalar,
-        scratch: GemmScratch,
-    ) {
+    unsafe fn gemm(&self, args: &GemmArgs<'_>) {
         // SAFETY: forwarded from the caller.
-        unsafe { gemm::gemm(dtype, p, out, out_mat, a, b, c, alpha, beta, scratch) }
+        unsafe { gemm::gemm(args) }
     }
 
-    unsafe fn pick(
-        &self,
-        dtype: DType,
-        shape: &[usize],
-        strides: [Vec<isize>; 2],
-        block: usize,
-        out: *mut u8,
-        src: *const u8,
-        parallel: bool,
-        pick: Pick<'_>,
-    ) {
+    unsafe fn pick(&self, args: &PickArgs<'_>) {
         // SAFETY: forwarded from the caller; each picker is given as its own loop.
         unsafe {
-            match pick {
+            match args.pick {
                 Pick::ByCoordinate {
                     table,
                     dim: Some(d),
-                } => gather::pick(dtype, shape, strides, block, out, src, parallel, |_, c| {
-                    table[c[d]]
-                }),
+                } => gather::pick(args, |_, c| table[c[d]]),
                 Pick::ByCoordinate { table, dim: None } => {
                     let at = table.first().copied().unwrap_or(0);
-                    gather::pick(
-                        dtype,
-                        shape,
-                        strides,
-                        block,
-                        out,
-                        src,
-                        parallel,
-                        move |_, _| at,
-                    )
+                    gather::pick(args, move |_, _| at)
                 }
                 Pick::ByVisit { indices, stride } => {
-                    gather::pick(dtype, shape, strides, block, out, src, parallel, |k, _| {
-                        indices[k] as isize * stride
-                    })
+                    gather::pick(args, |k, _| indices[k] as isize * stride)
                 }
             }
         }
     }
 
-    unsafe fn scatter_add(
-        &self,
-        dtype: DType,
-        shape: &[usize],
-        strides: [Vec<isize>; 2],
-        src: *const u8,
-        dst: *mut u8,
-        idx: &[i64],
-        dim_stride: isize,
-    ) {
+    unsafe fn scatter_add(&self, args: &ScatterAddArgs<'_>) {
         // SAFETY: forwarded from the caller.
-        unsafe { gather::scatter_add(dtype, shape, strides, src, dst, idx, dim_stride) }
+        unsafe { gather::scatter_add(args) }
     }
 
-    unsafe fn max_pool2d(
-        &self,
-        dtype: DType,
-        src: *const u8,
-        dst: *mut u8,
-        idx: *mut i64,
-        planes: usize,
-        windows: &PoolWindows,
-    ) {
+    unsafe fn max_pool2d(&self, args: &MaxPoolArgs<'_>) {
         // SAFETY: forwarded from the caller.
-        unsafe { pool2d::max_pool2d(dtype, src, dst, idx, planes, windows) }
+        unsafe { pool2d::max_pool2d(args) }
     }
 
-    unsafe fn max_pool2d_backward(
-        &self,
-        dtype: DType,
-        grad: *const u8,
-        idx: *const i64,
-        gx: *mut u8,
-        planes: usize,
-        plane_in: usize,
-        plane_out: usize,
-    ) {
+    unsafe fn max_pool2d_backward(&self, args: &MaxPoolBackwardArgs) {
         // SAFETY: forwarded from the caller.
-        unsafe { pool2d::max_pool2d_backward(dtype, grad, idx, gx, planes, plane_in, plane_out) }
+        unsafe { pool2d::max_pool2d_backward(args) }
     }
 
-    unsafe fn update(&self, rule: &UpdateRule, dtype: DType, ptrs: &UpdatePtrs) {
+    unsafe fn update(&self, args: &UpdateArgs<'_>) {
         // SAFETY: forwarded from the caller.
-        unsafe { update::update(rule, dtype, ptrs) }
+        unsafe { update::update(args) }
     }
 }
 
@@ -284,21 +206,4 @@ mod tests {
         assert_eq!(parse_cache_size("12Q"), None);
         assert!(stream_bytes() >= 8 << 20);
     }
-}
-
-use crate::dtype::DType;
-
-/// Per-dimension sizes or strides of a loop: inline up to six dimensions, so planning a loop
-/// does not allocate for tensors of ordinary rank.
-pub use crate::layout::Dims;
-
-/// One operand of an element-wise loop, described before ordering and coalescing.
-#[derive(Debug, Clone)]
-pub struct Operand {
-    /// Address of the operand's first element.
-    pub ptr: *mut u8,
-    /// Strides in elements over the loop's shape (0 along broadcast dimensions).
-    pub strides: Vec<usize>,
-    /// The operand's dtype.
-    pub dtype: DType,
 }

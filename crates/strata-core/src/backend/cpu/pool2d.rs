@@ -5,8 +5,9 @@ use rayon::prelude::*;
 
 use super::gather::SharedPtr;
 use super::pool::pool;
+use crate::backend::args::{MaxPoolArgs, MaxPoolBackwardArgs};
 use crate::backend::kernel::PoolWindows;
-use crate::dtype::{dispatch, DType, DTypeFn, Element};
+use crate::dtype::{dispatch, DTypeFn, Element};
 
 /// For each of `planes` planes of `src` (`h×w` elements each, contiguous), writes each
 /// window's maximum to `dst` and its flat position in the plane to `idx` (`oh×ow` per plane,
@@ -16,22 +17,15 @@ use crate::dtype::{dispatch, DType, DTypeFn, Element};
 /// `src` holds `planes·h·w` readable elements of `dtype`; `dst` and `idx` hold `planes·oh·ow`
 /// writable elements of `dtype` and i64, sharing no memory with `src` or each other. Every
 /// window must hold at least one position inside its plane.
-pub(crate) unsafe fn max_pool2d(
-    dtype: DType,
-    src: *const u8,
-    dst: *mut u8,
-    idx: *mut i64,
-    planes: usize,
-    win: &PoolWindows,
-) {
+pub(crate) unsafe fn max_pool2d(args: &MaxPoolArgs<'_>) {
     dispatch(
-        dtype,
+        args.dtype,
         MaxPool {
-            src: SharedPtr(src as *mut u8),
-            dst: SharedPtr(dst),
-            idx: SharedPtr(idx as *mut u8),
-            planes,
-            win: *win,
+            src: SharedPtr(args.src as *mut u8),
+            dst: SharedPtr(args.dst),
+            idx: SharedPtr(args.idx as *mut u8),
+            planes: args.planes,
+            win: *args.windows,
         },
     );
 }
@@ -107,24 +101,16 @@ impl DTypeFn for MaxPool {
 /// # Safety
 /// `grad` and `idx` hold `planes·plane_out` readable elements of `dtype` and i64; `gx` holds
 /// `planes·plane_in` writable elements of `dtype` sharing no memory with them.
-pub(crate) unsafe fn max_pool2d_backward(
-    dtype: DType,
-    grad: *const u8,
-    idx: *const i64,
-    gx: *mut u8,
-    planes: usize,
-    plane_in: usize,
-    plane_out: usize,
-) {
+pub(crate) unsafe fn max_pool2d_backward(args: &MaxPoolBackwardArgs) {
     dispatch(
-        dtype,
+        args.dtype,
         MaxPoolBackward {
-            grad: SharedPtr(grad as *mut u8),
-            idx: SharedPtr(idx as *mut u8),
-            gx: SharedPtr(gx),
-            planes,
-            plane_in,
-            plane_out,
+            grad: SharedPtr(args.grad as *mut u8),
+            idx: SharedPtr(args.idx as *mut u8),
+            gx: SharedPtr(args.gx),
+            planes: args.planes,
+            plane_in: args.plane_in,
+            plane_out: args.plane_out,
         },
     );
 }

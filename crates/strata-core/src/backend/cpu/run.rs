@@ -1,40 +1,12 @@
-//! Ordering, coalescing and walking the runs of an element-wise loop.
-//!
-//! Everything a plan holds is inline up to six dimensions and four operands ([`SmallVec`]),
-//! so planning and walking an ordinary loop never touches the heap.
+//! Walking the runs of an element-wise [`Plan`] on the CPU: rows, tiles and direct tiled
+//! copies, split across strata's thread pool.
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use super::pool::{pool, GRAIN_SIZE};
 use super::tile;
-use super::Operand;
-use crate::dtype::DType;
-
-/// Operands stored inline (an output and up to three inputs).
-const OPS: usize = 4;
-
-/// Byte strides of one operand over the loop's dimensions.
-type ByteStrides = SmallVec<[isize; 6]>;
-/// One value per operand.
-type PerOperand<T> = SmallVec<[T; OPS]>;
-
-/// A loop ready to run: dimensions ordered fastest first and coalesced, strides in bytes.
-#[derive(Debug)]
-pub struct Plan {
-    shape: SmallVec<[usize; 6]>,
-    strides: PerOperand<ByteStrides>,
-    /// Each operand's byte stride along the innermost dimension (`strides[k][0]`).
-    inner: PerOperand<isize>,
-    ptrs: PerOperand<*mut u8>,
-    dtypes: PerOperand<DType>,
-    parallel: bool,
-    tiled: bool,
-    stream_output: bool,
-}
-
-/// Side of the square tiles a loop with a transposed operand is walked in (elements).
-const TILE: usize = 64;
+use crate::backend::plan::{ByteStrides, PerOperand, Plan, TILE};
 
 /// Tiles of a direct tiled copy ([`Plan::copy_tiles`]), in elements along the second and
 /// the first loop dimension: narrow along the dimension the source is contiguous in (one or
@@ -42,147 +14,12 @@ const TILE: usize = 64;
 /// in, so each destination row is written in long stretches. Measured on 4096² f32.
 const COPY_TILE: (usize, usize) = (32, 256);
 
-// SAFETY: a Plan only carries addresses. They are dereferenced by kernels while the op holds
-// the storages' locks, and chunks run in parallel only when `parallel` was granted by the op,
-// which it does only when no two chunks can write the same element or read an element
-// another chunk writes.
-unsafe impl Sync for Plan {}
-// SAFETY: as above.
-unsafe impl Send for Plan {}
-
 impl Plan {
-    /// Builds the loop over `shape` for `operands` (output first), visiting dimensions in the
-    /// order `perm` (fastest first, see [`crate::layout::order::iteration_order`]).
-    /// `parallel` allows splitting the loop across the pool: the caller asserts that the
-    /// output has no internal overlap, that every input is either disjoint from the output
-    /// or identical to it, and that kernels only write operand 0 (a parallel loop may be
-    /// walked in tiles whose output is staged in a buffer).
-    pub fn new(shape: &[usize], operands: &[Operand], perm: &[usize], parallel: bool) -> Plan {
-        Plan::from_parts(
-            shape,
-            operands.iter().map(|o| (o.ptr, &o.strides[..], o.dtype)),
-            perm,
-            parallel,
-        )
-    }
-
-    /// [`Plan::new`] from `(address, element strides, dtype)` triples, output first.
-    pub fn from_parts<'a>(
-        shape: &[usize],
-        operands: impl Iterator<Item = (*mut u8, &'a [usize], DType)>,
-        perm: &[usize],
-        parallel: bool,
-    ) -> Plan {
-        let mut dims: SmallVec<[usize; 6]> = perm.iter().map(|&d| shape[d]).collect();
-        let mut strides = PerOperand::new();
-        let mut ptrs = PerOperand::new();
-        let mut dtypes = PerOperand::new();
-        for (ptr, op_strides, dtype) in operands {
-            let size = dtype.size() as isize;
-            strides.push(
-                perm.iter()
-                    .map(|&d| op_strides[d] as isize * size)
-                    .collect::<ByteStrides>(),
-            );
-            ptrs.push(ptr);
-            dtypes.push(dtype);
-        }
-        if dims.is_empty() {
-            dims.push(1);
-            for s in &mut strides {
-                s.push(0);
-            }
-        }
-        coalesce(&mut dims, &mut strides);
-        // When some operand walks the second dimension faster than the first (a transposed
-        // operand), visiting whole rows would stride through memory for that operand; walk
-        // square tiles instead so both operands stay in cache. Only loops that may run in any
-        // order (the ones allowed to run in parallel) are reordered.
-        let tiled = parallel
-            && dims.len() >= 2
-            && dims[0] >= TILE / 2
-            && dims[1] >= TILE / 2
-            && strides
-                .iter()
-                .any(|s| s[1] != 0 && s[1].unsigned_abs() < s[0].unsigned_abs());
-        let inner = strides.iter().map(|s| s[0]).collect();
-        Plan {
-            shape: dims,
-            strides,
-            inner,
-            ptrs,
-            dtypes,
-            parallel,
-            tiled,
-            stream_output: false,
-        }
-    }
-
-    /// A one-dimensional loop over `numel` elements that every operand stores contiguously
-    /// (in the same order) from its address: the plan [`Plan::new`] coalesces a loop over
-    /// same-shaped dense operands with equal strides into, built without ordering or
-    /// coalescing. `parallel` as for [`Plan::new`].
-    #[inline(always)]
-    pub fn linear(
-        numel: usize,
-        operands: impl Iterator<Item = (*mut u8, DType)>,
-        parallel: bool,
-    ) -> Plan {
-        let mut strides = PerOperand::new();
-        let mut inner = PerOperand::new();
-        let mut ptrs = PerOperand::new();
-        let mut dtypes = PerOperand::new();
-        for (ptr, dtype) in operands {
-            let size = dtype.size() as isize;
-            strides.push(smallvec::smallvec![size]);
-            inner.push(size);
-            ptrs.push(ptr);
-            dtypes.push(dtype);
-        }
-        Plan {
-            shape: smallvec::smallvec![numel],
-            strides,
-            inner,
-            ptrs,
-            dtypes,
-            parallel,
-            tiled: false,
-            stream_output: false,
-        }
-    }
-
-    /// Marks operand 0 as a fresh output that nothing reads until the op returns: kernels
-    /// then write it with streaming (non-temporal) stores when it is large (at least
-    /// [`super::stream_bytes`]), so it does not evict the inputs from the cache.
-    /// (A setter rather than a builder: a plan is large, and moving it costs a copy.)
-    pub fn mark_fresh_output(&mut self) {
-        self.stream_output = self.numel() * self.dtype(0).size() >= super::stream_bytes();
-    }
-
-    /// Whether kernels may write operand 0 with streaming stores.
+    /// Whether kernels may write operand 0 with streaming (non-temporal) stores: a fresh
+    /// output ([`Plan::mark_fresh_output`]) of at least [`super::stream_bytes`], so writing
+    /// it does not evict the inputs from the cache.
     pub fn streams_output(&self) -> bool {
-        self.stream_output
-    }
-
-    /// Total elements visited.
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// How many operands the loop has (the output first).
-    pub fn num_operands(&self) -> usize {
-        self.ptrs.len()
-    }
-
-    /// The dtype of operand `i`.
-    pub fn dtype(&self, i: usize) -> DType {
-        self.dtypes[i]
-    }
-
-    /// Whether the loop is walked in tiles (some operand is transposed against the others).
-    #[cfg(test)]
-    pub fn is_tiled(&self) -> bool {
-        self.tiled
+        self.fresh_output && self.numel() * self.dtype(0).size() >= super::stream_bytes()
     }
 
     /// Calls `f(ptrs, inner_strides, n)` for every run of `n` elements along the innermost
@@ -449,44 +286,6 @@ fn for_units(units: usize, unit: impl Fn(usize) + Sync + Send) {
         pool().install(|| (0..units).into_par_iter().for_each(unit));
     } else {
         (0..units).for_each(unit);
-    }
-}
-
-/// PyTorch's `coalesce_dimensions`: merges neighbouring dimensions that every operand walks
-/// as one linear stretch, and drops size-1 dimensions.
-fn coalesce(shape: &mut SmallVec<[usize; 6]>, strides: &mut [ByteStrides]) {
-    if shape.len() <= 1 {
-        return;
-    }
-    let can_merge = |shape: &[usize], strides: &[ByteStrides], d0: usize, d1: usize| {
-        let (s0, s1) = (shape[d0], shape[d1]);
-        if s0 == 1 || s1 == 1 {
-            return true;
-        }
-        strides.iter().all(|st| st[d0] * s0 as isize == st[d1])
-    };
-    let mut prev = 0;
-    for d in 1..shape.len() {
-        if can_merge(shape, strides, prev, d) {
-            if shape[prev] == 1 {
-                for st in strides.iter_mut() {
-                    st[prev] = st[d];
-                }
-            }
-            shape[prev] *= shape[d];
-        } else {
-            prev += 1;
-            if prev != d {
-                for st in strides.iter_mut() {
-                    st[prev] = st[d];
-                }
-                shape[prev] = shape[d];
-            }
-        }
-    }
-    shape.truncate(prev + 1);
-    for st in strides.iter_mut() {
-        st.truncate(prev + 1);
     }
 }
 

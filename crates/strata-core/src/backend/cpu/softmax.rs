@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::math::{exp_f32, exp_f32_with};
 use super::pool::{pool, GRAIN_SIZE};
+use crate::backend::args::SoftmaxArgs;
 use crate::dtype::DType;
 
 /// The arithmetic a softmax runs in: f32 (also for f16/bf16) or f64.
@@ -385,15 +386,16 @@ where
 /// `input` must point to `outer·slab_len` readable elements of `dtype` and `output` to as
 /// many writable ones that nothing else accesses during the call, and the two ranges must not
 /// overlap.
-pub(crate) unsafe fn slabs(
-    dtype: DType,
-    input: *const u8,
-    output: *mut u8,
-    outer: usize,
-    slab_len: usize,
-    inner: usize,
-    log: bool,
-) {
+pub(crate) unsafe fn slabs(args: &SoftmaxArgs) {
+    let SoftmaxArgs {
+        dtype,
+        input,
+        output,
+        outer,
+        slab_len,
+        inner,
+        log,
+    } = *args;
     let p = Ptrs {
         input: input as usize,
         output: output as usize,

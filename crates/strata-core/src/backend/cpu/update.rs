@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::gather::SharedPtr;
 use super::pool::{pool, GRAIN_SIZE};
+use crate::backend::args::UpdateArgs;
 use crate::backend::kernel::{AdamStep, SgdStep, UpdatePtrs, UpdateRule};
 use crate::DType;
 
@@ -18,10 +19,11 @@ use crate::DType;
 /// `param` and each state pointer the rule uses address `n` writable elements of `dtype`,
 /// `grad` `n` readable ones; the written operands share no memory with each other or with
 /// `grad`, and nothing else touches them meanwhile.
-pub(crate) unsafe fn update(rule: &UpdateRule, dtype: DType, ptrs: &UpdatePtrs) {
+pub(crate) unsafe fn update(args: &UpdateArgs<'_>) {
+    let (rule, ptrs) = (args.rule, args.ptrs);
     // SAFETY: forwarded from the caller.
     unsafe {
-        match dtype {
+        match args.dtype {
             DType::F32 => run::<f32, f32>(rule, ptrs),
             DType::F64 => run::<f64, f64>(rule, ptrs),
             DType::F16 => run::<f16, f32>(rule, ptrs),
@@ -379,7 +381,13 @@ mod tests {
             n: p.len(),
         };
         // SAFETY: every operand holds `p.len()` elements and they are distinct vectors.
-        unsafe { update(rule, DType::F32, &all) };
+        unsafe {
+            update(&UpdateArgs {
+                rule,
+                dtype: DType::F32,
+                ptrs: &all,
+            })
+        };
     }
 
     #[test]

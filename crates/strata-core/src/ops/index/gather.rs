@@ -3,6 +3,7 @@
 //! backend's strided index walk (`Backend::pick`, `Backend::scatter_add`). Indices are never wrapped:
 //! as in PyTorch, a negative index is out of range.
 
+use crate::backend::args::{PickArgs, ScatterAddArgs};
 use crate::backend::kernel::Pick;
 use crate::backend::{for_device, Backend};
 use crate::backend::{Operand, Plan};
@@ -173,19 +174,20 @@ impl IndexSelect {
         // spans the dimensions after `d`, contiguous in both. The caller asks for `parallel`
         // only when the output does not overlap itself or the source.
         unsafe {
-            backend.pick(
-                x.dtype(),
+            backend.pick(&PickArgs {
+                dtype: x.dtype(),
                 shape,
-                [to_isize(o_strides), src_strides],
+                out_strides: &to_isize(o_strides),
+                src_strides: &src_strides,
                 block,
-                out_ptr,
-                src_ptr,
+                out: out_ptr,
+                src: src_ptr,
                 parallel,
-                Pick::ByCoordinate {
+                pick: Pick::ByCoordinate {
                     table: &table,
                     dim: has_dim.then_some(d),
                 },
-            )
+            })
         };
     }
 }
@@ -274,23 +276,24 @@ impl Gather {
         // caller asks for `parallel` only when the output does not overlap itself or the
         // source.
         unsafe {
-            backend.pick(
-                x.dtype(),
-                &self.shape,
-                [out_strides, src_strides],
-                1,
-                guards
+            backend.pick(&PickArgs {
+                dtype: x.dtype(),
+                shape: &self.shape,
+                out_strides: &out_strides,
+                src_strides: &src_strides,
+                block: 1,
+                out: guards
                     .write_ptr(&ob.storage)
                     .wrapping_add(ob.layout.offset() * esize),
-                guards
+                src: guards
                     .read_ptr(&xb.storage)
                     .wrapping_add(xb.layout.offset() * esize),
                 parallel,
-                Pick::ByVisit {
+                pick: Pick::ByVisit {
                     indices: idx,
                     stride: dim_stride,
                 },
-            )
+            })
         };
     }
 }
@@ -442,17 +445,18 @@ impl ScatterAddPlan {
         // elements; the index's shape fits inside src and, outside `d`, the result, and every
         // index lies in the result's dimension `d` (all checked by `infer`).
         unsafe {
-            backend.scatter_add(
-                x.dtype(),
-                &self.i_shape,
-                [walk_src, walk_dst],
-                guards
+            backend.scatter_add(&ScatterAddArgs {
+                dtype: x.dtype(),
+                shape: &self.i_shape,
+                src_strides: &walk_src,
+                dst_strides: &walk_dst,
+                src: guards
                     .read_ptr(&sb.storage)
                     .wrapping_add(sb.layout.offset() * esize),
                 dst,
-                &self.indices,
-                nonempty_stride(r_strides, d),
-            )
+                idx: &self.indices,
+                dim_stride: nonempty_stride(r_strides, d),
+            })
         };
     }
 }

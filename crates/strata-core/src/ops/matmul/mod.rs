@@ -19,6 +19,7 @@ mod tests;
 
 use std::sync::Arc;
 
+use crate::backend::args::GemmArgs;
 use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::backend::{for_device, Backend};
 use crate::layout::Layout;
@@ -96,18 +97,18 @@ fn execute(
     // that shares a storage with an input, or is not dense, is written through a buffer.
     // The scratch storages are this call's own, sized as `GemmScratch` says.
     unsafe {
-        backend.gemm(
+        backend.gemm(&GemmArgs {
             dtype,
             product,
-            guards.write_ptr(&out.storage),
+            out: guards.write_ptr(&out.storage),
             out_mat,
-            guards.read_ptr(&a.storage),
-            guards.read_ptr(&b.storage),
-            c.map(|(cb, m)| (guards.read_ptr(&cb.storage), m)),
+            a: guards.read_ptr(&a.storage),
+            b: guards.read_ptr(&b.storage),
+            c: c.map(|(cb, m)| (guards.read_ptr(&cb.storage), m)),
             alpha,
             beta,
             scratch,
-        )
+        })
     };
     drop(guards);
     drop((buffer, widened));

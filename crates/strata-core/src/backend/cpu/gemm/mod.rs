@@ -16,6 +16,7 @@ use ::gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::pool::{num_threads, pool};
+use crate::backend::args::GemmArgs;
 use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
 use crate::layout::{checked_numel, contiguous_strides};
@@ -56,32 +57,20 @@ const PARALLEL_WORK: usize = 1 << 17;
 /// storages locked). Without a result buffer, the output must not overlap itself or any
 /// input. Each non-null `scratch` pointer addresses the elements [`GemmScratch`] says, used
 /// by nothing else.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm(
-    dtype: DType,
-    p: &Product,
-    out: *mut u8,
-    out_mat: &Mat,
-    a: *const u8,
-    b: *const u8,
-    c: Option<(*const u8, &Mat)>,
-    alpha: Scalar,
-    beta: Scalar,
-    scratch: GemmScratch,
-) {
+pub(crate) unsafe fn gemm(args: &GemmArgs<'_>) {
     let job = Job {
-        product: p,
-        out: out_mat,
-        c: c.map(|(_, m)| m),
-        a_ptr: a,
-        b_ptr: b,
-        c_ptr: c.map_or(std::ptr::null(), |(ptr, _)| ptr),
-        out_ptr: out,
-        alpha,
-        beta,
-        scratch,
+        product: args.product,
+        out: args.out_mat,
+        c: args.c.map(|(_, m)| m),
+        a_ptr: args.a,
+        b_ptr: args.b,
+        c_ptr: args.c.map_or(std::ptr::null(), |(ptr, _)| ptr),
+        out_ptr: args.out,
+        alpha: args.alpha,
+        beta: args.beta,
+        scratch: args.scratch,
     };
-    dispatch(dtype, &job);
+    dispatch(args.dtype, &job);
 }
 
 /// A raw pointer to a matrix inside a locked storage, with its strides in elements.

@@ -1,27 +1,8 @@
 use super::*;
 use crate::backend::cpu::kernels;
+use crate::backend::plan::Operand;
+use crate::DType;
 use proptest::prelude::*;
-
-fn strides(v: &[isize]) -> ByteStrides {
-    v.iter().copied().collect()
-}
-
-#[test]
-fn coalesces_contiguous_dims() {
-    let mut shape: SmallVec<[usize; 6]> = smallvec::smallvec![4, 3, 2];
-    let mut st = [strides(&[4, 16, 48]), strides(&[0, 0, 0])];
-    coalesce(&mut shape, &mut st);
-    assert_eq!(shape.as_slice(), [24]);
-    assert_eq!((st[0].as_slice(), st[1].as_slice()), (&[4][..], &[0][..]));
-}
-
-#[test]
-fn keeps_gapped_dims() {
-    let mut shape: SmallVec<[usize; 6]> = smallvec::smallvec![3, 4];
-    let mut st = [strides(&[4, 16])];
-    coalesce(&mut shape, &mut st);
-    assert_eq!(shape.as_slice(), [3, 4]);
-}
 
 #[test]
 fn walks_every_element_once() {

@@ -1,0 +1,169 @@
+//! The arguments of the backend's kernels that take more than a plan: one struct per
+//! [`super::Backend`] method, so that the trait, each backend and each kernel name an operand
+//! once, by name, instead of repeating a long positional list.
+//!
+//! Every pointer is an address in the backend's device memory (never dereferenced above the
+//! seam); what each must address is the `# Safety` section of the method that takes it.
+
+use super::kernel::{GemmScratch, Mat, Pick, PoolWindows, Product, UpdatePtrs, UpdateRule};
+use crate::{DType, Scalar};
+
+/// [`super::Backend::dense_sum`]: sums `outer` contiguous `[len, inner]` blocks of `dtype`
+/// over their `len` dimension into `[outer, inner]` f64 accumulators.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DenseSumArgs {
+    /// The input's dtype (f32 or f64 take the fast path).
+    pub(crate) dtype: DType,
+    /// The input's first element: `outer·len·inner` elements.
+    pub(crate) input: *const u8,
+    /// Blocks.
+    pub(crate) outer: usize,
+    /// Elements summed into each result.
+    pub(crate) len: usize,
+    /// Results per block.
+    pub(crate) inner: usize,
+    /// The `outer·inner` f64 accumulators written.
+    pub(crate) out: *mut u8,
+}
+
+/// [`super::Backend::softmax`]: softmax (log-softmax with `log`) of `outer` contiguous slabs
+/// of `slab_len` elements, each `[slab_len / inner, inner]` normalised along its first
+/// dimension.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SoftmaxArgs {
+    /// The floating dtype of input and output.
+    pub(crate) dtype: DType,
+    /// `outer·slab_len` elements read.
+    pub(crate) input: *const u8,
+    /// `outer·slab_len` elements written.
+    pub(crate) output: *mut u8,
+    /// Slabs.
+    pub(crate) outer: usize,
+    /// Elements of one slab.
+    pub(crate) slab_len: usize,
+    /// The slab's trailing extent: it is normalised along `slab_len / inner` rows.
+    pub(crate) inner: usize,
+    /// Log-softmax instead of softmax.
+    pub(crate) log: bool,
+}
+
+/// [`super::Backend::gemm`]: `out = beta·c + alpha·(a @ b)` for every product of the batch,
+/// with operands addressed from their storages' base pointers by [`Mat`] offsets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GemmArgs<'a> {
+    /// The dtype of every operand.
+    pub(crate) dtype: DType,
+    /// The batch of products and where `a` and `b` are.
+    pub(crate) product: &'a Product,
+    /// The output's storage base.
+    pub(crate) out: *mut u8,
+    /// Where the output's matrices are.
+    pub(crate) out_mat: &'a Mat,
+    /// `a`'s storage base.
+    pub(crate) a: *const u8,
+    /// `b`'s storage base.
+    pub(crate) b: *const u8,
+    /// The added input, with where its matrices are (`beta·c`).
+    pub(crate) c: Option<(*const u8, &'a Mat)>,
+    /// The product's factor.
+    pub(crate) alpha: Scalar,
+    /// The added input's factor.
+    pub(crate) beta: Scalar,
+    /// Buffers the product works in, allocated by the op.
+    pub(crate) scratch: GemmScratch,
+}
+
+/// [`super::Backend::pick`]: the indexed copy `out[k] = src[pick(k)]` over `shape`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PickArgs<'a> {
+    /// The dtype of output and source.
+    pub(crate) dtype: DType,
+    /// The walk's shape.
+    pub(crate) shape: &'a [usize],
+    /// The output's strides, in elements.
+    pub(crate) out_strides: &'a [isize],
+    /// The source's strides, in elements (0 along the picked dimension).
+    pub(crate) src_strides: &'a [isize],
+    /// Consecutive elements each visit copies.
+    pub(crate) block: usize,
+    /// The output's first element.
+    pub(crate) out: *mut u8,
+    /// The source's first element.
+    pub(crate) src: *const u8,
+    /// Whether the walk may be split across threads (each output element written once, the
+    /// output apart from the source).
+    pub(crate) parallel: bool,
+    /// Where each visit reads along the picked dimension.
+    pub(crate) pick: Pick<'a>,
+}
+
+/// [`super::Backend::scatter_add`]: `dst[idx[k]·dim_stride + …] += src[…]` over the index's
+/// shape, in row-major order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScatterAddArgs<'a> {
+    /// The dtype of source and destination.
+    pub(crate) dtype: DType,
+    /// The index's shape.
+    pub(crate) shape: &'a [usize],
+    /// The source's strides, in elements.
+    pub(crate) src_strides: &'a [isize],
+    /// The destination's strides, in elements (0 along the indexed dimension).
+    pub(crate) dst_strides: &'a [isize],
+    /// The source's first element.
+    pub(crate) src: *const u8,
+    /// The destination's first element.
+    pub(crate) dst: *mut u8,
+    /// The checked indices, one per visit in row-major order.
+    pub(crate) idx: &'a [i64],
+    /// The destination's stride along the indexed dimension.
+    pub(crate) dim_stride: isize,
+}
+
+/// [`super::Backend::max_pool2d`]: 2-d max pooling of contiguous planes, with each maximum's
+/// flat position in its plane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MaxPoolArgs<'a> {
+    /// The dtype of input and output.
+    pub(crate) dtype: DType,
+    /// `planes·h·w` elements read.
+    pub(crate) src: *const u8,
+    /// `planes·oh·ow` elements written.
+    pub(crate) dst: *mut u8,
+    /// `planes·oh·ow` i64 positions written.
+    pub(crate) idx: *mut i64,
+    /// Planes.
+    pub(crate) planes: usize,
+    /// The windows over each plane.
+    pub(crate) windows: &'a PoolWindows,
+}
+
+/// [`super::Backend::max_pool2d_backward`]: per plane, zeros `gx` and adds each `grad`
+/// element at the position `idx` names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MaxPoolBackwardArgs {
+    /// The dtype of `grad` and `gx`.
+    pub(crate) dtype: DType,
+    /// `planes·plane_out` gradient elements read.
+    pub(crate) grad: *const u8,
+    /// `planes·plane_out` i64 positions read.
+    pub(crate) idx: *const i64,
+    /// `planes·plane_in` elements written.
+    pub(crate) gx: *mut u8,
+    /// Planes.
+    pub(crate) planes: usize,
+    /// Elements of one input plane.
+    pub(crate) plane_in: usize,
+    /// Elements of one output plane.
+    pub(crate) plane_out: usize,
+}
+
+/// [`super::Backend::update`]: an optimizer's update rule applied in place to one parameter.
+#[derive(Clone, Copy)]
+pub(crate) struct UpdateArgs<'a> {
+    /// The rule and its hyper-parameters.
+    pub(crate) rule: &'a UpdateRule,
+    /// The parameter's dtype (every operand's).
+    pub(crate) dtype: DType,
+    /// The parameter, its gradient and the rule's state.
+    pub(crate) ptrs: &'a UpdatePtrs,
+}
