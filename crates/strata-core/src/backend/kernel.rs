@@ -41,6 +41,8 @@ pub(crate) enum SameOp {
     Relu,
     /// `x` limited to `[min, max]` (either bound may be absent).
     Clamp(Option<Scalar>, Option<Scalar>),
+    /// 0 where `x` is infinite, else `x` (NaN kept): `logsumexp`'s shift.
+    ZeroInfinities,
 }
 
 /// A binary element-wise op: `out = a op b`, with `b` a tensor or a number.

@@ -39,6 +39,10 @@ impl Backend for Meta {
 
     unsafe fn copy(&self, _: &Plan) {}
 
+    unsafe fn copy_to_host(&self, _: &Plan) {}
+
+    unsafe fn copy_from_host(&self, _: *mut u8, _: &[u8]) {}
+
     unsafe fn fill(&self, _: &Plan, _: Scalar) {}
 
     unsafe fn fold(&self, _: &Plan, _: DType, _: DType, _: Fold) {}

@@ -13,10 +13,11 @@
 //! sibling of [`cpu`] implementing [`Backend`], not an edit to op files.
 //!
 //! The interface has one method per kernel family: element-wise maps (unary, binary,
-//! ternary), copies and fills, folds (reductions, scans, best-element searches), softmax
-//! rows, matrix products, and the indexed walks. Descriptors and shapes are plain data
-//! ([`kernel`]); every pointer a method takes is the caller's promise,
-//! spelled out in its `# Safety` section.
+//! ternary), copies and fills, the transfers to and from host memory, folds (reductions,
+//! scans, best-element searches), softmax rows, matrix products, and the indexed walks.
+//! Descriptors and shapes are plain data ([`kernel`]), loops are [`plan`]s, and every other
+//! method takes one argument struct ([`args`]); every pointer a method takes is the caller's
+//! promise, spelled out in its `# Safety` section.
 
 pub(crate) mod args;
 pub(crate) mod cpu;
@@ -35,6 +36,13 @@ use args::{
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 
 /// The kernels of one device.
+///
+/// Every method below is required: each is a kernel family with nothing smaller to build it
+/// from, and `copy_to_host`/`copy_from_host` are how the host reaches the device's memory at
+/// all. A method added for a fused kernel (im2col, a fused recurrent cell) must come with a
+/// default body composed from these, so that a backend implements it only to go faster.
+/// Everything a method takes is defined in this module ([`plan`], [`args`], [`kernel`]),
+/// never in a backend, and no pointer it is given is dereferenced above the seam.
 pub(crate) trait Backend: Sync {
     /// The device whose memory these kernels read and write.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -84,6 +92,24 @@ pub(crate) trait Backend: Sync {
     /// # Safety
     /// As for [`Backend::binary`].
     unsafe fn copy(&self, plan: &Plan);
+
+    /// Copies operand 1 (elements in this device's memory) into operand 0 (host memory the
+    /// caller owns), converting between their dtypes: how a tensor's values reach the host.
+    /// Required: only the backend knows how to reach its memory from the host.
+    ///
+    /// # Safety
+    /// Operand 1 must be valid for the loop on this device and its storage locked; operand 0
+    /// must address host memory that the caller owns and nothing else touches, writable for
+    /// the whole loop.
+    unsafe fn copy_to_host(&self, plan: &Plan);
+
+    /// Copies the host bytes `src` into this device's memory at `dst`: how values made on the
+    /// host (a reduction's positions) reach the device. Required, as `copy_to_host`.
+    ///
+    /// # Safety
+    /// `dst` must address `src.len()` writable bytes of this device's memory that nothing
+    /// else touches during the call.
+    unsafe fn copy_from_host(&self, dst: *mut u8, src: &[u8]);
 
     /// Sets every element of operand 0 (the plan's only operand) to `value`.
     ///

@@ -5,8 +5,8 @@ use crate::backend::args::DenseSumArgs;
 use crate::backend::for_device;
 use crate::backend::kernel::sums_densely;
 use crate::op::OpContext;
-use crate::ops::reduction::scratch;
-use crate::storage::{lock_storages, Access, HostScratch};
+use crate::ops::accumulators::Accumulators;
+use crate::storage::{lock_storages, Access};
 use crate::{Result, Tensor};
 
 /// Sums `x` over the adjacent dimensions `first..=last` into `[outer, inner]` f64 values (a
@@ -16,7 +16,7 @@ pub(crate) fn dense_sum(
     ctx: &OpContext,
     x: &Tensor,
     mask: &[bool],
-) -> Result<Option<HostScratch<f64>>> {
+) -> Result<Option<Accumulators<f64>>> {
     let dtype = x.dtype();
     if !sums_densely(dtype) || x.numel() == 0 {
         return Ok(None);
@@ -37,7 +37,7 @@ pub(crate) fn dense_sum(
     let len: usize = shape[first..=last].iter().product();
     let inner: usize = shape[last + 1..].iter().product();
     let backend = for_device(x.device())?;
-    let mut out = scratch(ctx, x.device(), outer * inner, 0.0f64)?;
+    let out = Accumulators::new(ctx, backend, x.device(), outer * inner, 0.0f64)?;
     let guards = lock_storages(&[(&*body.storage, Access::Read)]);
     let base = guards
         .read_ptr(&body.storage)
@@ -52,7 +52,7 @@ pub(crate) fn dense_sum(
             outer,
             len,
             inner,
-            out: out.as_mut_ptr() as *mut u8,
+            out: out.ptr(),
         })
     };
     drop(guards);
@@ -61,7 +61,8 @@ pub(crate) fn dense_sum(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use crate::ops::reduction::{finish, Dest};
+    use crate::{DType, Device};
 
     #[test]
     fn matches_the_general_path_on_every_dim_run() {
@@ -71,7 +72,9 @@ mod tests {
         let shape = [3usize, 70, 2, 1500];
         for (first, last) in [(0, 0), (1, 1), (3, 3), (1, 2), (0, 3), (2, 3)] {
             let mask: Vec<bool> = (0..4).map(|d| d >= first && d <= last).collect();
-            let got = dense_sum(&ctx, &x, &mask).unwrap().unwrap();
+            let acc = dense_sum(&ctx, &x, &mask).unwrap().unwrap();
+            let sums = finish(&ctx, &acc, &[acc.len()], DType::F64, Dest::New, Device::Cpu);
+            let got: Vec<f64> = sums.unwrap().to_vec().unwrap();
             let outer: usize = shape[..first].iter().product();
             let len: usize = shape[first..=last].iter().product();
             let inner: usize = shape[last + 1..].iter().product();

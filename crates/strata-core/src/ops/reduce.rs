@@ -6,7 +6,7 @@
 
 use crate::backend::for_device;
 use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
-use crate::backend::kernel::{Fold, FoldTerm};
+use crate::backend::kernel::{BinaryOp, FloatOp, Fold, FoldTerm};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
 use crate::ops::dense_sum::dense_sum;
@@ -63,11 +63,11 @@ pub(crate) fn mean(
     } else {
         None
     };
-    let mut v = match fast {
+    let v = match fast {
         Some(v) => v,
         None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
     };
-    v.iter_mut().for_each(|s| *s /= n);
+    v.map_scalar(BinaryOp::Div, n);
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
@@ -199,26 +199,23 @@ pub(crate) fn var(
     let dtype = out.map_or(x.dtype(), Tensor::dtype);
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
-    let mut mean = match dense_sum(ctx, x, &r.mask)? {
+    let mean = match dense_sum(ctx, x, &r.mask)? {
         Some(v) => v,
         None => r.fold(ctx, x, 0.0f64, Sum)?,
     };
-    mean.iter_mut().for_each(|s| *s /= n);
+    mean.map_scalar(BinaryOp::Div, n);
     let dt = x.dtype();
     let deviations = Fold {
         term: FoldTerm::SquaredDeviation,
         combine: Sum,
     };
-    let mut v = r.fold_as(ctx, x, dt, 0.0f64, Some(&mean), deviations)?;
+    let v = r.fold_as(ctx, x, dt, 0.0f64, Some(&mean), deviations)?;
     drop(mean);
     let denom = (n - correction).max(0.0);
-    v.iter_mut().for_each(|s| {
-        *s = if sqrt {
-            (*s / denom).sqrt()
-        } else {
-            *s / denom
-        }
-    });
+    v.map_scalar(BinaryOp::Div, denom);
+    if sqrt {
+        v.map(FloatOp::Sqrt);
+    }
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }
 
@@ -256,12 +253,12 @@ pub(crate) fn norm(
     } else if p == 1.0 {
         r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Abs, Sum))?
     } else if p == 2.0 {
-        let mut s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum))?;
-        s.iter_mut().for_each(|s| *s = s.sqrt());
+        let s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum))?;
+        s.map(FloatOp::Sqrt);
         s
     } else {
-        let mut s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum))?;
-        s.iter_mut().for_each(|s| *s = s.powf(1.0 / p));
+        let s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum))?;
+        s.map_scalar(BinaryOp::Pow, 1.0 / p);
         s
     };
     finish(ctx, &v, &r.out_shape, dt, dest, x.device())
@@ -296,7 +293,7 @@ pub(crate) fn logsumexp(
     let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
     // (An empty input folds nothing: every maximum stays -inf, then 0.)
-    let mut m = r.fold_as(
+    let m = r.fold_as(
         ctx,
         x,
         compute,
@@ -304,17 +301,14 @@ pub(crate) fn logsumexp(
         None,
         Fold::of_values(Max),
     )?;
-    m.iter_mut()
-        .filter(|v| v.is_infinite())
-        .for_each(|v| *v = 0.0);
+    m.zero_infinities();
     let shifted = Fold {
         term: FoldTerm::ExpShifted,
         combine: Sum,
     };
-    let mut v = r.fold_as(ctx, x, compute, 0.0f64, Some(&m), shifted)?;
-    v.iter_mut()
-        .zip(m.iter())
-        .for_each(|(s, m)| *s = s.ln() + m);
+    let v = r.fold_as(ctx, x, compute, 0.0f64, Some(&m), shifted)?;
+    v.map(FloatOp::Log);
+    v.add(&m);
     drop(m);
     finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
 }

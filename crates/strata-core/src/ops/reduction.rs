@@ -6,20 +6,23 @@
 //! reduced dimensions. Floating inputs accumulate in f64 and integers in i64, so sums are
 //! careful. The accumulators (one value per result) are temporaries of the op, taken from
 //! the device's allocator like any tensor so they are counted and predicted on meta
-//! ([`HostScratch`]), and converted once into the destination: a new contiguous tensor, or
-//! an `out=` tensor through its own strides.
+//! ([`Accumulators`]), finished in place by the backend (a mean's division, a norm's root)
+//! and converted once into the destination by a copy: a new contiguous tensor, or an `out=`
+//! tensor through its own strides. Nothing here reads device memory.
 
 use crate::backend::kernel::{Fold, FoldCombine};
 use crate::backend::{for_device, Backend};
 use crate::backend::{Operand, Plan};
-use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::dtype::Element;
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
+use crate::layout::Layout;
 use crate::layout::{contiguous_strides, wrap_dim};
 use crate::op::OpContext;
+use crate::ops::accumulators::Accumulators;
 use crate::ops::out::{check_memory, Aliasing};
-use crate::storage::{lock_storages, Access, HostScratch};
-use crate::tensor::create_from_fn;
+use crate::storage::{lock_storages, Access};
+use crate::tensor::alloc_for;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// Which dimensions a reduction folds, and the shapes around it.
@@ -119,6 +122,17 @@ impl Reduction {
         Ok(())
     }
 
+    /// `len` accumulators set to `init` on `x`'s device, for this reduction's kernels.
+    pub(crate) fn accumulators<A: Element>(
+        &self,
+        ctx: &OpContext,
+        x: &Tensor,
+        len: usize,
+        init: A,
+    ) -> Result<Accumulators<A>> {
+        Accumulators::new(ctx, self.backend, x.device(), len, init)
+    }
+
     /// Strides of a contiguous accumulator over the kept dimensions, 0 along reduced ones.
     fn acc_strides(&self) -> Vec<usize> {
         let keep: Vec<usize> = self
@@ -188,22 +202,18 @@ impl Reduction {
         x: &Tensor,
         compute: DType,
         init: A,
-        param: Option<&[A]>,
+        param: Option<&Accumulators<A>>,
         fold: Fold,
-    ) -> Result<HostScratch<A>> {
-        let mut acc = scratch(ctx, x.device(), self.out_numel(), init)?;
+    ) -> Result<Accumulators<A>> {
+        let acc = self.accumulators(ctx, x, self.out_numel(), init)?;
         if self.shape.contains(&0) {
             return Ok(acc);
         }
         let trailing: Vec<Operand> = param
-            .map(|p| Operand {
-                ptr: p.as_ptr() as *mut u8,
-                strides: self.acc_strides(),
-                dtype: A::DTYPE,
-            })
+            .map(|p| p.operand(self.acc_strides()))
             .into_iter()
             .collect();
-        let ptr = acc.as_mut_ptr() as *mut u8;
+        let ptr = acc.ptr();
         // SAFETY: the plan is `run`'s: the accumulators are our own buffers of out_numel
         // elements of A addressed by strides that stay inside them, the parameter buffer has
         // the same layout, the input is read-locked, and the plan is sequential.
@@ -221,7 +231,7 @@ impl Reduction {
         x: &Tensor,
         init: A,
         combine: FoldCombine,
-    ) -> Result<HostScratch<A>> {
+    ) -> Result<Accumulators<A>> {
         self.fold_as(ctx, x, x.dtype(), init, None, Fold::of_values(combine))
     }
 
@@ -232,25 +242,24 @@ impl Reduction {
         x: &Tensor,
         dim: usize,
         max: bool,
-    ) -> Result<(HostScratch<A>, HostScratch<i64>)> {
+    ) -> Result<(Accumulators<A>, Accumulators<i64>)> {
         let n = self.out_numel();
-        let mut vals = scratch(ctx, x.device(), n, A::ZERO)?;
-        let mut idx = scratch(ctx, x.device(), n, -1i64)?;
+        let vals = self.accumulators(ctx, x, n, A::ZERO)?;
+        let idx = self.accumulators(ctx, x, n, -1i64)?;
         if self.shape.contains(&0) {
             return Ok((vals, idx));
         }
-        let mut positions = scratch(ctx, x.device(), self.shape[dim], 0i64)?;
-        for (i, p) in positions.iter_mut().enumerate() {
-            *p = i as i64;
-        }
+        let positions = self.accumulators(ctx, x, self.shape[dim], 0i64)?;
+        let counting: Vec<u8> = (0..self.shape[dim] as i64)
+            .flat_map(i64::to_ne_bytes)
+            .collect();
+        // SAFETY: the positions are our own `shape[dim]` i64 elements, as many as `counting`
+        // holds bytes for.
+        unsafe { self.backend.copy_from_host(positions.ptr(), &counting) };
         let mut pos_strides = vec![0usize; self.shape.len()];
         pos_strides[dim] = 1;
-        let trailing = [Operand {
-            ptr: positions.as_ptr() as *mut u8,
-            strides: pos_strides,
-            dtype: DType::I64,
-        }];
-        let (vp, ip) = (vals.as_mut_ptr() as *mut u8, idx.as_mut_ptr() as *mut u8);
+        let trailing = [positions.operand(pos_strides)];
+        let (vp, ip) = (vals.ptr(), idx.ptr());
         // SAFETY: value and index buffers are ours (out_numel elements each), the positions
         // buffer holds shape[dim] elements read with stride 1 along dim only, the input is
         // read-locked by `run`, and the plan is sequential.
@@ -262,28 +271,6 @@ impl Reduction {
         );
         Ok((vals, idx))
     }
-}
-
-/// `len` accumulators of `A` set to `init`: a temporary of `ctx`'s op on `device`, counted by
-/// its allocator (see [`HostScratch`]).
-pub(crate) fn scratch<A: Element>(
-    ctx: &OpContext,
-    device: Device,
-    len: usize,
-    init: A,
-) -> Result<HostScratch<A>> {
-    let bytes = len.checked_mul(A::DTYPE.size()).ok_or_else(|| {
-        Error::shape(
-            ctx.op(),
-            format!("{len} accumulators are too many to address"),
-            vec![],
-        )
-    })?;
-    let storage = ctx.allocate(bytes, device)?;
-    HostScratch::new(storage, len, init).ok_or_else(|| Error::Unsupported {
-        op: ctx.op(),
-        message: "internal: a new working buffer was shared or too small".into(),
-    })
 }
 
 /// Where a reduction's result goes.
@@ -315,7 +302,7 @@ impl<'a> Dest<'a> {
 
 /// Writes `values` (row-major over `out`'s shape) into `out` through its strides, converted
 /// to its dtype.
-fn write_values<A: Element>(values: &[A], out: &Tensor) -> Result<()> {
+fn write_values<A: Element>(values: &Accumulators<A>, out: &Tensor) -> Result<()> {
     let backend = for_device(out.device())?;
     let ob = out.body();
     let l = &ob.layout;
@@ -345,11 +332,7 @@ fn write_values<A: Element>(values: &[A], out: &Tensor) -> Result<()> {
             strides: l.strides().to_vec(),
             dtype: out.dtype(),
         },
-        Operand {
-            ptr: values.as_ptr() as *mut u8,
-            strides: src_strides,
-            dtype: A::DTYPE,
-        },
+        values.operand(src_strides),
     ];
     let parallel = internal_overlap(l) == InternalOverlap::No;
     let plan = Plan::new(l.sizes(), &operands, &perm, parallel);
@@ -365,22 +348,31 @@ fn write_values<A: Element>(values: &[A], out: &Tensor) -> Result<()> {
 /// the `out=` tensor written in place (its version bumped once).
 pub(crate) fn finish<A: Element>(
     ctx: &OpContext,
-    values: &[A],
+    values: &Accumulators<A>,
     shape: &[usize],
     dtype: DType,
     dest: Dest<'_>,
     device: Device,
 ) -> Result<Tensor> {
-    struct Finish<'a, A>(&'a OpContext, &'a [A], &'a [usize], Device);
-    impl<A: Element> DTypeFn for Finish<'_, A> {
-        type Output = Result<Tensor>;
-        fn call<O: Element>(self) -> Result<Tensor> {
-            let v = self.1;
-            create_from_fn(self.0, self.3, self.2, |i| cast::<A, O>(v[i]))
-        }
-    }
     match dest {
-        Dest::New => dispatch(dtype, Finish(ctx, values, shape, device)),
+        Dest::New => {
+            let backend = for_device(device)?;
+            let layout = Layout::contiguous(shape, 0);
+            let storage = alloc_for(ctx, &layout, dtype, device)?;
+            let n = layout.numel();
+            if n > 0 && values.len() == n {
+                let guards = lock_storages(&[(&*storage, Access::Write)]);
+                let operands = [
+                    (guards.write_ptr(&storage), dtype),
+                    (values.ptr(), A::DTYPE),
+                ];
+                let plan = Plan::linear(n, operands.into_iter(), true);
+                // SAFETY: the new storage holds `n` elements of `dtype` and is write-locked;
+                // the accumulators are our own `n` elements of A, apart from it.
+                unsafe { backend.copy(&plan) };
+            }
+            Ok(Tensor::from_parts(storage, layout, dtype, None))
+        }
         Dest::Out(out) => {
             write_values(values, out)?;
             out.bump_version();
@@ -506,7 +498,7 @@ impl ArgReduction {
 /// accumulated in f64 or i64.
 pub(crate) fn scan_sum(
     ctx: &OpContext,
-    backend: &dyn Backend,
+    backend: &'static dyn Backend,
     x: &Tensor,
     out: &Tensor,
     d: usize,
@@ -525,11 +517,11 @@ pub(crate) fn scan_sum(
     let lines: usize = line.iter().product();
     let (mut carry_f, mut carry_i) = (None, None);
     let carry = if dtype.is_floating() {
-        let c = carry_f.insert(scratch(ctx, x.device(), lines, 0f64)?);
-        (c.as_mut_ptr() as *mut u8, DType::F64)
+        let c = carry_f.insert(Accumulators::new(ctx, backend, x.device(), lines, 0f64)?);
+        (c.ptr(), DType::F64)
     } else {
-        let c = carry_i.insert(scratch(ctx, x.device(), lines, 0i64)?);
-        (c.as_mut_ptr() as *mut u8, DType::I64)
+        let c = carry_i.insert(Accumulators::new(ctx, backend, x.device(), lines, 0i64)?);
+        (c.ptr(), DType::I64)
     };
     // Memory order. A sequential walk visits the elements of every line in increasing
     // position along `d` whatever the order, and the carry's stride 0 along `d` keeps it

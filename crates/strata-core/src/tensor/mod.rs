@@ -25,7 +25,7 @@ use crate::{DType, Device};
 use grad_meta::AutogradMeta;
 use strata_alloc::Category;
 
-pub(crate) use create::{alloc_for, from_fn as create_from_fn};
+pub(crate) use create::alloc_for;
 pub use factory::Factory;
 pub(crate) use read::{index_elements, read_elements};
 use set_data::{AtomicDType, AtomicDevice};

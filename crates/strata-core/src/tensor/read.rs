@@ -1,7 +1,6 @@
 //! Reading elements back into Rust values.
 
-use crate::backend::cpu::kernels;
-use crate::backend::{Operand, Plan};
+use crate::backend::{for_device, Operand, Plan};
 use crate::dtype::Element;
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};
@@ -21,6 +20,7 @@ pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<
             ),
         });
     }
+    let backend = for_device(t.device())?;
     let body = t.body();
     let shape = body.layout.sizes().to_vec();
     let n = body.layout.numel();
@@ -47,9 +47,9 @@ pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<
     let perm: Vec<usize> = (0..shape.len()).rev().collect();
     let plan = Plan::new(&shape, &operands, &perm, true);
     // SAFETY: the source storage is read-locked and the layout lies within it (layouts are
-    // validated against their storage when made); the destination is our own vector of `n`
-    // elements, disjoint from any storage.
-    unsafe { kernels::copy(&plan) };
+    // validated against their storage when made); the destination is our own host vector of
+    // `n` elements, disjoint from any storage.
+    unsafe { backend.copy_to_host(&plan) };
     Ok(out)
 }
 

@@ -124,6 +124,7 @@ fn same_name(s: SameOp) -> &'static str {
         SameOp::Abs => "AbsBackward0",
         SameOp::Relu => "ReluBackward0",
         SameOp::Clamp(..) => "ClampBackward1",
+        SameOp::ZeroInfinities => "ZeroInfinitiesBackward0",
     }
 }
 
@@ -131,6 +132,9 @@ fn same_grad(s: SameOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
     match s {
         SameOp::Neg => g.neg(),
         SameOp::Abs => g.mul(&sign(v)?),
+        // The derivative is 1 wherever it is defined (at finite x). No public op records
+        // this map: reductions use it on their own accumulators.
+        SameOp::ZeroInfinities => Ok(g.clone()),
         // Selected, not multiplied by a mask: an infinite or NaN gradient where the output
         // is clamped must still give 0 there. As PyTorch's threshold backward, the gradient
         // is zeroed where the output is <= 0, so a NaN output passes its gradient.

@@ -76,6 +76,17 @@ impl Backend for Cpu {
         unsafe { kernels::copy(plan) }
     }
 
+    unsafe fn copy_to_host(&self, plan: &Plan) {
+        // SAFETY: forwarded from the caller; host memory is this device's memory.
+        unsafe { kernels::copy(plan) }
+    }
+
+    unsafe fn copy_from_host(&self, dst: *mut u8, src: &[u8]) {
+        // SAFETY: the caller's promise: `dst` addresses `src.len()` writable bytes of host
+        // memory that nothing else touches, so they cannot overlap `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+
     unsafe fn fill(&self, plan: &Plan, value: Scalar) {
         // SAFETY: forwarded from the caller.
         unsafe { ternary::fill(plan, value) }

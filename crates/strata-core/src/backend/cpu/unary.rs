@@ -74,6 +74,14 @@ impl DTypeFn for SameKernel<'_> {
                         T::ZERO
                     }
                 }),
+                // Only ±∞ minus itself is NaN without being NaN to begin with.
+                SameOp::ZeroInfinities => kernels::map1::<T, T>(plan, |x| {
+                    if !x.is_nan() && x.sub(x).is_nan() {
+                        T::ZERO
+                    } else {
+                        x
+                    }
+                }),
                 SameOp::Clamp(lo, hi) => {
                     let lo: Option<T> = lo.map(Scalar::to);
                     let hi: Option<T> = hi.map(Scalar::to);
