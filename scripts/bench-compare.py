@@ -7,8 +7,8 @@ Each binary runs `strata bench --json` RUNS times, old and new alternating, so t
 the machine (other load, the host's memory bandwidth) falls on both. For every row it
 reports both medians and the old binary's worst run, and marks a regression: the new median
 more than 5% worse than the old median *and* worse than the old worst run. "Worse" follows
-the row's unit: lower is better for times (ns, µs) and counts, higher for rates (GB/s,
-GFLOP/s) and for ratios. The memory-copy probe of each run is printed as a range for each
+the row's unit: lower is better for times (ns, µs), counts and ratios, higher for rates
+(any unit per second: GB/s, GFLOP/s, batches/s). The memory-copy probe of each run is printed as a range for each
 binary, to show how much the machine itself moved. Exits 1 when a row regresses.
 """
 
@@ -20,13 +20,13 @@ import subprocess
 import sys
 import tempfile
 
-HIGHER_IS_BETTER = ("GB/s", "GFLOP/s")
 PROBE = "memory-copy probe"
 
 
 def lower_is_better(row):
-    """Times, counts and reserved/peak ratios improve downwards; rates upwards."""
-    return row["unit"] not in HIGHER_IS_BETTER
+    """Times, counts and reserved/peak ratios improve downwards; rates (any unit per
+    second: GB/s, GFLOP/s, batches/s) upwards."""
+    return not row["unit"].endswith("/s")
 
 
 def run_once(binary, path):
