@@ -5,7 +5,7 @@
 //! Every pointer is an address in the backend's device memory (never dereferenced above the
 //! seam); what each must address is the `# Safety` section of the method that takes it.
 
-use super::kernel::{GemmScratch, Mat, Pick, PoolWindows, Product, UpdatePtrs, UpdateRule};
+use super::kernel::{GemmScratch, Mat, PoolWindows, Product, UpdatePtrs, UpdateRule};
 use crate::{DType, Scalar};
 
 /// [`super::Backend::dense_sum`]: sums `outer` contiguous `[len, inner]` blocks of `dtype`
@@ -73,7 +73,26 @@ pub(crate) struct GemmArgs<'a> {
     pub(crate) scratch: GemmScratch,
 }
 
-/// [`super::Backend::pick`]: the indexed copy `out[k] = src[pick(k)]` over `shape`.
+/// An index tensor that an indexed kernel reads where it lies, in the backend's memory: one
+/// index per visit of the kernel's walk, at `Σ coords[d]·strides[d]` elements from `ptr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexOperand<'a> {
+    /// The index's first element.
+    pub(crate) ptr: *const u8,
+    /// [`DType::I64`] or [`DType::I32`].
+    pub(crate) dtype: DType,
+    /// The index's strides over the walk's shape, in elements (0 along a dimension of the
+    /// walk that does not move through the index).
+    pub(crate) strides: &'a [isize],
+    /// The size of the indexed dimension: the op checked every index to lie in `0..bound`
+    /// before the run. A kernel checks again and leaves a visit alone whose index is out of
+    /// range (only another thread writing the index between the check and the run makes one),
+    /// so no such write can reach outside the tensors.
+    pub(crate) bound: usize,
+}
+
+/// [`super::Backend::pick`]: the indexed copy `out[k] = src[…, index[k]·dim_stride, …]` over
+/// `shape` (`index_select`, `gather`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PickArgs<'a> {
     /// The dtype of output and source.
@@ -94,11 +113,13 @@ pub(crate) struct PickArgs<'a> {
     /// output apart from the source).
     pub(crate) parallel: bool,
     /// Where each visit reads along the picked dimension.
-    pub(crate) pick: Pick<'a>,
+    pub(crate) index: IndexOperand<'a>,
+    /// The source's stride along the picked dimension, in elements.
+    pub(crate) dim_stride: isize,
 }
 
-/// [`super::Backend::scatter_add`]: `dst[idx[k]·dim_stride + …] += src[…]` over the index's
-/// shape, in row-major order.
+/// [`super::Backend::scatter_add`]: `dst[…, index[k]·dim_stride, …] += src[k]` over the
+/// index's shape, in row-major order.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ScatterAddArgs<'a> {
     /// The dtype of source and destination.
@@ -113,9 +134,9 @@ pub(crate) struct ScatterAddArgs<'a> {
     pub(crate) src: *const u8,
     /// The destination's first element.
     pub(crate) dst: *mut u8,
-    /// The checked indices, one per visit in row-major order.
-    pub(crate) idx: &'a [i64],
-    /// The destination's stride along the indexed dimension.
+    /// Where each visit adds along the indexed dimension.
+    pub(crate) index: IndexOperand<'a>,
+    /// The destination's stride along the indexed dimension, in elements.
     pub(crate) dim_stride: isize,
 }
 

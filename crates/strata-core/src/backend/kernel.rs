@@ -157,27 +157,6 @@ impl Fold {
     }
 }
 
-/// Where an indexed copy reads each visit's source element, as an element offset along the
-/// picked dimension.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Pick<'a> {
-    /// `table[coords[dim]]` (`index_select`): one offset per position along `dim`, or
-    /// `table[0]` for every visit without a dimension.
-    ByCoordinate {
-        /// The offsets, one per index.
-        table: &'a [isize],
-        /// The picked dimension, if the walk has one.
-        dim: Option<usize>,
-    },
-    /// `indices[k]·stride` for the `k`-th visit in row-major order (`gather`).
-    ByVisit {
-        /// One index per visit.
-        indices: &'a [i64],
-        /// The source's stride along the picked dimension.
-        stride: isize,
-    },
-}
-
 /// Where one operand's matrices are, in elements of its storage: element `(i, j)` of batch
 /// entry `idx` lives at `offset + Σ idx[d]·batch[d] + i·rs + j·cs`.
 #[derive(Debug, Clone, PartialEq)]

@@ -162,21 +162,24 @@ pub(crate) trait Backend: Sync {
     /// writable and used by nothing else during the call.
     unsafe fn gemm(&self, args: &GemmArgs<'_>);
 
-    /// The indexed copy `out[k] = src[pick(k)]` over `shape` (`index_select`, `gather`):
-    /// each visit copies `block` consecutive elements (see [`PickArgs`]).
+    /// The indexed copy `out[k] = src[…, index[k]·dim_stride, …]` over `shape`
+    /// (`index_select`, `gather`), reading the index where it lies: each visit copies `block`
+    /// consecutive elements (see [`PickArgs`]).
     ///
     /// # Safety
-    /// Every position the walk forms must lie inside the output (writable) and source
-    /// (readable); with `parallel`, each output element is written by one visit only and
-    /// the output shares no memory with the source.
+    /// Every position the walk forms must lie inside the output (writable), the source
+    /// (readable) and the index (readable); with `parallel`, each output element is written by
+    /// one visit only and the output shares no memory with the source. The kernel itself
+    /// keeps every index inside `0..bound` (see [`args::IndexOperand`]).
     unsafe fn pick(&self, args: &PickArgs<'_>);
 
-    /// `dst[idx[k]·dim_stride + …] += src[…]` over the index's shape, in row-major order
-    /// (repeated indices accumulate in order; see [`ScatterAddArgs`]).
+    /// `dst[…, index[k]·dim_stride, …] += src[k]` over the index's shape, in row-major order
+    /// (repeated indices accumulate in order; see [`ScatterAddArgs`]), reading the index where
+    /// it lies.
     ///
     /// # Safety
-    /// Every position the walk forms must lie inside the source (readable) and destination
-    /// (writable).
+    /// Every position the walk forms must lie inside the source (readable), the index
+    /// (readable) and the destination (writable), for any index in `0..bound`.
     unsafe fn scatter_add(&self, args: &ScatterAddArgs<'_>);
 
     /// 2-d max pooling of `planes` contiguous planes of `src` into `dst`, with each maximum's

@@ -32,7 +32,7 @@ use super::args::{
     DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
     SoftmaxArgs, UpdateArgs,
 };
-use super::kernel::{BinaryOp, FloatOp, Fold, Pick, SameOp, TernaryOp};
+use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::dtype::DType;
 use crate::Device;
@@ -118,22 +118,8 @@ impl Backend for Cpu {
     }
 
     unsafe fn pick(&self, args: &PickArgs<'_>) {
-        // SAFETY: forwarded from the caller; each picker is given as its own loop.
-        unsafe {
-            match args.pick {
-                Pick::ByCoordinate {
-                    table,
-                    dim: Some(d),
-                } => gather::pick(args, |_, c| table[c[d]]),
-                Pick::ByCoordinate { table, dim: None } => {
-                    let at = table.first().copied().unwrap_or(0);
-                    gather::pick(args, move |_, _| at)
-                }
-                Pick::ByVisit { indices, stride } => {
-                    gather::pick(args, |k, _| indices[k] as isize * stride)
-                }
-            }
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { gather::pick(args) }
     }
 
     unsafe fn scatter_add(&self, args: &ScatterAddArgs<'_>) {

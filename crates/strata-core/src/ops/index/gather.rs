@@ -1,10 +1,10 @@
 //! `index_select`, `gather` and `scatter_add`: their validation (dims, shapes, dtypes and
 //! every index value, checked before anything is allocated or written) and their runs over the
-//! backend's strided index walk (`Backend::pick`, `Backend::scatter_add`). Indices are never wrapped:
-//! as in PyTorch, a negative index is out of range.
+//! backend's strided index walk (`Backend::pick`, `Backend::scatter_add`), which reads the
+//! index tensor where it lies. Indices are never wrapped: as in PyTorch, a negative index is
+//! out of range.
 
-use crate::backend::args::{PickArgs, ScatterAddArgs};
-use crate::backend::kernel::Pick;
+use crate::backend::args::{IndexOperand, PickArgs, ScatterAddArgs};
 use crate::backend::{for_device, Backend};
 use crate::backend::{Operand, Plan};
 use crate::layout::order::{iteration_order, OrderOperand};
@@ -13,7 +13,7 @@ use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::joining::check_addressable;
 use crate::ops::views::dim_arg;
-use crate::storage::{lock_storages, Access};
+use crate::storage::{lock_storages, Access, StorageGuards};
 use crate::tensor::index_elements;
 use crate::{DType, Error, Result, Tensor};
 
@@ -53,9 +53,9 @@ fn check_index_dtype(op: &'static str, index: &Tensor) -> Result<()> {
     ))
 }
 
-/// The values of `index` in row-major order, each checked to lie in `0..size` (dimension
-/// `dim` of the indexed tensor). Negative values are out of range, as in PyTorch.
-fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<Vec<i64>> {
+/// Checks every value of `index` to lie in `0..size` (dimension `dim` of the indexed tensor),
+/// reading the index through its backend. Negative values are out of range, as in PyTorch.
+fn check_index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Result<()> {
     let values = index_elements(op, index)?;
     if let Some(&bad) = values.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
         return Err(Error::Index {
@@ -65,7 +65,30 @@ fn index_values(op: &'static str, index: &Tensor, dim: usize, size: usize) -> Re
             size,
         });
     }
-    Ok(values)
+    Ok(())
+}
+
+/// The address of `t`'s first element in the storage `guards` holds locked.
+fn read_address(guards: &StorageGuards<'_>, t: &Tensor) -> *const u8 {
+    let body = t.body();
+    guards
+        .read_ptr(&body.storage)
+        .wrapping_add(body.layout.offset() * t.element_size())
+}
+
+/// `index` as the operand of a walk whose dimensions move through it with `strides`.
+fn index_operand<'a>(
+    guards: &StorageGuards<'_>,
+    index: &Tensor,
+    strides: &'a [isize],
+    bound: usize,
+) -> IndexOperand<'a> {
+    IndexOperand {
+        ptr: read_address(guards, index),
+        dtype: index.dtype(),
+        strides,
+        bound,
+    }
 }
 
 fn same_dtype(op: &'static str, what: &str, expected: DType, got: DType) -> Result<()> {
@@ -82,11 +105,11 @@ fn same_dtype(op: &'static str, what: &str, expected: DType, got: DType) -> Resu
 // ---------------------------------------------------------------------------------------------
 // index_select
 
-/// A validated `index_select`: the result's shape and the checked indices.
+/// A validated `index_select`: the picked dimension and its size, and the result's shape.
 pub(crate) struct IndexSelect {
     dim: usize,
+    bound: usize,
     pub(crate) shape: Vec<usize>,
-    indices: Vec<i64>,
 }
 
 impl IndexSelect {
@@ -123,34 +146,40 @@ impl IndexSelect {
             *s = n;
         }
         check_addressable(op, &shape, x.dtype())?;
-        let indices = index_values(op, index, d, nonempty_size(&x_shape, d))?;
+        let bound = nonempty_size(&x_shape, d);
+        check_index_values(op, index, d, bound)?;
         Ok(IndexSelect {
             dim: d,
+            bound,
             shape,
-            indices,
         })
     }
 
-    /// Writes the selection into `out` (which has the result's shape and `x`'s dtype).
-    pub(crate) fn execute(&self, backend: &dyn Backend, x: &Tensor, out: &Tensor, parallel: bool) {
-        let (xb, ob) = (x.body(), out.body());
-        let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
+    /// Writes the selection of `x` by `index` into `out` (which has the result's shape and
+    /// `x`'s dtype).
+    pub(crate) fn execute(
+        &self,
+        backend: &dyn Backend,
+        x: &Tensor,
+        index: &Tensor,
+        out: &Tensor,
+        parallel: bool,
+    ) {
+        let (xb, ob, ib) = (x.body(), out.body(), index.body());
+        let guards = lock_storages(&[
+            (&ob.storage, Access::Write),
+            (&xb.storage, Access::Read),
+            (&ib.storage, Access::Read),
+        ]);
         let esize = x.element_size();
         let out_ptr = guards
             .write_ptr(&ob.storage)
             .wrapping_add(ob.layout.offset() * esize);
-        let src_ptr = guards
-            .read_ptr(&xb.storage)
-            .wrapping_add(xb.layout.offset() * esize);
+        let src_ptr = read_address(&guards, x);
         let has_dim = !self.shape.is_empty();
         let d = self.dim;
         let (x_strides, o_strides) = (xb.layout.strides(), ob.layout.strides());
         let dim_stride = nonempty_stride(x_strides, d);
-        let table: Vec<isize> = self
-            .indices
-            .iter()
-            .map(|&i| i as isize * dim_stride)
-            .collect();
         // When the dimensions after `dim` are contiguous in both, each index copies one block.
         let inner_contiguous = |strides: &[usize]| {
             Layout::new(self.shape[d + 1..].to_vec(), strides[d + 1..].to_vec(), 0).is_contiguous()
@@ -165,14 +194,18 @@ impl IndexSelect {
             st[..shape.len()].iter().map(|&s| s as isize).collect()
         };
         let mut src_strides = to_isize(x_strides);
+        // The walk moves through the (0-d or 1-d) index along `d` only.
+        let mut index_strides = vec![0isize; shape.len()];
         if has_dim {
             src_strides[d] = 0;
+            index_strides[d] = nonempty_stride(ib.layout.strides(), 0);
         }
-        // SAFETY: both storages are locked (the output's for writing) and the pointers are
-        // their first elements; the output walk stays within its layout, and every source
-        // position is a checked index along `d` plus an in-range position elsewhere. A block
-        // spans the dimensions after `d`, contiguous in both. The caller asks for `parallel`
-        // only when the output does not overlap itself or the source.
+        // SAFETY: all three storages are locked (the output's for writing) and the pointers are
+        // their first elements; the output walk stays within its layout, the index walk visits
+        // each of its elements along `d`, and every source position is an index in
+        // `0..bound` along `d` plus an in-range position elsewhere. A block spans the
+        // dimensions after `d`, contiguous in both. The caller asks for `parallel` only when
+        // the output does not overlap itself, the source or the index.
         unsafe {
             backend.pick(&PickArgs {
                 dtype: x.dtype(),
@@ -183,10 +216,8 @@ impl IndexSelect {
                 out: out_ptr,
                 src: src_ptr,
                 parallel,
-                pick: Pick::ByCoordinate {
-                    table: &table,
-                    dim: has_dim.then_some(d),
-                },
+                index: index_operand(&guards, index, &index_strides, self.bound),
+                dim_stride,
             })
         };
     }
@@ -195,12 +226,12 @@ impl IndexSelect {
 // ---------------------------------------------------------------------------------------------
 // gather and scatter_add
 
-/// A validated `gather`: the picked dimension, the result's (the index's) shape, and the
-/// checked indices in row-major order (none for an empty index).
+/// A validated `gather`: the picked dimension and its size, and the result's (the index's)
+/// shape.
 pub(crate) struct Gather {
     dim: usize,
+    bound: usize,
     pub(crate) shape: Vec<usize>,
-    indices: Vec<i64>,
 }
 
 impl Gather {
@@ -236,26 +267,36 @@ impl Gather {
             }
         }
         check_addressable(op, &i_shape, x.dtype())?;
-        let indices = if empty {
-            Vec::new()
-        } else {
-            index_values(op, index, d, nonempty_size(&x_shape, d))?
-        };
+        let bound = nonempty_size(&x_shape, d);
+        if !empty {
+            check_index_values(op, index, d, bound)?;
+        }
         Ok(Gather {
             dim: d,
+            bound,
             shape: i_shape,
-            indices,
         })
     }
 
-    /// Writes the picked elements into `out` (the index's shape, `x`'s dtype) through its
-    /// strides.
-    pub(crate) fn execute(&self, backend: &dyn Backend, x: &Tensor, out: &Tensor, parallel: bool) {
-        if self.indices.is_empty() {
+    /// Writes the elements of `x` that `index` picks into `out` (the index's shape, `x`'s
+    /// dtype) through its strides.
+    pub(crate) fn execute(
+        &self,
+        backend: &dyn Backend,
+        x: &Tensor,
+        index: &Tensor,
+        out: &Tensor,
+        parallel: bool,
+    ) {
+        if self.shape.contains(&0) {
             return;
         }
-        let (xb, ob) = (x.body(), out.body());
-        let guards = lock_storages(&[(&ob.storage, Access::Write), (&xb.storage, Access::Read)]);
+        let (xb, ob, ib) = (x.body(), out.body(), index.body());
+        let guards = lock_storages(&[
+            (&ob.storage, Access::Write),
+            (&xb.storage, Access::Read),
+            (&ib.storage, Access::Read),
+        ]);
         let esize = x.element_size();
         let x_strides = xb.layout.strides();
         let dim_stride = nonempty_stride(x_strides, self.dim);
@@ -269,12 +310,12 @@ impl Gather {
             })
             .collect();
         let out_strides: Vec<isize> = ob.layout.strides().iter().map(|&s| s as isize).collect();
-        let idx = &self.indices;
-        // SAFETY: both storages are locked (the output's for writing) and the pointers are
-        // their first elements; the index's shape fits the output and, outside `dim`, the
-        // source, and every index was checked against the source's size along `dim`. The
-        // caller asks for `parallel` only when the output does not overlap itself or the
-        // source.
+        let index_strides: Vec<isize> = ib.layout.strides().iter().map(|&s| s as isize).collect();
+        // SAFETY: all three storages are locked (the output's for writing) and the pointers are
+        // their first elements; the walk is the index's own shape, which fits the output and,
+        // outside `dim`, the source, and along `dim` the source is read at an index in
+        // `0..bound`. The caller asks for `parallel` only when the output does not overlap
+        // itself, the source or the index.
         unsafe {
             backend.pick(&PickArgs {
                 dtype: x.dtype(),
@@ -285,25 +326,20 @@ impl Gather {
                 out: guards
                     .write_ptr(&ob.storage)
                     .wrapping_add(ob.layout.offset() * esize),
-                src: guards
-                    .read_ptr(&xb.storage)
-                    .wrapping_add(xb.layout.offset() * esize),
+                src: read_address(&guards, x),
                 parallel,
-                pick: Pick::ByVisit {
-                    indices: idx,
-                    stride: dim_stride,
-                },
+                index: index_operand(&guards, index, &index_strides, self.bound),
+                dim_stride,
             })
         };
     }
 }
 
-/// A validated `scatter_add`: the dimension, the index's shape and its checked values (none
-/// for an empty index).
+/// A validated `scatter_add`: the dimension and its size, and the index's shape.
 pub(crate) struct ScatterAddPlan {
     dim: usize,
+    bound: usize,
     i_shape: Vec<usize>,
-    indices: Vec<i64>,
 }
 
 impl ScatterAddPlan {
@@ -352,34 +388,35 @@ impl ScatterAddPlan {
                 .with_hint("the index must fit inside src, and inside self except along dim"));
             }
         }
-        let indices = if empty {
-            Vec::new()
-        } else {
-            index_values(op, index, d, nonempty_size(&x_shape, d))?
-        };
+        let bound = nonempty_size(&x_shape, d);
+        if !empty {
+            check_index_values(op, index, d, bound)?;
+        }
         Ok(ScatterAddPlan {
             dim: d,
+            bound,
             i_shape,
-            indices,
         })
     }
 
-    /// Writes `x` with `src` added at the indexed positions into `result` (`x`'s shape and
-    /// dtype), through its strides: a copy of `x` first unless `copy` is false (`result` is
-    /// `x` itself), then the additions in row-major order of the index.
+    /// Writes `x` with `src` added at the positions `index` names into `result` (`x`'s shape
+    /// and dtype), through its strides: a copy of `x` first unless `copy` is false (`result`
+    /// is `x` itself), then the additions in row-major order of the index.
     pub(crate) fn execute(
         &self,
         backend: &dyn Backend,
         x: &Tensor,
+        index: &Tensor,
         src: &Tensor,
         result: &Tensor,
         copy: bool,
     ) {
-        let (xb, sb, rb) = (x.body(), src.body(), result.body());
+        let (xb, sb, rb, ib) = (x.body(), src.body(), result.body(), index.body());
         let guards = lock_storages(&[
             (&rb.storage, Access::Write),
             (&xb.storage, Access::Read),
             (&sb.storage, Access::Read),
+            (&ib.storage, Access::Read),
         ]);
         let esize = x.element_size();
         let dst = guards
@@ -424,7 +461,7 @@ impl ScatterAddPlan {
             // when the result does not overlap itself and shares no storage with self.
             unsafe { backend.copy(&plan) };
         }
-        if self.indices.is_empty() {
+        if self.i_shape.contains(&0) {
             return;
         }
         let d = self.dim;
@@ -441,20 +478,20 @@ impl ScatterAddPlan {
                 }
             })
             .collect();
-        // SAFETY: src is read-locked and the result write-locked, the pointers at their first
-        // elements; the index's shape fits inside src and, outside `d`, the result, and every
-        // index lies in the result's dimension `d` (all checked by `infer`).
+        let index_strides: Vec<isize> = ib.layout.strides().iter().map(|&s| s as isize).collect();
+        // SAFETY: src and the index are read-locked and the result write-locked, the pointers
+        // at their first elements; the walk is the index's own shape, which fits inside src
+        // and, outside `d`, the result (checked by `infer`), and along `d` the result is
+        // written at an index in `0..bound`, its size there.
         unsafe {
             backend.scatter_add(&ScatterAddArgs {
                 dtype: x.dtype(),
                 shape: &self.i_shape,
                 src_strides: &walk_src,
                 dst_strides: &walk_dst,
-                src: guards
-                    .read_ptr(&sb.storage)
-                    .wrapping_add(sb.layout.offset() * esize),
+                src: read_address(&guards, src),
                 dst,
-                idx: &self.indices,
+                index: index_operand(&guards, index, &index_strides, self.bound),
                 dim_stride: nonempty_stride(r_strides, d),
             })
         };
@@ -478,7 +515,7 @@ pub(crate) fn index_select(
         x.dtype(),
         x.device(),
     )?;
-    sel.execute(for_device(x.device())?, x, &out, true);
+    sel.execute(for_device(x.device())?, x, index, &out, true);
     Ok(out)
 }
 
@@ -487,7 +524,7 @@ pub(crate) fn gather(ctx: &OpContext, x: &Tensor, dim: i64, index: &Tensor) -> R
     let g = Gather::infer(ctx.op(), x, dim, index)?;
     let out =
         Tensor::uninit_with_layout(ctx, Layout::contiguous(&g.shape, 0), x.dtype(), x.device())?;
-    g.execute(for_device(x.device())?, x, &out, true);
+    g.execute(for_device(x.device())?, x, index, &out, true);
     Ok(out)
 }
 
@@ -506,6 +543,6 @@ pub(crate) fn scatter_add(
         x.dtype(),
         x.device(),
     )?;
-    sc.execute(for_device(x.device())?, x, src, &result, true);
+    sc.execute(for_device(x.device())?, x, index, src, &result, true);
     Ok(result)
 }

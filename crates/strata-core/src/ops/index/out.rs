@@ -27,7 +27,7 @@ pub(crate) fn index_select_out(
     expect_dtype(ctx.op(), out, x.dtype())?;
     check_memory(ctx.op(), out, &sel.shape, &[x, index], Aliasing::Disjoint)?;
     out.resize_for_out(ctx, &sel.shape)?;
-    sel.execute(for_device(x.device())?, x, out, parallel_writes(out));
+    sel.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
     out.bump_version();
     Ok(out.clone())
 }
@@ -44,7 +44,7 @@ pub(crate) fn gather_out(
     expect_dtype(ctx.op(), out, x.dtype())?;
     check_memory(ctx.op(), out, &g.shape, &[x, index], Aliasing::Disjoint)?;
     out.resize_for_out(ctx, &g.shape)?;
-    g.execute(for_device(x.device())?, x, out, parallel_writes(out));
+    g.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
     out.bump_version();
     Ok(out.clone())
 }
@@ -65,7 +65,7 @@ pub(crate) fn scatter_add_out(
     check_memory(ctx.op(), out, &shape, &[x], Aliasing::Exact)?;
     out.resize_for_out(ctx, &shape)?;
     let is_self = out.storage_id() == x.storage_id() && out.layout() == x.layout();
-    sc.execute(for_device(x.device())?, x, src, out, !is_self);
+    sc.execute(for_device(x.device())?, x, index, src, out, !is_self);
     out.bump_version();
     Ok(out.clone())
 }

@@ -351,6 +351,52 @@ fn scatter_add_matches_brute_force_and_leaves_self_alone() {
     );
 }
 
+/// The kernels read the index where it lies: an i32 index at an offset in its storage, seen
+/// transposed, and one broadcast with a zero stride.
+#[test]
+fn indexed_ops_read_strided_and_broadcast_indices_in_place() {
+    let x = arange_f64(&[3, 4]);
+    let xv = x.to_vec::<f64>().unwrap();
+    // Storage [9, 9, 2, 0, 1, 3, 3, 1]: from offset 2, a [2, 3] view transposed to [3, 2].
+    let base = Tensor::from_vec(vec![9i32, 9, 2, 0, 1, 3, 3, 1], &[8]).unwrap();
+    let index = base
+        .narrow(0, 2, 6)
+        .unwrap()
+        .view(&[2, 3])
+        .unwrap()
+        .t()
+        .unwrap();
+    assert!(!index.is_contiguous());
+    let iv = index.to_vec::<i32>().unwrap();
+    assert_eq!(iv, vec![2, 3, 0, 3, 1, 1]);
+    let g = x.gather(1, &index).unwrap();
+    let want: Vec<f64> = (0..6).map(|k| xv[(k / 2) * 4 + iv[k] as usize]).collect();
+    assert_eq!(g.to_vec::<f64>().unwrap(), want);
+    let src = Tensor::ones(&[3, 2], DType::F64).unwrap();
+    let r = x.scatter_add(1, &index, &src).unwrap();
+    let mut want = xv.clone();
+    for (k, &i) in iv.iter().enumerate() {
+        want[(k / 2) * 4 + i as usize] += 1.0;
+    }
+    assert_eq!(r.to_vec::<f64>().unwrap(), want);
+    // One row of indices broadcast over three rows (stride 0 along dim 0).
+    let row = Tensor::from_vec(vec![3i64, 3, 0], &[1, 3]).unwrap();
+    let wide = row.expand(&[3, 3]).unwrap();
+    let r = x
+        .scatter_add(1, &wide, &Tensor::ones(&[3, 3], DType::F64).unwrap())
+        .unwrap();
+    let mut want = xv.clone();
+    for r0 in 0..3 {
+        want[r0 * 4 + 3] += 2.0;
+        want[r0 * 4] += 1.0;
+    }
+    assert_eq!(r.to_vec::<f64>().unwrap(), want);
+    assert_eq!(
+        x.gather(1, &wide).unwrap().to_vec::<f64>().unwrap(),
+        vec![3.0, 3.0, 0.0, 7.0, 7.0, 4.0, 11.0, 11.0, 8.0]
+    );
+}
+
 #[test]
 fn scatter_add_errors() {
     let x = arange_f64(&[3, 4]);
