@@ -156,69 +156,49 @@ fn check_floating(op: &'static str, dtype: DType) -> Result<()> {
     }
 }
 
+/// A tensor of `shape` with every element `value` converted to `dtype` (refused when it
+/// overflows it): the one constructor behind `zeros`, `empty`, `ones` and `full`, recorded as
+/// the op `op` at its caller's site.
+#[track_caller]
+fn filled(op: &'static str, shape: &[usize], value: Scalar, dtype: DType) -> Result<Tensor> {
+    let ctx = OpContext::enter(op);
+    check_shape(ctx.op(), shape)?;
+    value.check_fill(ctx.op(), dtype, shape.iter().product())?;
+    dispatch(
+        dtype,
+        Fill {
+            ctx: &ctx,
+            shape,
+            value,
+        },
+    )
+}
+
 impl Tensor {
     /// A tensor of `shape` filled with zeros. (strata never hands out uninitialised memory:
     /// reading it would be undefined behaviour, so there is no separate `empty`.)
     #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let ctx = OpContext::enter("zeros");
-        check_shape(ctx.op(), shape)?;
-        dispatch(
-            dtype,
-            Fill {
-                ctx: &ctx,
-                shape,
-                value: Scalar::Int(0),
-            },
-        )
+        filled("zeros", shape, Scalar::Int(0), dtype)
     }
 
     /// A new tensor of `shape`, contents zero; PyTorch's `empty` with defined contents.
     #[track_caller]
     pub fn empty(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let ctx = OpContext::enter("empty");
-        check_shape(ctx.op(), shape)?;
-        dispatch(
-            dtype,
-            Fill {
-                ctx: &ctx,
-                shape,
-                value: Scalar::Int(0),
-            },
-        )
+        filled("empty", shape, Scalar::Int(0), dtype)
     }
 
     /// A tensor of `shape` filled with ones.
     #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let ctx = OpContext::enter("ones");
-        check_shape(ctx.op(), shape)?;
-        dispatch(
-            dtype,
-            Fill {
-                ctx: &ctx,
-                shape,
-                value: Scalar::Int(1),
-            },
-        )
+        filled("ones", shape, Scalar::Int(1), dtype)
     }
 
     /// A tensor of `shape` filled with `value` (converted to `dtype`; refused when it
     /// overflows it, as [`Tensor::fill_`]).
     #[track_caller]
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
-        let ctx = OpContext::enter("full");
-        check_shape(ctx.op(), shape)?;
-        let value = value.into();
-        value.check_fill(ctx.op(), dtype, shape.iter().product())?;
-        dispatch(
-            dtype,
-            Fill {
-                ctx: &ctx,
-                shape,
-                value,
-            },
-        )
+        filled("full", shape, value.into(), dtype)
     }
 
     /// `[0, 1, ..., n-1]` as a 1-d tensor.
