@@ -14,6 +14,7 @@ pub(crate) mod entry;
 mod index;
 mod joining;
 mod matmul;
+mod operators;
 mod reduce;
 mod reduce_out;
 mod softmax;

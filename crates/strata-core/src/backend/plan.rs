@@ -1,7 +1,7 @@
 //! Element-wise loops as every backend receives them: the operands of a loop
 //! ([`Operand`]), and the [`Plan`] an op builds from them (dimensions ordered as PyTorch
 //! orders them, coalesced, strides in bytes). How a plan is walked is each backend's own
-//! business (the CPU's walker is `cpu/run.rs`).
+//! business (the CPU's walker is `cpu/run/`).
 //!
 //! Everything a plan holds is inline up to six dimensions and four operands ([`SmallVec`]),
 //! so planning an ordinary loop never touches the heap.

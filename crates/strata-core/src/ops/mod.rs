@@ -10,7 +10,6 @@ pub mod index;
 pub(crate) mod iter;
 pub mod joining;
 pub mod matmul;
-pub mod operators;
 pub(crate) mod out;
 pub(crate) mod pool;
 pub mod promote;

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::pool::{pool, GRAIN_SIZE};
+use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::DenseSumArgs;
 use crate::backend::kernel::sums_densely;
 use crate::dtype::DType;

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::pool::{pool, GRAIN_SIZE};
+use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::{IndexOperand, PickArgs, ScatterAddArgs};
 use crate::dtype::{dispatch, DTypeFn, Element};
 use crate::layout::checked_numel;

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::gather::SharedPtr;
-use super::pool::pool;
+use super::threads::pool;
 use crate::backend::args::{MaxPoolArgs, MaxPoolBackwardArgs};
 use crate::backend::kernel::PoolWindows;
 use crate::dtype::{dispatch, DTypeFn, Element};

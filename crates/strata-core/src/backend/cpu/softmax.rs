@@ -10,7 +10,7 @@ use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::math::{exp_f32, exp_f32_with};
-use super::pool::{pool, GRAIN_SIZE};
+use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::SoftmaxArgs;
 use crate::dtype::DType;
 

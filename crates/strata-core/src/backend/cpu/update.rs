@@ -8,7 +8,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::gather::SharedPtr;
-use super::pool::{pool, GRAIN_SIZE};
+use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::UpdateArgs;
 use crate::backend::kernel::{AdamStep, SgdStep, UpdatePtrs, UpdateRule};
 use crate::DType;

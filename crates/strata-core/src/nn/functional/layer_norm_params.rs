@@ -8,7 +8,7 @@
 //! threads.
 
 use crate::api::ternary::fused_mul_add;
-use crate::backend::cpu::pool::num_threads;
+use crate::num_threads;
 use crate::{DType, Result, Tensor};
 
 /// `(Σ g·x̂, Σ g)` over the rows of `g` and `xhat` (both f32, `[M, N]`), each a `[N]` f32

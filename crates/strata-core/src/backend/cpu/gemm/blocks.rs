@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::{MatPtr, One};
 use crate::backend::cpu::convert::{bf16_from_f32_slice, bf16_to_f32_slice};
-use crate::backend::cpu::pool::GRAIN_SIZE;
+use crate::backend::cpu::threads::GRAIN_SIZE;
 use crate::backend::kernel::{GemmScratch, HalfBlock, HALF_BLOCK};
 use crate::dtype::{cast, Element};
 

@@ -15,7 +15,7 @@ mod half;
 use ::gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::pool::{num_threads, pool};
+use super::threads::{num_threads, pool};
 use crate::backend::args::GemmArgs;
 use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use super::pool::{pool, GRAIN_SIZE};
+use super::threads::{pool, GRAIN_SIZE};
 use super::tile;
 use crate::backend::plan::{ByteStrides, PerOperand, Plan, TILE};
 

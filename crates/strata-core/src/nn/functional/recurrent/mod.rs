@@ -1,0 +1,105 @@
+//! `lstm_cell` (in `lstm_cell.rs`) and `gru_cell` (in `gru_cell.rs`): the two gate products
+//! are ordinary recorded `linear`s (which save only the tensors they were given), and the
+//! element-wise rest of each cell is a node of its own that saves the pre-activation gates
+//! and the states, not the dozen intermediates a composition of generic ops would keep. With
+//! bf16 or f16 gates (under autocast, or with half-precision inputs) the rest is PyTorch's
+//! composition of generic recorded ops instead, so that every step rounds as PyTorch's CPU
+//! cells do. This file holds what both cells share: the shape check, the choice of the
+//! composed path, the gates' chunks and the activations' slopes.
+
+mod gru_cell;
+mod lstm_cell;
+
+pub use gru_cell::gru_cell;
+pub use lstm_cell::lstm_cell;
+
+use super::check::{floating, shape};
+use crate::{DType, Result, Tensor};
+
+/// Checks a cell's shapes: `x` `[B, I]` or `[I]`, states `[B, H]` or `[H]`, `w_ih`
+/// `[k·H, I]`, `w_hh` `[k·H, H]`.
+fn check(
+    op: &'static str,
+    x: &Tensor,
+    h: &Tensor,
+    c: Option<&Tensor>,
+    w_ih: &Tensor,
+    w_hh: &Tensor,
+    k: usize,
+) -> Result<()> {
+    floating(op, "the input", x)?;
+    let bad = |what: String| {
+        Err(shape(
+            op,
+            what,
+            vec![
+                x.shape().to_vec(),
+                h.shape().to_vec(),
+                w_ih.shape().to_vec(),
+                w_hh.shape().to_vec(),
+            ],
+            "x is [B, input_size], the states [B, hidden_size], w_ih [gates·hidden_size, \
+             input_size] and w_hh [gates·hidden_size, hidden_size]",
+        ))
+    };
+    if !matches!(x.dim(), 1 | 2) || h.dim() != x.dim() {
+        return bad(format!(
+            "x {:?} and h {:?} must both be 2-d (or both 1-d)",
+            x.shape(),
+            h.shape()
+        ));
+    }
+    let hidden = h.shape()[h.dim() - 1];
+    let input = x.shape()[x.dim() - 1];
+    if x.dim() == 2 && x.shape()[0] != h.shape()[0] {
+        return bad(format!(
+            "x {:?} and h {:?} have different batch sizes",
+            x.shape(),
+            h.shape()
+        ));
+    }
+    if let Some(c) = c {
+        if c.shape() != h.shape() {
+            return bad(format!(
+                "c {:?} must have h's shape {:?}",
+                c.shape(),
+                h.shape()
+            ));
+        }
+    }
+    if w_ih.shape().as_slice() != [k * hidden, input]
+        || w_hh.shape().as_slice() != [k * hidden, hidden]
+    {
+        return bad(format!(
+            "w_ih {:?} and w_hh {:?} must be [{}, {input}] and [{}, {hidden}]",
+            w_ih.shape(),
+            w_hh.shape(),
+            k * hidden,
+            k * hidden
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a cell runs as PyTorch's composition of recorded ops rather than as one node:
+/// when its gates are bf16 or f16 (under autocast, or with half-precision inputs), or of
+/// another dtype than the state. There every op rounds to its own dtype, as PyTorch's
+/// composition does, which a fused node computing in the widest dtype would not mirror.
+fn composed(gates: &Tensor, state: &Tensor) -> bool {
+    matches!(gates.dtype(), DType::BF16 | DType::F16) || gates.dtype() != state.dtype()
+}
+
+/// The gates' `k` chunks along the last dimension.
+fn chunks(gates: &Tensor, k: usize) -> Result<Vec<Tensor>> {
+    gates.chunk(k, gates.dim() as i64 - 1)
+}
+
+/// `1 - t²`, the derivative of tanh at the point whose tanh is `t`.
+fn tanh_slope(t: &Tensor) -> Result<Tensor> {
+    t.mul(t)?.neg()?.add(1.0)
+}
+
+/// `s·(1 - s)`, the derivative of the sigmoid at the point whose sigmoid is `s`.
+fn sigmoid_slope(s: &Tensor) -> Result<Tensor> {
+    s.neg()?.add(1.0)?.mul(s)
+}
