@@ -1,8 +1,8 @@
-//! The `out=` forms of the reductions. Forward in [`crate::ops::reduce_out`]; the entry
+//! The `out=` forms of the reductions. Forward in [`crate::ops::reduce::out`]; the entry
 //! refuses them when autograd would have to record them (they have no backward).
 
 use super::entry::Entry;
-use crate::ops::reduce_out as fwd;
+use crate::ops::reduce::out as fwd;
 use crate::{Result, Tensor};
 
 impl Tensor {

@@ -1,11 +1,9 @@
 //! The ops. Each public op is a `#[track_caller]` method that enters an [`crate::OpContext`],
 //! validates everything (*infer*), then allocates and runs (*execute*).
 
-mod accumulators;
 pub mod binary;
 mod contiguous;
 pub mod copy;
-mod dense_sum;
 pub mod index;
 pub(crate) mod iter;
 pub mod joining;
@@ -14,8 +12,6 @@ pub(crate) mod out;
 pub(crate) mod pool;
 pub mod promote;
 pub mod reduce;
-pub(crate) mod reduce_out;
-pub(crate) mod reduction;
 pub mod softmax;
 pub mod ternary;
 pub mod unary;

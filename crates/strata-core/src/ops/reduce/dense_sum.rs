@@ -5,7 +5,7 @@ use crate::backend::args::DenseSumArgs;
 use crate::backend::for_device;
 use crate::backend::kernel::sums_densely;
 use crate::op::OpContext;
-use crate::ops::accumulators::Accumulators;
+use crate::ops::reduce::accumulators::Accumulators;
 use crate::storage::{lock_storages, Access};
 use crate::{Result, Tensor};
 
@@ -61,7 +61,7 @@ pub(crate) fn dense_sum(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::reduction::{finish, Dest};
+    use crate::ops::reduce::fold::{finish, Dest};
     use crate::{DType, Device};
 
     #[test]

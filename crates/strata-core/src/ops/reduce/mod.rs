@@ -3,18 +3,26 @@
 //! into a new contiguous tensor (as PyTorch's are) or, through their `_out` forms, into a
 //! given tensor: infer and forward. The public methods are in `api/reduce.rs`, the
 //! backward formulas in the formulas module of the same name.
+//!
+//! The folds, the accumulators and the writing of results are in `fold.rs` and
+//! `accumulators.rs`, the dense floating sum's fast path in `dense_sum.rs`, and the `out=`
+//! forms' dtype rules in `out/`.
+
+mod accumulators;
+mod dense_sum;
+pub(crate) mod fold;
+pub(crate) mod out;
 
 use crate::backend::for_device;
 use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
 use crate::backend::kernel::{BinaryOp, FloatOp, Fold, FoldTerm};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
-use crate::ops::dense_sum::dense_sum;
 use crate::ops::out::{check_distinct_outputs, check_memory, Aliasing};
-use crate::ops::reduction::{
-    finish, floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction,
-};
 use crate::{DType, Error, Result, Tensor};
+use dense_sum::dense_sum;
+use fold::{finish, floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction};
+
 /// `sum` into a new tensor or `out` (whose dtype the sum is then computed in, each
 /// element converted to it first, as PyTorch does).
 pub(crate) fn sum(

@@ -1,4 +1,4 @@
-//! Tests of `ops::reduce_out`: the reductions written into a given tensor.
+//! Tests of `ops::reduce::out`: the reductions written into a given tensor.
 
 use crate::ops::out::testing::{check_dtype_refused, check_out_form_with_scratch, peak_during};
 
