@@ -13,29 +13,29 @@ use crate::backend::args::DenseSumArgs;
 use crate::backend::kernel::sums_densely;
 use crate::dtype::DType;
 
-/// An element type the fast path reads (widened to f64).
-trait Wide: Copy + Send + Sync + 'static {
+/// An element type the fast path reads, widened to f64 as it is added.
+trait Summand: Copy + Send + Sync + 'static {
     fn wide(self) -> f64;
 }
-impl Wide for f32 {
+impl Summand for f32 {
     #[inline(always)]
     fn wide(self) -> f64 {
         self as f64
     }
 }
-impl Wide for half::bf16 {
+impl Summand for half::bf16 {
     #[inline(always)]
     fn wide(self) -> f64 {
         f64::from(f32::from_bits(u32::from(self.to_bits()) << 16))
     }
 }
-impl Wide for half::f16 {
+impl Summand for half::f16 {
     #[inline(always)]
     fn wide(self) -> f64 {
         f64::from(self.to_f32())
     }
 }
-impl Wide for f64 {
+impl Summand for f64 {
     #[inline(always)]
     fn wide(self) -> f64 {
         self
@@ -44,7 +44,7 @@ impl Wide for f64 {
 
 /// Sums one row in 8 independent f64 lanes.
 #[inline(always)]
-fn sum_row_body<T: Wide>(x: &[T]) -> f64 {
+fn sum_row_body<T: Summand>(x: &[T]) -> f64 {
     let mut lanes = [0f64; 8];
     let mut chunks = x.chunks_exact(8);
     for c in &mut chunks {
@@ -63,7 +63,7 @@ const ROWS_PER_PASS: usize = 4;
 /// Adds the `len` rows of one `[len, inner]` block, columns `cols`, into `acc`: the sum of
 /// each group of [`ROWS_PER_PASS`] rows is formed in registers and added to `acc` once.
 #[inline(always)]
-fn sum_columns_body<T: Wide>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
+fn sum_columns_body<T: Summand>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
     acc.fill(0.0);
     let mut rows = x.chunks_exact(inner * ROWS_PER_PASS);
     for group in &mut rows {
@@ -81,7 +81,7 @@ fn sum_columns_body<T: Wide>(x: &[T], inner: usize, cols: std::ops::Range<usize>
 }
 
 /// [`sum_row_body`], built with AVX2 where the CPU has it.
-fn sum_row<T: Wide>(x: &[T]) -> f64 {
+fn sum_row<T: Summand>(x: &[T]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if super::chunk::avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
@@ -91,7 +91,7 @@ fn sum_row<T: Wide>(x: &[T]) -> f64 {
 }
 
 /// [`sum_columns_body`], built with AVX2 where the CPU has it.
-fn sum_columns<T: Wide>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
+fn sum_columns<T: Summand>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if super::chunk::avx2() {
         // SAFETY: the CPU has AVX2 and FMA.
@@ -102,13 +102,13 @@ fn sum_columns<T: Wide>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn sum_row_avx2<T: Wide>(x: &[T]) -> f64 {
+unsafe fn sum_row_avx2<T: Summand>(x: &[T]) -> f64 {
     sum_row_body(x)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn sum_columns_avx2<T: Wide>(
+unsafe fn sum_columns_avx2<T: Summand>(
     x: &[T],
     inner: usize,
     cols: std::ops::Range<usize>,
@@ -120,7 +120,7 @@ unsafe fn sum_columns_avx2<T: Wide>(
 /// Column blocks small enough that their accumulators stay in L1.
 const COLUMN_BLOCK: usize = 2048;
 
-fn run<T: Wide>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]) {
+fn run<T: Summand>(x: &[T], outer: usize, len: usize, inner: usize, out: &mut [f64]) {
     let slab = len * inner;
     let serial = x.len() < GRAIN_SIZE;
     if inner == 1 {
@@ -188,7 +188,7 @@ pub(crate) unsafe fn sum_blocks(args: &DenseSumArgs) -> bool {
     ///
     /// # Safety
     /// As [`sum_blocks`], `T` being `dtype`'s type.
-    unsafe fn typed<T: Wide>(base: *const u8, n: usize, dims: [usize; 3], out: &mut [f64]) {
+    unsafe fn typed<T: Summand>(base: *const u8, n: usize, dims: [usize; 3], out: &mut [f64]) {
         // SAFETY: forwarded from the caller.
         let x = unsafe { std::slice::from_raw_parts(base as *const T, n) };
         run(x, dims[0], dims[1], dims[2], out)

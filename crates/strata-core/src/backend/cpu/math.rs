@@ -47,6 +47,7 @@ pub(crate) trait Float: Element {
 }
 
 impl Float for f32 {
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -56,6 +57,7 @@ impl Float for f32 {
     fn ln(self) -> Self {
         f32::ln(self)
     }
+    #[inline(always)]
     fn sqrt(self) -> Self {
         f32::sqrt(self)
     }
@@ -86,6 +88,7 @@ impl Float for f32 {
 }
 
 impl Float for f64 {
+    #[inline(always)]
     fn from_f64(v: f64) -> Self {
         v
     }
@@ -95,6 +98,7 @@ impl Float for f64 {
     fn ln(self) -> Self {
         f64::ln(self)
     }
+    #[inline(always)]
     fn sqrt(self) -> Self {
         f64::sqrt(self)
     }

@@ -8,6 +8,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::gather::SharedPtr;
+use super::math::Float;
 use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::UpdateArgs;
 use crate::backend::kernel::{AdamStep, SgdStep, UpdatePtrs, UpdateRule};
@@ -33,59 +34,6 @@ pub(crate) unsafe fn update(args: &UpdateArgs<'_>) {
         }
     }
 }
-
-/// The arithmetic an update computes in.
-trait Real: Copy + Send + Sync + PartialOrd {
-    fn of(v: f64) -> Self;
-    fn add(self, o: Self) -> Self;
-    fn sub(self, o: Self) -> Self;
-    fn mul(self, o: Self) -> Self;
-    fn div(self, o: Self) -> Self;
-    fn neg(self) -> Self;
-    fn sqrt(self) -> Self;
-    fn is_nan(self) -> bool;
-}
-
-macro_rules! real {
-    ($t:ty) => {
-        impl Real for $t {
-            #[inline(always)]
-            fn of(v: f64) -> Self {
-                v as $t
-            }
-            #[inline(always)]
-            fn add(self, o: Self) -> Self {
-                self + o
-            }
-            #[inline(always)]
-            fn sub(self, o: Self) -> Self {
-                self - o
-            }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self {
-                self * o
-            }
-            #[inline(always)]
-            fn div(self, o: Self) -> Self {
-                self / o
-            }
-            #[inline(always)]
-            fn neg(self) -> Self {
-                -self
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                <$t>::sqrt(self)
-            }
-            #[inline(always)]
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
-            }
-        }
-    };
-}
-real!(f32);
-real!(f64);
 
 /// A stored element and the compute type it widens to.
 trait Stored<W>: Copy + Send + Sync {
@@ -132,7 +80,7 @@ impl Stored<f32> for bf16 {
 ///
 /// # Safety
 /// As [`update`], with `S` the parameter's element type.
-unsafe fn run<S: Stored<W>, W: Real>(rule: &UpdateRule, ptrs: &UpdatePtrs) {
+unsafe fn run<S: Stored<W>, W: Float>(rule: &UpdateRule, ptrs: &UpdatePtrs) {
     let shared = Shared {
         param: SharedPtr(ptrs.param),
         grad: SharedPtr(ptrs.grad as *mut u8),
@@ -202,9 +150,9 @@ impl<S> Rows<'_, S> {
 /// SGD over one chunk (see [`SgdStep`]).
 // Indexed: the buffer slice is empty without momentum, so it cannot be zipped.
 #[allow(clippy::needless_range_loop)]
-fn sgd<S: Stored<W>, W: Real>(c: &SgdStep, rows: Rows<'_, S>) {
-    let (lr, mu, wd) = (W::of(c.lr), W::of(c.momentum), W::of(c.weight_decay));
-    let keep = W::of(1.0 - c.dampening);
+fn sgd<S: Stored<W>, W: Float>(c: &SgdStep, rows: Rows<'_, S>) {
+    let (lr, mu, wd) = (W::from_f64(c.lr), W::from_f64(c.momentum), W::from_f64(c.weight_decay));
+    let keep = W::from_f64(1.0 - c.dampening);
     let [buf, _, _] = rows.s;
     for i in 0..rows.p.len() {
         let p = rows.p[i].load();
@@ -230,7 +178,7 @@ fn sgd<S: Stored<W>, W: Real>(c: &SgdStep, rows: Rows<'_, S>) {
 
 /// Adam over one chunk (see [`AdamStep`]), its loop specialised on the step's switches so
 /// that it has no branch left to vectorise around.
-fn adam<S: Stored<W>, W: Real>(c: &AdamStep, rows: Rows<'_, S>) {
+fn adam<S: Stored<W>, W: Float>(c: &AdamStep, rows: Rows<'_, S>) {
     let decay = match (c.weight_decay != 0.0, c.decoupled_weight_decay) {
         (false, _) => Decay::None,
         (true, false) => Decay::Coupled,
@@ -265,7 +213,7 @@ enum Decay {
 /// [`adam`] for one combination of switches (`DECAY`: 0 none, 1 coupled, 2 decoupled), built
 /// with AVX2 where the CPU has it (separate multiplies and adds are never fused, so the
 /// results are the same either way).
-fn adam_loop<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
+fn adam_loop<S: Stored<W>, W: Float, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
     c: &AdamStep,
     rows: Rows<'_, S>,
 ) {
@@ -281,7 +229,7 @@ fn adam_loop<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const
 #[target_feature(enable = "avx2,fma")]
 unsafe fn adam_loop_avx2<
     S: Stored<W>,
-    W: Real,
+    W: Float,
     const MAXIMIZE: bool,
     const DECAY: u8,
     const AMSGRAD: bool,
@@ -295,17 +243,17 @@ unsafe fn adam_loop_avx2<
 // Indexed: the amsgrad slice is empty without amsgrad, so it cannot be zipped.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-fn adam_body<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
+fn adam_body<S: Stored<W>, W: Float, const MAXIMIZE: bool, const DECAY: u8, const AMSGRAD: bool>(
     c: &AdamStep,
     rows: Rows<'_, S>,
 ) {
     let t = c.step.min(i32::MAX as u64) as i32;
     let bias1 = 1.0 - c.beta1.powi(t);
-    let bias2_sqrt = W::of((1.0 - c.beta2.powi(t)).sqrt());
-    let step_size = W::of(c.lr / bias1);
-    let (b1w, b2, b2w) = (W::of(1.0 - c.beta1), W::of(c.beta2), W::of(1.0 - c.beta2));
-    let (wd, eps) = (W::of(c.weight_decay), W::of(c.eps));
-    let shrink = W::of(1.0 - c.lr * c.weight_decay);
+    let bias2_sqrt = W::from_f64((1.0 - c.beta2.powi(t)).sqrt());
+    let step_size = W::from_f64(c.lr / bias1);
+    let (b1w, b2, b2w) = (W::from_f64(1.0 - c.beta1), W::from_f64(c.beta2), W::from_f64(1.0 - c.beta2));
+    let (wd, eps) = (W::from_f64(c.weight_decay), W::from_f64(c.eps));
+    let shrink = W::from_f64(1.0 - c.lr * c.weight_decay);
     let [m, v, vmax] = rows.s;
     let n = rows.p.len();
     let (m, v, g) = (&mut m[..n], &mut v[..n], &rows.g[..n]);
@@ -345,11 +293,11 @@ fn adam_body<S: Stored<W>, W: Real, const MAXIMIZE: bool, const DECAY: u8, const
 /// `lerp(a, b, w)` with `w = 1 − beta`, as PyTorch's kernel computes it: from `a` for a
 /// weight below one half, else back from `b`.
 #[inline(always)]
-fn lerp<W: Real>(a: W, b: W, w: W, beta: f64) -> W {
+fn lerp<W: Float>(a: W, b: W, w: W, beta: f64) -> W {
     if beta > 0.5 {
         a.add(w.mul(b.sub(a)))
     } else {
-        b.sub(b.sub(a).mul(W::of(beta)))
+        b.sub(b.sub(a).mul(W::from_f64(beta)))
     }
 }
 
