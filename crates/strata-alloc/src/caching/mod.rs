@@ -50,7 +50,6 @@ mod oom;
 mod pickle;
 mod release;
 mod replay;
-mod reuse;
 mod snapshot;
 mod snapshot_read;
 mod state;
