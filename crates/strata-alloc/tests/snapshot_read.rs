@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use strata_alloc::caching::{BlockState, ReadNotes, SnapshotFormat, TraceAction};
+use strata_alloc::caching::{BlockState, ReadNotes, SnapshotFormat, TraceAction, UnpickleError};
 use strata_alloc::{
     AllocatorConfig, CachingAllocator, Category, DeviceAllocator, RecordContext, Site, Snapshot,
     SnapshotReadError, StreamId, VirtualBacking,
@@ -276,7 +276,7 @@ fn a_truncated_pickle_says_where_it_ends() {
     let e = Snapshot::from_pickle(&data).unwrap_err();
     let msg = e.to_string();
     assert!(
-        matches!(e, SnapshotReadError::Truncated { offset, .. } if offset == data.len()),
+        matches!(e, SnapshotReadError::Pickle(UnpickleError::Truncated { offset, .. }) if offset == data.len()),
         "{msg}"
     );
     assert!(msg.contains("truncated"), "{msg}");
@@ -286,7 +286,7 @@ fn a_truncated_pickle_says_where_it_ends() {
     for cut in [1, 2, 3, 100, p2.len() / 2, p2.len() - 1] {
         let e = Snapshot::from_pickle(&p2[..cut]).unwrap_err();
         assert!(
-            matches!(e, SnapshotReadError::Truncated { offset, .. } if offset == cut),
+            matches!(e, SnapshotReadError::Pickle(UnpickleError::Truncated { offset, .. }) if offset == cut),
             "cut at {cut}: {e}"
         );
     }
@@ -313,7 +313,7 @@ fn a_pickled_object_is_an_unsupported_opcode() {
     let e = Snapshot::from_pickle(&data).unwrap_err();
     let msg = e.to_string();
     assert!(
-        matches!(e, SnapshotReadError::UnsupportedOpcode { opcode: b'c', name: Some("GLOBAL"), offset } if offset == at),
+        matches!(e, SnapshotReadError::Pickle(UnpickleError::UnsupportedOpcode { opcode: b'c', name: Some("GLOBAL"), offset }) if offset == at),
         "{msg}"
     );
     assert!(

@@ -50,7 +50,6 @@ mod oom;
 mod pickle;
 mod release;
 mod replay;
-mod reuse;
 mod snapshot;
 mod snapshot_read;
 mod state;
@@ -79,6 +78,7 @@ pub use snapshot::{
 };
 pub use snapshot_read::{ReadNotes, SnapshotFormat, SnapshotReadError};
 pub use stats::{CategoryBytes, CategoryMix, MemoryStats, Stat, StatArray};
+pub use unpickle::UnpickleError;
 // The report, site usage and size formatting live below the allocators (the plain allocator
 // and the errors use them too); these keep their `caching::` paths.
 pub use crate::error::{OomReport, OOM_TOP_SITES};

@@ -5,6 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use strata_core::{Category, Tensor};
 
+use super::stop::stop_requested;
 use crate::dataset::{Dataset, SampleContext};
 use crate::error::{DataError, Result};
 
@@ -48,7 +49,7 @@ impl Collate for IntoBatch {
             })
             .collect::<Result<Vec<_>>>()?;
         for (row, &index) in indices.iter().enumerate() {
-            if super::workers::stop_requested() {
+            if stop_requested() {
                 return Err(DataError::argument(
                     "DataLoader",
                     "the epoch was left; this batch was abandoned",

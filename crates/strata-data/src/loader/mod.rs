@@ -11,6 +11,7 @@
 mod collate;
 mod iterable;
 mod prefetch;
+mod stop;
 mod workers;
 
 use std::collections::BTreeMap;

@@ -12,23 +12,9 @@ use strata_alloc::DeviceAllocator;
 use strata_core::{scope, with_allocator, Tensor};
 
 use super::collate::{panic_message, Collate};
+use super::stop::watch_stop;
 use crate::dataset::Dataset;
 use crate::error::{DataError, Result};
-
-thread_local! {
-    /// The stop flag of the pool this thread works for (none outside workers).
-    static STOP: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Whether this thread is a worker whose pool is stopping: a batch being built is abandoned
-/// between two samples.
-pub(super) fn stop_requested() -> bool {
-    STOP.with(|s| {
-        s.borrow()
-            .as_ref()
-            .is_some_and(|f| f.load(Ordering::Relaxed))
-    })
-}
 
 /// One batch to build.
 pub(super) struct Task {
@@ -79,7 +65,7 @@ impl Workers {
                 allocator,
                 path,
                 move || {
-                    STOP.with(|s| *s.borrow_mut() = Some(stop.clone()));
+                    watch_stop(stop.clone());
                     work(&shared, &rx, &done_tx, &stop)
                 },
             )?;

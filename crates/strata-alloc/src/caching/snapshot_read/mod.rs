@@ -1,7 +1,7 @@
 //! Reading snapshots: PyTorch's pickles (`torch.cuda.memory._dump_snapshot()`), strata's
 //! pickles ([`Snapshot::to_pickle`]) and strata's JSON ([`Snapshot::to_json`]).
 //!
-//! The pickle is read by the small virtual machine in `unpickle.rs` into plain Python values,
+//! The pickle is read by the small virtual machine in `unpickle/` into plain Python values,
 //! which are then mapped onto [`Snapshot`]. The mapping follows
 //! `shared/reference/pytorch-memory-spec.md` §2.3 and tolerates what newer and older PyTorch
 //! versions add or leave out:
@@ -40,7 +40,7 @@ use super::snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
-use super::unpickle::{self, describe};
+use super::unpickle::{self, describe, UnpickleError};
 use crate::Category;
 
 /// Why a snapshot could not be read. Each message says what went wrong, where (the byte of
@@ -48,37 +48,10 @@ use crate::Category;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SnapshotReadError {
-    /// The data ends before the pickle does.
-    #[error(
-        "the pickle is truncated: the data ends at byte {offset} while reading {reading}; \
-         the file is incomplete (a copy or a dump that did not finish), so write or copy the \
-         snapshot again"
-    )]
-    Truncated {
-        /// Where the data ended (its length).
-        offset: usize,
-        /// What was being read.
-        reading: String,
-    },
-    /// An opcode that builds Python objects (or is no pickle opcode at all).
-    #[error("{}", unsupported_message(*opcode, *name, *offset))]
-    UnsupportedOpcode {
-        /// The opcode byte.
-        opcode: u8,
-        /// Its name (`GLOBAL`, `REDUCE`, ...), `None` when the byte is no pickle opcode.
-        name: Option<&'static str>,
-        /// Where it is.
-        offset: usize,
-    },
-    /// The pickle breaks the rules of the pickle machine: stack underflow, a missing `MARK`,
-    /// a memo index never stored, a dict key that is not a string, nesting too deep.
-    #[error("malformed pickle at byte {offset}: {message}; the file is corrupt or not a pickle")]
-    Malformed {
-        /// The opcode where it went wrong.
-        offset: usize,
-        /// What went wrong.
-        message: String,
-    },
+    /// The pickle itself could not be read: it is cut short, holds an opcode that builds
+    /// Python objects, or breaks the rules of the pickle machine.
+    #[error(transparent)]
+    Pickle(#[from] UnpickleError),
     /// The pickle holds something other than a memory snapshot.
     #[error(
         "not a memory snapshot: expected a dict with `segments` (what \
@@ -133,29 +106,6 @@ pub enum SnapshotReadError {
         /// Why serde_json refused it.
         source: serde_json::Error,
     },
-}
-
-fn unsupported_message(opcode: u8, name: Option<&'static str>, offset: usize) -> String {
-    match name {
-        Some(name) => {
-            let shown = if opcode.is_ascii_graphic() {
-                format!("'{}'", char::from(opcode))
-            } else {
-                format!("'\\x{opcode:02x}'")
-            };
-            format!(
-                "unsupported pickle opcode 0x{opcode:02x} ({shown}, {name}) at byte {offset}: \
-                 a snapshot holds only dicts, lists, strings and numbers; this pickle holds \
-                 Python objects (class instances, functions), which this reader never \
-                 builds, so it is not a memory snapshot (write one with \
-                 torch.cuda.memory._dump_snapshot)"
-            )
-        }
-        None => format!(
-            "0x{opcode:02x} at byte {offset} is not a pickle opcode: the data is not a pickle, \
-             or it is corrupt"
-        ),
-    }
 }
 
 /// Which format a snapshot file was in.

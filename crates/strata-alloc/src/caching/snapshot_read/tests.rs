@@ -134,13 +134,3 @@ fn unknown_actions_and_categories_are_noted() {
     assert_eq!(notes.unknown_categories.get("autograd_detail"), Some(&1));
     assert!(notes.ignored_keys.contains("host_segments"));
 }
-
-#[test]
-fn unsupported_opcode_message_shows_the_byte() {
-    let msg = unsupported_message(b'c', Some("GLOBAL"), 2);
-    assert!(msg.starts_with(
-        "unsupported pickle opcode 0x63 ('c', GLOBAL) at byte 2: a snapshot holds only \
-         dicts, lists, strings and numbers"
-    ));
-    assert!(unsupported_message(0x93, Some("STACK_GLOBAL"), 9).contains("('\\x93', STACK"));
-}

@@ -19,26 +19,22 @@ pub(super) struct Machine<'a> {
 }
 
 impl<'a> Machine<'a> {
-    fn truncated(&self, reading: String) -> SnapshotReadError {
-        SnapshotReadError::Truncated {
+    fn truncated(&self, reading: String) -> UnpickleError {
+        UnpickleError::Truncated {
             offset: self.data.len(),
             reading,
         }
     }
 
-    fn malformed(at: usize, message: String) -> SnapshotReadError {
-        SnapshotReadError::Malformed {
+    fn malformed(at: usize, message: String) -> UnpickleError {
+        UnpickleError::Malformed {
             offset: at,
             message,
         }
     }
 
     /// The next `n` bytes; `what` names them for the truncation error.
-    fn take(
-        &mut self,
-        n: u64,
-        what: impl FnOnce() -> String,
-    ) -> Result<&'a [u8], SnapshotReadError> {
+    fn take(&mut self, n: u64, what: impl FnOnce() -> String) -> Result<&'a [u8], UnpickleError> {
         let left = self.data.len().saturating_sub(self.pos);
         match usize::try_from(n) {
             Ok(n) if n <= left => {
@@ -53,13 +49,13 @@ impl<'a> Machine<'a> {
     fn take_array<const N: usize>(
         &mut self,
         what: impl FnOnce() -> String,
-    ) -> Result<[u8; N], SnapshotReadError> {
+    ) -> Result<[u8; N], UnpickleError> {
         let bytes = self.take(N as u64, what)?;
         <[u8; N]>::try_from(bytes).map_err(|_| Self::malformed(self.pos, "short read".to_owned()))
     }
 
     /// The argument of a text opcode: the bytes up to the next `\n` (which is consumed).
-    fn line(&mut self, name: &str, at: usize) -> Result<&'a [u8], SnapshotReadError> {
+    fn line(&mut self, name: &str, at: usize) -> Result<&'a [u8], UnpickleError> {
         let rest = self.data.get(self.pos..).unwrap_or_default();
         match rest.iter().position(|&b| b == b'\n') {
             Some(n) => {
@@ -74,7 +70,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A length field of `size` bytes (1, 4 or 8, little-endian, unsigned).
-    fn length(&mut self, size: usize, name: &str, at: usize) -> Result<u64, SnapshotReadError> {
+    fn length(&mut self, size: usize, name: &str, at: usize) -> Result<u64, UnpickleError> {
         let what = || format!("the {size}-byte length of {name} at byte {at}");
         Ok(match size {
             1 => u64::from(self.take_array::<1>(what)?[0]),
@@ -84,12 +80,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A length-prefixed payload: the length field, then that many bytes.
-    fn counted(
-        &mut self,
-        size: usize,
-        name: &str,
-        at: usize,
-    ) -> Result<&'a [u8], SnapshotReadError> {
+    fn counted(&mut self, size: usize, name: &str, at: usize) -> Result<&'a [u8], UnpickleError> {
         let n = self.length(size, name, at)?;
         self.take(n, || {
             format!("the {n} bytes of data of {name} at byte {at}")
@@ -115,7 +106,7 @@ impl<'a> Machine<'a> {
         self.marks.last().copied().unwrap_or(0)
     }
 
-    fn pop(&mut self, name: &str, at: usize) -> Result<Id, SnapshotReadError> {
+    fn pop(&mut self, name: &str, at: usize) -> Result<Id, UnpickleError> {
         if self.stack.len() > self.base() {
             if let Some(id) = self.stack.pop() {
                 return Ok(id);
@@ -127,7 +118,7 @@ impl<'a> Machine<'a> {
         ))
     }
 
-    fn top(&self, name: &str, at: usize) -> Result<Id, SnapshotReadError> {
+    fn top(&self, name: &str, at: usize) -> Result<Id, UnpickleError> {
         match self.stack.last() {
             Some(&id) if self.stack.len() > self.base() => Ok(id),
             _ => Err(Self::malformed(
@@ -138,7 +129,7 @@ impl<'a> Machine<'a> {
     }
 
     /// The items pushed since the last `MARK`, which is removed.
-    fn pop_mark(&mut self, name: &str, at: usize) -> Result<Vec<Id>, SnapshotReadError> {
+    fn pop_mark(&mut self, name: &str, at: usize) -> Result<Vec<Id>, UnpickleError> {
         let Some(mark) = self.marks.pop() else {
             return Err(Self::malformed(
                 at,
@@ -148,7 +139,7 @@ impl<'a> Machine<'a> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
-    fn str_key(&self, key: Id, name: &str, at: usize) -> Result<String, SnapshotReadError> {
+    fn str_key(&self, key: Id, name: &str, at: usize) -> Result<String, UnpickleError> {
         match self.arena.get(key) {
             Some(Obj::Atom(PyValue::Str(s))) => Ok(s.clone()),
             Some(Obj::Atom(v)) => Err(Self::malformed(
@@ -176,7 +167,7 @@ impl<'a> Machine<'a> {
         items: &[Id],
         name: &str,
         at: usize,
-    ) -> Result<Vec<(String, Id)>, SnapshotReadError> {
+    ) -> Result<Vec<(String, Id)>, UnpickleError> {
         if !items.len().is_multiple_of(2) {
             return Err(Self::malformed(
                 at,
@@ -201,7 +192,7 @@ impl<'a> Machine<'a> {
         id: Id,
         name: &str,
         at: usize,
-    ) -> Result<&mut Vec<(String, Id)>, SnapshotReadError> {
+    ) -> Result<&mut Vec<(String, Id)>, UnpickleError> {
         match self.arena.get_mut(id) {
             Some(Obj::Dict(entries)) => Ok(entries),
             Some(other) => {
@@ -215,13 +206,13 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn memo_put(&mut self, index: u64, name: &str, at: usize) -> Result<(), SnapshotReadError> {
+    fn memo_put(&mut self, index: u64, name: &str, at: usize) -> Result<(), UnpickleError> {
         let id = self.top(name, at)?;
         self.memo.insert(index, id);
         Ok(())
     }
 
-    fn memo_get(&mut self, index: u64, name: &str, at: usize) -> Result<(), SnapshotReadError> {
+    fn memo_get(&mut self, index: u64, name: &str, at: usize) -> Result<(), UnpickleError> {
         match self.memo.get(&index) {
             Some(&id) => {
                 self.stack.push(id);
@@ -235,7 +226,7 @@ impl<'a> Machine<'a> {
     }
 
     /// A decimal argument of a text opcode (`PUT`, `GET`).
-    fn decimal(&mut self, name: &str, at: usize) -> Result<u64, SnapshotReadError> {
+    fn decimal(&mut self, name: &str, at: usize) -> Result<u64, UnpickleError> {
         let line = self.line(name, at)?;
         std::str::from_utf8(line)
             .ok()
@@ -251,7 +242,7 @@ impl<'a> Machine<'a> {
             })
     }
 
-    fn text_int(&mut self, name: &str, at: usize) -> Result<(), SnapshotReadError> {
+    fn text_int(&mut self, name: &str, at: usize) -> Result<(), UnpickleError> {
         let line = self.line(name, at)?;
         if name == "INT" && (line == b"00" || line == b"01") {
             self.push_atom(PyValue::Bool(line == b"01"));
@@ -281,7 +272,7 @@ impl<'a> Machine<'a> {
 
     /// Runs the opcodes up to `STOP`; returns the value on top of the stack and where the
     /// `STOP` was.
-    pub(super) fn run(&mut self) -> Result<(Id, usize), SnapshotReadError> {
+    pub(super) fn run(&mut self) -> Result<(Id, usize), UnpickleError> {
         loop {
             let at = self.pos;
             let Some(&op) = self.data.get(at) else {
@@ -536,7 +527,7 @@ impl<'a> Machine<'a> {
                     self.memo_get(i, "GET", at)?;
                 }
                 _ => {
-                    return Err(SnapshotReadError::UnsupportedOpcode {
+                    return Err(UnpickleError::UnsupportedOpcode {
                         opcode: op,
                         name: opcode_name(op),
                         offset: at,
@@ -552,7 +543,7 @@ impl<'a> Machine<'a> {
         items: Vec<Id>,
         name: &str,
         at: usize,
-    ) -> Result<(), SnapshotReadError> {
+    ) -> Result<(), UnpickleError> {
         let want_set = name == "ADDITEMS";
         match self.arena.get_mut(target) {
             Some(Obj::List(list)) if !want_set => {
@@ -582,7 +573,7 @@ impl<'a> Machine<'a> {
         depth: usize,
         budget: &mut usize,
         stop_at: usize,
-    ) -> Result<PyValue, SnapshotReadError> {
+    ) -> Result<PyValue, UnpickleError> {
         if depth > MAX_DEPTH {
             return Err(Self::malformed(
                 stop_at,
@@ -645,8 +636,8 @@ impl<'a> Machine<'a> {
     }
 }
 
-fn too_big(name: &str, at: usize, bytes: &[u8]) -> SnapshotReadError {
-    SnapshotReadError::Malformed {
+fn too_big(name: &str, at: usize, bytes: &[u8]) -> UnpickleError {
+    UnpickleError::Malformed {
         offset: at,
         message: format!(
             "{name} holds an int of {} bytes, which does not fit in 128 bits; a snapshot's \

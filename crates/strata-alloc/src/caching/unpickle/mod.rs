@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 
 use super::pickle::PyValue;
-use super::snapshot_read::SnapshotReadError;
 
 /// The deepest nesting of containers accepted (a snapshot nests 8 levels).
 pub(crate) const MAX_DEPTH: usize = 128;
@@ -36,9 +35,11 @@ pub(crate) fn expansion_budget(input_len: usize) -> usize {
 /// The highest protocol this reader knows.
 const HIGHEST_PROTOCOL: u8 = 5;
 
+mod error;
 mod machine;
 mod opcodes;
 
+pub use error::UnpickleError;
 use machine::Machine;
 
 /// What [`loads`] found besides the value.
@@ -53,7 +54,7 @@ pub(crate) struct Unpickled {
 
 /// Reads one pickled value from the start of `data` (bytes after its `STOP` are ignored, as
 /// `pickle.loads` ignores them).
-pub(crate) fn loads(data: &[u8]) -> Result<Unpickled, SnapshotReadError> {
+pub(crate) fn loads(data: &[u8]) -> Result<Unpickled, UnpickleError> {
     let mut m = Machine {
         data,
         pos: 0,

@@ -11,7 +11,7 @@ fn load(data: &[u8]) -> PyValue {
     }
 }
 
-fn err(data: &[u8]) -> SnapshotReadError {
+fn err(data: &[u8]) -> UnpickleError {
     match loads(data) {
         Ok(u) => panic!("expected an error, read {:?}", u.value),
         Err(e) => e,
@@ -233,10 +233,7 @@ fn unsupported_opcodes_are_named() {
         (b"S'x'\n.", "STRING"),
     ] {
         let e = err(data);
-        assert!(
-            matches!(e, SnapshotReadError::UnsupportedOpcode { .. }),
-            "{e}"
-        );
+        assert!(matches!(e, UnpickleError::UnsupportedOpcode { .. }), "{e}");
         assert!(e.to_string().contains(name), "{e}");
     }
     let msg = err(b"\x80\x04\xff.").to_string();
@@ -250,7 +247,7 @@ fn unsupported_opcodes_are_named() {
 fn truncation_names_the_byte_and_what_was_read() {
     let e = err(b"");
     assert!(
-        matches!(e, SnapshotReadError::Truncated { offset: 0, .. }),
+        matches!(e, UnpickleError::Truncated { offset: 0, .. }),
         "{e}"
     );
     let e = err(b"\x80\x04N");
@@ -292,7 +289,7 @@ fn malformed_streams_are_errors() {
     for (data, want) in cases {
         let e = err(data);
         assert!(
-            matches!(e, SnapshotReadError::Malformed { .. }),
+            matches!(e, UnpickleError::Malformed { .. }),
             "{data:?}: {e}"
         );
         assert!(e.to_string().contains(want), "{data:?}: {e}");
@@ -366,4 +363,22 @@ fn never_panics_on_arbitrary_bytes() {
             let _ = loads(&d);
         }
     }
+}
+
+#[test]
+fn unsupported_opcode_message_shows_the_byte() {
+    let unsupported = |opcode, name, offset| {
+        UnpickleError::UnsupportedOpcode {
+            opcode,
+            name,
+            offset,
+        }
+        .to_string()
+    };
+    let msg = unsupported(b'c', Some("GLOBAL"), 2);
+    assert!(msg.starts_with(
+        "unsupported pickle opcode 0x63 ('c', GLOBAL) at byte 2: a snapshot holds only \
+         dicts, lists, strings and numbers"
+    ));
+    assert!(unsupported(0x93, Some("STACK_GLOBAL"), 9).contains("('\\x93', STACK"));
 }

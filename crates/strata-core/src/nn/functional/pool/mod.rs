@@ -2,9 +2,7 @@
 //! they share.
 
 mod adaptive;
-mod adaptive_half;
 mod avg;
-mod avg_half;
 mod max;
 
 pub use adaptive::adaptive_avg_pool2d;

@@ -6,10 +6,10 @@
 //! then `/ kw` to the input's dtype and adds the share into each position of the window in
 //! that dtype, window after window in row-major output order (each addition rounded).
 
-use super::super::Pair;
-use super::adaptive::spans;
+use super::spans;
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
+use crate::nn::functional::Pair;
 use crate::op::OpContext;
 use crate::{DType, Result, Tensor};
 

@@ -1,6 +1,8 @@
 //! `adaptive_avg_pool2d`: averages over windows chosen to cover the input in a given number
 //! of steps.
 
+mod half;
+
 use super::super::check::{floating, ndim_in};
 use super::super::Pair;
 use crate::api::entry::Entry;
@@ -37,7 +39,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output: impl Into<Pair>) -> Result<Tensor
         }
         let nd = x.dim() as i64;
         if matches!(x.dtype(), DType::F16 | DType::BF16) {
-            return super::adaptive_half::adaptive_avg_pool2d_half(x, output);
+            return half::adaptive_avg_pool2d_half(x, output);
         }
         let rows = average_axis(x, nd - 2, output.0)?;
         average_axis(&rows, nd - 1, output.1)?.contiguous()
@@ -45,7 +47,7 @@ pub fn adaptive_avg_pool2d(x: &Tensor, output: impl Into<Pair>) -> Result<Tensor
 }
 
 /// The first input and the size of each of the `out` windows along an axis of size `n`.
-pub(super) fn spans(n: usize, out: usize) -> Vec<(usize, usize)> {
+fn spans(n: usize, out: usize) -> Vec<(usize, usize)> {
     (0..out)
         .map(|i| {
             let (start, end) = (i * n / out, ((i + 1) * n).div_ceil(out));

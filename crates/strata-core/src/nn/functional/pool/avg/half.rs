@@ -5,8 +5,8 @@
 //! the input gradient in that dtype, output after output in row-major order (each addition
 //! rounded), as PyTorch's kernel does; overlapping windows therefore round as PyTorch's do.
 
-use super::avg::{divisors, Divisor};
-use super::{padded, windows_of, Windows};
+use super::super::{padded, windows_of, Windows};
+use super::{divisors, Divisor};
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
 use crate::op::OpContext;

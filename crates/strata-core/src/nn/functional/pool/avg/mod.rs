@@ -1,5 +1,7 @@
 //! `avg_pool2d`: window sums divided by the window's size, padding counted.
 
+mod half;
+
 use super::super::check::floating;
 use super::{check, padded, windows_of, Pool2dOptions, Windows};
 use crate::api::entry::Entry;
@@ -32,7 +34,7 @@ pub fn avg_pool2d(x: &Tensor, opts: Pool2dOptions) -> Result<Tensor> {
             x.clone()
         };
         if matches!(x.dtype(), DType::F16 | DType::BF16) {
-            return super::avg_half::avg_pool2d_half(&xb, &win, unbatched);
+            return half::avg_pool2d_half(&xb, &win, unbatched);
         }
         let sums =
             windows_of(&padded(&xb, &win, Scalar::from(0.0))?, &win)?.sum(Some(&[4]), false)?;
@@ -52,13 +54,13 @@ pub fn avg_pool2d(x: &Tensor, opts: Pool2dOptions) -> Result<Tensor> {
 }
 
 /// The divisor of every output: one number, or one per output position.
-pub(super) enum Divisor {
+enum Divisor {
     Same(usize),
     Each(Vec<f32>),
 }
 
 /// Each window's size clipped to the padded input (PyTorch's `count_include_pad` divisor).
-pub(super) fn divisors(win: &Windows) -> Divisor {
+fn divisors(win: &Windows) -> Divisor {
     let along = |out: usize, size: usize, k: usize, s: usize, p: usize| -> Vec<usize> {
         (0..out)
             .map(|o| (o * s + k).min(size + 2 * p) - o * s)

@@ -1,6 +1,8 @@
 //! The allocator's state and its core algorithm: malloc (search, split), free (merge), and
 //! cross-stream events. Releasing memory is in `release.rs`, expandable segments in
-//! `expandable.rs`, the fast path for a repeated request in `reuse.rs`.
+//! `expandable.rs`, the fast path for a repeated request in the child module `reuse`.
+
+mod reuse;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -10,12 +12,12 @@ use super::config::{
 };
 use super::hash::AddrMap;
 use super::history::{History, TraceAction};
-use super::reuse::{Phase, Reuse};
 use super::stats::MemoryStats;
 use super::CachingError;
 use crate::backing::{Backing, BackingError, EventId, StreamId};
 use crate::error::OomReport;
 use crate::{Category, Site};
+use reuse::{Phase, Reuse};
 
 /// Result of internal steps: `Err` only for fatal backing failures.
 pub(crate) type Fallible<T> = Result<T, BackingError>;
@@ -37,7 +39,7 @@ pub(crate) struct State {
     pub history: History,
     pub last_oom: Option<OomReport>,
     /// The most recent cache hit, while nothing else has happened since (see [`Reuse`]).
-    pub(super) reuse: Option<Reuse>,
+    reuse: Option<Reuse>,
 }
 
 impl State {
@@ -654,7 +656,7 @@ impl State {
 }
 
 #[inline]
-pub(super) fn adjust(stat: &mut super::stats::StatArray, pool: PoolKind, delta: i64) {
+fn adjust(stat: &mut super::stats::StatArray, pool: PoolKind, delta: i64) {
     if delta > 0 {
         stat.increase(pool, delta as usize);
     } else if delta < 0 {

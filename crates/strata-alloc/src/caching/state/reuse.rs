@@ -1,10 +1,10 @@
 //! The allocator's fast path for a request that repeats the one just freed: the [`Reuse`]
 //! record, the allocation and free it short-cuts, and the deferred statistics it keeps.
 
-use super::blocks::BlockId;
-use super::config::{PoolKind, MAX_REQUEST};
-use super::history::TraceAction;
-use super::state::{adjust, State};
+use super::super::blocks::BlockId;
+use super::super::config::{PoolKind, MAX_REQUEST};
+use super::super::history::TraceAction;
+use super::{adjust, State};
 use crate::backing::StreamId;
 use crate::{Category, Site};
 
