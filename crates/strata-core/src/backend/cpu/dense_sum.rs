@@ -63,7 +63,12 @@ const ROWS_PER_PASS: usize = 4;
 /// Adds the `len` rows of one `[len, inner]` block, columns `cols`, into `acc`: the sum of
 /// each group of [`ROWS_PER_PASS`] rows is formed in registers and added to `acc` once.
 #[inline(always)]
-fn sum_columns_body<T: Summand>(x: &[T], inner: usize, cols: std::ops::Range<usize>, acc: &mut [f64]) {
+fn sum_columns_body<T: Summand>(
+    x: &[T],
+    inner: usize,
+    cols: std::ops::Range<usize>,
+    acc: &mut [f64],
+) {
     acc.fill(0.0);
     let mut rows = x.chunks_exact(inner * ROWS_PER_PASS);
     for group in &mut rows {

@@ -151,7 +151,11 @@ impl<S> Rows<'_, S> {
 // Indexed: the buffer slice is empty without momentum, so it cannot be zipped.
 #[allow(clippy::needless_range_loop)]
 fn sgd<S: Stored<W>, W: Float>(c: &SgdStep, rows: Rows<'_, S>) {
-    let (lr, mu, wd) = (W::from_f64(c.lr), W::from_f64(c.momentum), W::from_f64(c.weight_decay));
+    let (lr, mu, wd) = (
+        W::from_f64(c.lr),
+        W::from_f64(c.momentum),
+        W::from_f64(c.weight_decay),
+    );
     let keep = W::from_f64(1.0 - c.dampening);
     let [buf, _, _] = rows.s;
     for i in 0..rows.p.len() {
@@ -251,7 +255,11 @@ fn adam_body<S: Stored<W>, W: Float, const MAXIMIZE: bool, const DECAY: u8, cons
     let bias1 = 1.0 - c.beta1.powi(t);
     let bias2_sqrt = W::from_f64((1.0 - c.beta2.powi(t)).sqrt());
     let step_size = W::from_f64(c.lr / bias1);
-    let (b1w, b2, b2w) = (W::from_f64(1.0 - c.beta1), W::from_f64(c.beta2), W::from_f64(1.0 - c.beta2));
+    let (b1w, b2, b2w) = (
+        W::from_f64(1.0 - c.beta1),
+        W::from_f64(c.beta2),
+        W::from_f64(1.0 - c.beta2),
+    );
     let (wd, eps) = (W::from_f64(c.weight_decay), W::from_f64(c.eps));
     let shrink = W::from_f64(1.0 - c.lr * c.weight_decay);
     let [m, v, vmax] = rows.s;
