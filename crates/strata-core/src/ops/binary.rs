@@ -6,6 +6,7 @@ use crate::backend::{for_device, Backend, Plan};
 use crate::op::OpContext;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::check_cast;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
@@ -237,18 +238,4 @@ pub(crate) fn binary_out(
             .execute(ctx, |plan| unsafe { backend.copy(plan) });
     }
     prepared.execute(ctx, |plan| run_kernel(backend, plan, op, compute, &other))
-}
-
-/// The error for an in-place result that the destination's dtype cannot hold.
-pub(crate) fn check_cast(op: &'static str, result: DType, dest: DType) -> Result<()> {
-    if result.can_cast_to(dest) {
-        return Ok(());
-    }
-    Err(Error::dtype(
-        op,
-        format!(
-            "the result has dtype {result}, which cannot be stored in a tensor of dtype {dest}"
-        ),
-        Some("use the out-of-place op, or convert the destination first with .to(dtype)"),
-    ))
 }

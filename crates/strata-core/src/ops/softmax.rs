@@ -14,7 +14,7 @@ use crate::layout::overlap::{overlap, Overlap};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
-use crate::ops::out::{check_memory, expect_dtype, Aliasing};
+use crate::ops::out::{written, Aliasing, OutDType, OutTarget};
 use crate::storage::{lock_storages, Access};
 use crate::{Error, Result, Tensor};
 
@@ -57,10 +57,10 @@ fn softmax_op(
     let shape = x.shape();
     let ndim = shape.len();
     let d = wrap_dim(dim, ndim).ok_or(Error::Dim { op, dim, ndim })?;
-    if let Some(o) = out {
-        expect_dtype(op, o, x.dtype())?;
-        check_memory(op, o, &shape, &[x], Aliasing::Exact)?;
-    }
+    let dtype = OutDType::Exact(x.dtype());
+    let out_target = out
+        .map(|o| OutTarget::check(op, o, &shape, dtype, &[x], Aliasing::Exact))
+        .transpose()?;
     let (outer, len, inner) = if ndim == 0 {
         (1, 1, 1)
     } else {
@@ -74,12 +74,12 @@ fn softmax_op(
     let src = x.contiguous()?;
     // The kernel writes a contiguous range that must not overlap its input: an `out` that is
     // not contiguous, or is the input itself, gets the result through a temporary.
-    let target = match out {
+    let target = match out_target {
         None => {
             Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), x.dtype(), x.device())?
         }
-        Some(o) => {
-            o.resize_for_out(ctx, &shape)?;
+        Some(t) => {
+            let o = t.resize(ctx)?;
             let l = o.layout();
             let apart = !o.shares_storage(&src) || overlap(&l, &src.layout()) == Overlap::No;
             if l.is_contiguous() && apart {
@@ -122,10 +122,7 @@ fn softmax_op(
     }
     match out {
         None => Ok(target),
-        Some(o) if target.is_same(o) => {
-            o.bump_version();
-            Ok(o.clone())
-        }
+        Some(o) if target.is_same(o) => Ok(written(o)),
         Some(o) => {
             // SAFETY: `execute` locks the storages and passes a plan valid for them; it counts
             // the copy as the op's one write.

@@ -4,9 +4,9 @@
 pub(crate) use crate::backend::kernel::{FloatOp, SameOp};
 use crate::backend::{for_device, Backend, Plan};
 use crate::op::OpContext;
-use crate::ops::binary::check_cast;
 use crate::ops::contiguous;
 use crate::ops::iter::{ElementwiseSpec, Output};
+use crate::ops::out::check_cast;
 use crate::ops::out::expect_dtype;
 use crate::ops::promote::{result_type, Arg};
 use crate::{DType, Error, Result, Scalar, Tensor};

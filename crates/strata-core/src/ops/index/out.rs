@@ -12,7 +12,7 @@ use super::gather::{Gather, IndexSelect, ScatterAddPlan};
 use crate::backend::for_device;
 use crate::op::OpContext;
 use crate::ops::joining::parallel_writes;
-use crate::ops::out::{check_memory, expect_dtype, Aliasing};
+use crate::ops::out::{written, Aliasing, OutDType, OutTarget};
 use crate::{Result, Tensor};
 
 /// `x.index_select(dim, index)` written into `out`.
@@ -24,12 +24,18 @@ pub(crate) fn index_select_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     let sel = IndexSelect::infer(ctx.op(), x, dim, index)?;
-    expect_dtype(ctx.op(), out, x.dtype())?;
-    check_memory(ctx.op(), out, &sel.shape, &[x, index], Aliasing::Disjoint)?;
-    out.resize_for_out(ctx, &sel.shape)?;
+    let dtype = OutDType::Exact(x.dtype());
+    let out = OutTarget::check(
+        ctx.op(),
+        out,
+        &sel.shape,
+        dtype,
+        &[x, index],
+        Aliasing::Disjoint,
+    )?
+    .resize(ctx)?;
     sel.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }
 
 /// `x.gather(dim, index)` written into `out`.
@@ -41,12 +47,18 @@ pub(crate) fn gather_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     let g = Gather::infer(ctx.op(), x, dim, index)?;
-    expect_dtype(ctx.op(), out, x.dtype())?;
-    check_memory(ctx.op(), out, &g.shape, &[x, index], Aliasing::Disjoint)?;
-    out.resize_for_out(ctx, &g.shape)?;
+    let dtype = OutDType::Exact(x.dtype());
+    let out = OutTarget::check(
+        ctx.op(),
+        out,
+        &g.shape,
+        dtype,
+        &[x, index],
+        Aliasing::Disjoint,
+    )?
+    .resize(ctx)?;
     g.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }
 
 /// `x.scatter_add(dim, index, src)` written into `out` (which may be `x` itself).
@@ -59,13 +71,18 @@ pub(crate) fn scatter_add_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     let sc = ScatterAddPlan::infer(ctx.op(), x, dim, index, src)?;
-    expect_dtype(ctx.op(), out, x.dtype())?;
-    let shape = x.shape();
-    check_memory(ctx.op(), out, &shape, &[index, src], Aliasing::Disjoint)?;
-    check_memory(ctx.op(), out, &shape, &[x], Aliasing::Exact)?;
-    out.resize_for_out(ctx, &shape)?;
+    let dtype = OutDType::Exact(x.dtype());
+    let out = OutTarget::check(
+        ctx.op(),
+        out,
+        &x.shape(),
+        dtype,
+        &[index, src],
+        Aliasing::Disjoint,
+    )?
+    .and_inputs(ctx.op(), &[x], Aliasing::Exact)?
+    .resize(ctx)?;
     let is_self = out.storage_id() == x.storage_id() && out.layout() == x.layout();
     sc.execute(for_device(x.device())?, x, index, src, out, !is_self);
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }

@@ -9,10 +9,8 @@
 
 use super::{check_addressable, check_stack, copy_regions, parallel_writes, Cat};
 use crate::backend::for_device;
-use crate::layout::{contiguous_strides, Layout};
 use crate::op::OpContext;
-use crate::ops::binary::check_cast;
-use crate::ops::out::{check_memory, Aliasing};
+use crate::ops::out::{written, Aliasing, OutDType, OutTarget};
 use crate::ops::promote::{result_type, Arg};
 use crate::{Result, Tensor};
 
@@ -24,15 +22,10 @@ pub(crate) fn cat_out(
     out: &Tensor,
 ) -> Result<Tensor> {
     let c = Cat::infer(ctx.op(), tensors, dim)?;
-    check_cast(ctx.op(), c.dtype, out.dtype())?;
-    check_memory(ctx.op(), out, &c.sizes, tensors, Aliasing::Disjoint)?;
-    let resized = out.shape().as_slice() != c.sizes;
-    out.resize_for_out(ctx, &c.sizes)?;
-    if resized && c.strides != contiguous_strides(&c.sizes) {
-        // The resize left a dense tensor at the same offset: restride it as PyTorch does.
-        let offset = out.storage_offset();
-        out.set_layout(Layout::new(c.sizes.clone(), c.strides.clone(), offset));
-    }
+    let dtype = OutDType::CastFrom(c.dtype);
+    // A resized output takes the strides a new result would have, as PyTorch's does.
+    let out = OutTarget::check(ctx.op(), out, &c.sizes, dtype, tensors, Aliasing::Disjoint)?
+        .resize_strided(ctx, c.strides.clone())?;
     copy_regions(
         for_device(out.device())?,
         tensors,
@@ -40,8 +33,7 @@ pub(crate) fn cat_out(
         &c.regions(&out.stride()),
         parallel_writes(out),
     );
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }
 
 /// `stack(tensors, dim)` written into `out`: each input copied into its slice along `dim`.
@@ -53,12 +45,19 @@ pub(crate) fn stack_out(
 ) -> Result<Tensor> {
     let (shape, d) = check_stack(ctx.op(), tensors, dim)?;
     let dtype = result_type(&tensors.iter().map(|t| Arg::Tensor(t)).collect::<Vec<_>>());
-    check_cast(ctx.op(), dtype, out.dtype())?;
+    OutDType::CastFrom(dtype).check(ctx.op(), out)?;
     let mut sizes = shape;
     sizes.insert(d, tensors.len());
     check_addressable(ctx.op(), &sizes, dtype)?;
-    check_memory(ctx.op(), out, &sizes, tensors, Aliasing::Disjoint)?;
-    out.resize_for_out(ctx, &sizes)?;
+    let out = OutTarget::check(
+        ctx.op(),
+        out,
+        &sizes,
+        OutDType::Any,
+        tensors,
+        Aliasing::Disjoint,
+    )?
+    .resize(ctx)?;
     let mut strides = out.stride();
     let step = strides.remove(d);
     let regions: Vec<(usize, usize, Vec<usize>)> = (0..tensors.len())
@@ -71,6 +70,5 @@ pub(crate) fn stack_out(
         &regions,
         parallel_writes(out),
     );
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }

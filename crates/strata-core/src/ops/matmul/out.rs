@@ -21,6 +21,7 @@ use crate::layout::view::compute_stride;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::binary::{binary_out, BinaryOp, Other};
+use crate::ops::out::written;
 use crate::{DType, Error, Result, Scalar, Tensor};
 
 /// The error for an output whose dtype is not the product's (products never convert).
@@ -103,8 +104,7 @@ fn product_out(
         alpha,
         beta,
     )?;
-    out.bump_version();
-    Ok(out.clone())
+    Ok(written(out))
 }
 
 /// `a.matmul(b)` written into `out`.

@@ -1,16 +1,115 @@
 //! What every `out=` op shares: checking the output's dtype and memory before anything is
 //! written, and resizing it as PyTorch's `resize_output` does.
 //!
-//! An `out=` op validates everything first (its own arguments, then the output with
-//! [`check_memory`] and a dtype rule), then resizes the output ([`Tensor::resize_for_out`]),
-//! then writes it through the same kernel as the out-of-place op and bumps its version once.
+//! An `out=` op validates everything first (its own arguments, then the output with a dtype
+//! rule and [`check_memory`]: [`OutTarget::check`]), then resizes the output
+//! ([`OutTarget::resize`]), then writes it through the same kernel as the out-of-place op and
+//! bumps its version once ([`written`]).
 //! An output that already has the result's shape keeps its strides and is written where it
 //! is; one of another shape becomes contiguous at its storage offset (its storage grows when
 //! too small, with a warning when it held elements).
 
 use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};
 use crate::layout::Layout;
+use crate::op::OpContext;
 use crate::{DType, Error, Result, Tensor};
+
+/// The dtype an `out=` form requires of its output.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OutDType {
+    /// Exactly the result's dtype (see [`expect_dtype`]).
+    Exact(DType),
+    /// Any dtype the result's converts to (see [`check_cast`]).
+    CastFrom(DType),
+    /// Whatever the output has: the op computes in it.
+    Any,
+}
+
+impl OutDType {
+    /// Checks `out`'s dtype against this rule.
+    pub(crate) fn check(self, op: &'static str, out: &Tensor) -> Result<()> {
+        match self {
+            OutDType::Exact(dtype) => expect_dtype(op, out, dtype),
+            OutDType::CastFrom(dtype) => check_cast(op, dtype, out.dtype()),
+            OutDType::Any => Ok(()),
+        }
+    }
+}
+
+/// An `out=` tensor checked to receive a result: the one preparation every `out=` form goes
+/// through. [`OutTarget::check`] decides from dtypes and layouts alone and changes nothing;
+/// [`OutTarget::resize`] is where the output starts to change; the op then writes it and
+/// returns [`written`].
+#[derive(Debug)]
+pub(crate) struct OutTarget<'a> {
+    out: &'a Tensor,
+    shape: Vec<usize>,
+}
+
+impl<'a> OutTarget<'a> {
+    /// Checks that `out` may receive a result of `shape` read from `inputs`: its dtype by
+    /// `dtype`, its memory as `aliasing` allows (see [`check_memory`]).
+    pub(crate) fn check(
+        op: &'static str,
+        out: &'a Tensor,
+        shape: &[usize],
+        dtype: OutDType,
+        inputs: &[&Tensor],
+        aliasing: Aliasing,
+    ) -> Result<OutTarget<'a>> {
+        dtype.check(op, out)?;
+        check_memory(op, out, shape, inputs, aliasing)?;
+        Ok(OutTarget {
+            out,
+            shape: shape.to_vec(),
+        })
+    }
+
+    /// Also checks the output's memory against `inputs` under another `aliasing` rule.
+    pub(crate) fn and_inputs(
+        self,
+        op: &'static str,
+        inputs: &[&Tensor],
+        aliasing: Aliasing,
+    ) -> Result<OutTarget<'a>> {
+        check_memory(op, self.out, &self.shape, inputs, aliasing)?;
+        Ok(self)
+    }
+
+    /// Gives the output the result's shape ([`Tensor::resize_for_out`]: kept when it has it,
+    /// else contiguous) and returns it, ready to be written.
+    pub(crate) fn resize(self, ctx: &OpContext) -> Result<&'a Tensor> {
+        self.out.resize_for_out(ctx, &self.shape)?;
+        Ok(self.out)
+    }
+
+    /// [`OutTarget::resize`] to the dense `strides` when the shape changes.
+    pub(crate) fn resize_strided(self, ctx: &OpContext, strides: Vec<usize>) -> Result<&'a Tensor> {
+        self.out.resize_for_out_strided(ctx, &self.shape, strides)?;
+        Ok(self.out)
+    }
+}
+
+/// Counts an `out=` op's one write to `out` (its version goes up by one) and returns it.
+pub(crate) fn written(out: &Tensor) -> Tensor {
+    out.bump_version();
+    out.clone()
+}
+
+/// The error for a result that the destination's dtype cannot hold (an in-place op, or an
+/// `out=` that converts).
+pub(crate) fn check_cast(op: &'static str, result: DType, dest: DType) -> Result<()> {
+    if result.can_cast_to(dest) {
+        return Ok(());
+    }
+    Err(Error::dtype(
+        op,
+        format!(
+            "the result has dtype {result}, which cannot be stored in a tensor of dtype {dest}"
+        ),
+        Some("use the out-of-place op, or convert the destination first with .to(dtype)"),
+    ))
+}
 
 /// How much an output may share with an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::Layout;
 use crate::layout::{contiguous_strides, wrap_dim};
 use crate::op::OpContext;
-use crate::ops::out::{check_memory, Aliasing};
+use crate::ops::out::{written, Aliasing, OutDType, OutTarget};
 use crate::ops::reduce::accumulators::Accumulators;
 use crate::storage::{lock_storages, Access};
 use crate::tensor::alloc_for;
@@ -291,12 +291,18 @@ impl<'a> Dest<'a> {
         shape: &[usize],
         inputs: &[&Tensor],
     ) -> Result<Dest<'a>> {
-        let Some(o) = out else {
-            return Ok(Dest::New);
-        };
-        check_memory(ctx.op(), o, shape, inputs, Aliasing::Exact)?;
-        o.resize_for_out(ctx, shape)?;
-        Ok(Dest::Out(o))
+        let target = out
+            .map(|o| OutTarget::check(ctx.op(), o, shape, OutDType::Any, inputs, Aliasing::Exact))
+            .transpose()?;
+        Dest::resize(ctx, target)
+    }
+
+    /// A checked `out=` target resized to the result's shape, or a new tensor without one.
+    pub(crate) fn resize(ctx: &OpContext, target: Option<OutTarget<'a>>) -> Result<Dest<'a>> {
+        Ok(match target {
+            None => Dest::New,
+            Some(t) => Dest::Out(t.resize(ctx)?),
+        })
     }
 }
 
@@ -375,8 +381,7 @@ pub(crate) fn finish<A: Element>(
         }
         Dest::Out(out) => {
             write_values(values, out)?;
-            out.bump_version();
-            Ok(out.clone())
+            Ok(written(out))
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
 use crate::backend::kernel::{BinaryOp, FloatOp, Fold, FoldTerm};
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
-use crate::ops::out::{check_distinct_outputs, check_memory, Aliasing};
+use crate::ops::out::{check_distinct_outputs, written, Aliasing, OutDType, OutTarget};
 use crate::{DType, Error, Result, Tensor};
 use dense_sum::dense_sum;
 use fold::{finish, floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction};
@@ -142,19 +142,19 @@ pub(crate) fn max_dim(
 ) -> Result<(Tensor, Tensor)> {
     let a = ArgReduction::new(ctx.op(), x, Some(dim), keepdim)?;
     let shape = a.out_shape();
-    if let Some((v, i)) = outs {
-        check_memory(ctx.op(), v, shape, &[x], Aliasing::Exact)?;
-        check_memory(ctx.op(), i, shape, &[x], Aliasing::Exact)?;
-        check_distinct_outputs(ctx.op(), v, i)?;
-    }
-    let input = a.input()?;
-    let (vd, id) = match outs {
-        None => (Dest::New, Dest::New),
+    let check = |o| OutTarget::check(ctx.op(), o, shape, OutDType::Any, &[x], Aliasing::Exact);
+    let targets = match outs {
+        None => None,
         Some((v, i)) => {
-            v.resize_for_out(ctx, shape)?;
-            i.resize_for_out(ctx, shape)?;
-            (Dest::Out(v), Dest::Out(i))
+            let targets = (check(v)?, check(i)?);
+            check_distinct_outputs(ctx.op(), v, i)?;
+            Some(targets)
         }
+    };
+    let input = a.input()?;
+    let (vd, id) = match targets {
+        None => (Dest::New, Dest::New),
+        Some((v, i)) => (Dest::resize(ctx, Some(v))?, Dest::resize(ctx, Some(i))?),
     };
     let (v, i) = a.run(ctx, &input, max, Some(vd), id)?;
     match v {
@@ -183,11 +183,20 @@ pub(crate) fn arg_index(
         ));
     }
     let a = ArgReduction::new(ctx.op(), x, dim, keepdim)?;
-    if let Some(o) = out {
-        check_memory(ctx.op(), o, a.out_shape(), &[x], Aliasing::Exact)?;
-    }
+    let target = out
+        .map(|o| {
+            OutTarget::check(
+                ctx.op(),
+                o,
+                a.out_shape(),
+                OutDType::Any,
+                &[x],
+                Aliasing::Exact,
+            )
+        })
+        .transpose()?;
     let input = a.input()?;
-    let dest = Dest::prepare(ctx, out, a.out_shape(), &[x])?;
+    let dest = Dest::resize(ctx, target)?;
     Ok(a.run(ctx, &input, max, None, dest)?.1)
 }
 
@@ -348,8 +357,8 @@ pub(crate) fn cumsum(
     if x.numel() > 0 {
         scan_sum(ctx, backend, x, &result, d, dtype)?;
     }
-    if let Dest::Out(o) = dest {
-        o.bump_version();
-    }
-    Ok(result)
+    Ok(match dest {
+        Dest::Out(o) => written(o),
+        Dest::New => result,
+    })
 }

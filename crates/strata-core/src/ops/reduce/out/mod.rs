@@ -13,8 +13,7 @@
 //! whose entry refuses them when a gradient would have to be recorded.
 
 use crate::op::OpContext;
-use crate::ops::binary::check_cast;
-use crate::ops::out::expect_dtype;
+use crate::ops::out::OutDType;
 use crate::ops::reduce;
 use crate::{DType, Error, Result, Tensor};
 
@@ -37,7 +36,7 @@ pub(crate) fn mean(
     keepdim: bool,
     out: &Tensor,
 ) -> Result<Tensor> {
-    check_cast(ctx.op(), x.dtype(), out.dtype())?;
+    OutDType::CastFrom(x.dtype()).check(ctx.op(), out)?;
     reduce::mean(ctx, x, dims, keepdim, Some(out))
 }
 
@@ -61,7 +60,7 @@ pub(crate) fn amax(
     max: bool,
     out: &Tensor,
 ) -> Result<Tensor> {
-    expect_dtype(ctx.op(), out, x.dtype())?;
+    OutDType::Exact(x.dtype()).check(ctx.op(), out)?;
     reduce::amax(ctx, x, dims, keepdim, max, Some(out))
 }
 
@@ -74,8 +73,8 @@ pub(crate) fn max_dim(
     max: bool,
     (values, indices): (&Tensor, &Tensor),
 ) -> Result<(Tensor, Tensor)> {
-    expect_dtype(ctx.op(), values, x.dtype())?;
-    expect_dtype(ctx.op(), indices, DType::I64)?;
+    OutDType::Exact(x.dtype()).check(ctx.op(), values)?;
+    OutDType::Exact(DType::I64).check(ctx.op(), indices)?;
     reduce::max_dim(ctx, x, dim, keepdim, max, Some((values, indices)))
 }
 
@@ -88,7 +87,7 @@ pub(crate) fn arg_index(
     max: bool,
     out: &Tensor,
 ) -> Result<Tensor> {
-    expect_dtype(ctx.op(), out, DType::I64)?;
+    OutDType::Exact(DType::I64).check(ctx.op(), out)?;
     reduce::arg_index(ctx, x, dim, keepdim, max, Some(out))
 }
 
@@ -102,7 +101,7 @@ pub(crate) fn var(
     sqrt: bool,
     out: &Tensor,
 ) -> Result<Tensor> {
-    check_cast(ctx.op(), x.dtype(), out.dtype())?;
+    OutDType::CastFrom(x.dtype()).check(ctx.op(), out)?;
     reduce::var(ctx, x, dims, correction, keepdim, sqrt, Some(out))
 }
 
@@ -115,7 +114,7 @@ pub(crate) fn norm(
     keepdim: bool,
     out: &Tensor,
 ) -> Result<Tensor> {
-    expect_dtype(ctx.op(), out, x.dtype())?;
+    OutDType::Exact(x.dtype()).check(ctx.op(), out)?;
     reduce::norm(ctx, x, p, dims, keepdim, Some(out))
 }
 
