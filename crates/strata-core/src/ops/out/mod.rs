@@ -36,8 +36,10 @@ impl OutDType {
     }
 }
 
-/// An `out=` tensor checked to receive a result: the one preparation every `out=` form goes
-/// through. [`OutTarget::check`] decides from dtypes and layouts alone and changes nothing;
+/// An `out=` tensor checked to receive a result: the preparation the indexed, joining,
+/// reduction and softmax `out=` forms share (the element-wise engine and the matrix products
+/// still check and resize their outputs themselves, and return through [`written`]).
+/// [`OutTarget::check`] decides from dtypes and layouts alone and changes nothing;
 /// [`OutTarget::resize`] is where the output starts to change; the op then writes it and
 /// returns [`written`].
 #[derive(Debug)]
