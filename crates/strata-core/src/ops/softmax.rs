@@ -83,7 +83,7 @@ fn softmax_op(
             let l = o.layout();
             let apart = !o.shares_storage(&src) || overlap(&l, &src.layout()) == Overlap::No;
             if l.is_contiguous() && apart {
-                o.clone()
+                o
             } else {
                 Tensor::uninit_with_layout(
                     ctx,

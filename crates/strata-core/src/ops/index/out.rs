@@ -34,8 +34,14 @@ pub(crate) fn index_select_out(
         Aliasing::Disjoint,
     )?
     .resize(ctx)?;
-    sel.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
-    Ok(written(out))
+    sel.execute(
+        for_device(x.device())?,
+        x,
+        index,
+        &out,
+        parallel_writes(&out),
+    );
+    Ok(written(&out))
 }
 
 /// `x.gather(dim, index)` written into `out`.
@@ -57,8 +63,14 @@ pub(crate) fn gather_out(
         Aliasing::Disjoint,
     )?
     .resize(ctx)?;
-    g.execute(for_device(x.device())?, x, index, out, parallel_writes(out));
-    Ok(written(out))
+    g.execute(
+        for_device(x.device())?,
+        x,
+        index,
+        &out,
+        parallel_writes(&out),
+    );
+    Ok(written(&out))
 }
 
 /// `x.scatter_add(dim, index, src)` written into `out` (which may be `x` itself).
@@ -83,6 +95,6 @@ pub(crate) fn scatter_add_out(
     .and_inputs(ctx.op(), &[x], Aliasing::Exact)?
     .resize(ctx)?;
     let is_self = out.storage_id() == x.storage_id() && out.layout() == x.layout();
-    sc.execute(for_device(x.device())?, x, index, src, out, !is_self);
-    Ok(written(out))
+    sc.execute(for_device(x.device())?, x, index, src, &out, !is_self);
+    Ok(written(&out))
 }

@@ -10,6 +10,7 @@ use crate::layout::order::{dense_copy_strides, iteration_order, output_strides, 
 use crate::layout::overlap::{internal_overlap, overlap, InternalOverlap, Overlap};
 use crate::layout::Layout;
 use crate::op::OpContext;
+use crate::ops::out::{Aliasing, OutDType, OutTarget};
 use crate::storage::{lock_storages, Access};
 use crate::tensor::Body;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -180,34 +181,35 @@ enum OutPlan {
     Resize(Resize),
 }
 
-/// An `out=` tensor to resize, with what decides its new strides: the op's operands.
+/// An `out=` tensor checked and to be resized, with what decides its new strides: the op's
+/// operands.
 struct Resize {
-    out: Tensor,
+    target: OutTarget,
     inputs: Vec<Tensor>,
     scalar_operand: bool,
     input_dtypes: Inputs<DType>,
 }
 
 impl Resize {
-    /// Resizes the output to `shape` with the strides a new output of these operands would
-    /// have, as PyTorch's TensorIterator does. Returns the output and the inputs.
-    fn apply(self, ctx: &OpContext, shape: &[usize]) -> Result<(Tensor, Vec<Tensor>)> {
+    /// Resizes the output to its new shape with the strides a new output of these operands
+    /// would have, as PyTorch's TensorIterator does. Returns the output and the inputs.
+    fn apply(self, ctx: &OpContext) -> Result<(Tensor, Vec<Tensor>)> {
         let Resize {
-            out,
+            target,
             inputs,
             scalar_operand,
             input_dtypes,
         } = self;
-        let planned = ElementwiseSpec::new(Output::New(out.dtype()), inputs.iter().collect())
+        let planned = ElementwiseSpec::new(Output::New(target.dtype()), inputs.iter().collect())
             .with_scalar_operand(scalar_operand)
             .with_input_dtypes(&input_dtypes)
             .infer(ctx.op())?;
         let strides = match &planned.out {
             OutPlan::New(_, layout) => layout.strides().to_vec(),
-            _ => crate::layout::contiguous_strides(shape),
+            _ => crate::layout::contiguous_strides(target.shape()),
         };
         drop(planned);
-        out.resize_for_out_strided(ctx, shape, strides)?;
+        let out = target.resize_strided(ctx, strides)?;
         Ok((out, inputs))
     }
 }
@@ -487,45 +489,29 @@ impl ElementwiseSpec<'_> {
 }
 
 impl ElementwiseSpec<'_> {
-    /// An `out=` op: checks overlap on the output as it is now (as PyTorch does, before any
-    /// resize), then plans as if it were an in-place write into an output of the broadcast
-    /// shape; the resize itself happens in `execute`.
+    /// An `out=` op: the output is checked ([`OutTarget::check`]: not self-overlapping, and
+    /// an input only exactly, before and after a resize), then planned as an in-place write
+    /// when it has the broadcast shape; else the resize happens in `execute`.
     fn infer_out(self, op: &'static str, out: &Tensor) -> Result<Prepared> {
-        let bodies: Inputs<Body> = self.inputs.iter().map(|t| t.body()).collect();
-        let mut shape = bodies
+        let mut shape = self
+            .inputs
             .first()
-            .map(|b| b.layout.sizes().to_vec())
+            .map(|t| t.layout().sizes().to_vec())
             .unwrap_or_default();
-        for b in &bodies {
-            shape = broadcast_shapes(&shape, b.layout.sizes())
-                .map_err(|m| shape_error(op, &shape, b.layout.sizes(), m.describe()))?;
+        for t in &self.inputs {
+            let l = t.layout();
+            shape = broadcast_shapes(&shape, l.sizes())
+                .map_err(|m| shape_error(op, &shape, l.sizes(), m.describe()))?;
         }
-        let ob = out.body();
-        if internal_overlap(&ob.layout) == InternalOverlap::Yes {
-            return Err(Error::Overlap {
-                op,
-                message: "more than one element of the output refers to the same memory location"
-                    .into(),
-                hint: Some("pass a fresh output tensor".into()),
-            });
-        }
-        for b in &bodies {
-            if b.storage.id() == ob.storage.id()
-                && matches!(
-                    overlap(&ob.layout, &b.layout),
-                    Overlap::Partial | Overlap::Full
-                )
-                && ob.layout.sizes() != shape.as_slice()
-            {
-                return Err(Error::Overlap {
-                    op,
-                    message: "the output shares memory with an input and would have to be resized"
-                        .into(),
-                    hint: Some("pass an output that does not alias the inputs".into()),
-                });
-            }
-        }
-        if ob.layout.sizes() == shape.as_slice() {
+        let target = OutTarget::check(
+            op,
+            out,
+            &shape,
+            OutDType::Any,
+            &self.inputs,
+            Aliasing::Exact,
+        )?;
+        if target.keeps_shape() {
             return ElementwiseSpec::new(Output::Existing(out), self.inputs.clone())
                 .with_scalar_operand(self.scalar_operand)
                 .infer(op);
@@ -533,7 +519,7 @@ impl ElementwiseSpec<'_> {
         Ok(Prepared {
             shape: shape.into(),
             out: OutPlan::Resize(Resize {
-                out: out.clone(),
+                target,
                 inputs: self.inputs.iter().map(|t| (*t).clone()).collect(),
                 scalar_operand: self.scalar_operand,
                 input_dtypes: self.input_dtypes.clone(),
@@ -563,7 +549,7 @@ impl Prepared {
     /// the output's): its strides come from this op's operands.
     pub fn resize_output(self, ctx: &OpContext) -> Result<()> {
         if let OutPlan::Resize(resize) = self.out {
-            resize.apply(ctx, &self.shape)?;
+            resize.apply(ctx)?;
         }
         Ok(())
     }
@@ -580,7 +566,7 @@ impl Prepared {
     /// bumped. Returns the output.
     pub fn execute(self, ctx: &OpContext, kernel: impl FnOnce(&Plan)) -> Result<Tensor> {
         if let OutPlan::Resize(resize) = self.out {
-            let (out, inputs) = resize.apply(ctx, &self.shape)?;
+            let (out, inputs) = resize.apply(ctx)?;
             return ElementwiseSpec::new(Output::Existing(&out), inputs.iter().collect())
                 .infer(ctx.op())?
                 .execute(ctx, kernel);

@@ -29,11 +29,11 @@ pub(crate) fn cat_out(
     copy_regions(
         for_device(out.device())?,
         tensors,
-        out,
+        &out,
         &c.regions(&out.stride()),
-        parallel_writes(out),
+        parallel_writes(&out),
     );
-    Ok(written(out))
+    Ok(written(&out))
 }
 
 /// `stack(tensors, dim)` written into `out`: each input copied into its slice along `dim`.
@@ -66,9 +66,9 @@ pub(crate) fn stack_out(
     copy_regions(
         for_device(out.device())?,
         tensors,
-        out,
+        &out,
         &regions,
-        parallel_writes(out),
+        parallel_writes(&out),
     );
-    Ok(written(out))
+    Ok(written(&out))
 }

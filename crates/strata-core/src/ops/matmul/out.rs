@@ -16,52 +16,12 @@ use super::check::{
 use super::{execute, ONE, ZERO};
 use crate::backend::for_device;
 use crate::backend::kernel::Mat;
-use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::view::compute_stride;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::binary::{binary_out, BinaryOp, Other};
-use crate::ops::out::written;
-use crate::{DType, Error, Result, Scalar, Tensor};
-
-/// The error for an output whose dtype is not the product's (products never convert).
-fn check_out_dtype(op: &'static str, dtype: DType, out: &Tensor) -> Result<()> {
-    if out.dtype() == dtype {
-        return Ok(());
-    }
-    Err(Error::dtype(
-        op,
-        format!(
-            "the result has dtype {dtype} but the output has dtype {}",
-            out.dtype()
-        ),
-        None,
-    )
-    .with_hint(format!(
-        "pass an output of dtype {dtype} (e.g. Tensor::zeros(&shape, DType::{dtype:?})), or \
-         use the out-of-place product and convert the result"
-    )))
-}
-
-/// Refuses an output (written where it is) with elements that share a memory location.
-fn check_not_expanded(op: &'static str, current: &Layout) -> Result<()> {
-    if internal_overlap(current) != InternalOverlap::Yes {
-        return Ok(());
-    }
-    Err(Error::Overlap {
-        op,
-        message: format!(
-            "the output of shape {:?} has strides {:?}: more than one of its elements refers \
-             to the same memory location",
-            current.sizes(),
-            current.strides()
-        ),
-        hint: Some(
-            "the output is expanded or otherwise self-overlapping; pass a fresh output tensor"
-                .into(),
-        ),
-    })
-}
+use crate::ops::out::{written, Aliasing, OutDType, OutTarget};
+use crate::{DType, Result, Scalar, Tensor};
 
 /// Writes `beta·c + alpha·(a @ b)`, as planned, into `out`: checked (dtype, self-overlap),
 /// resized to `plan.shape` when it has another shape, written through its strides, its
@@ -78,14 +38,19 @@ fn product_out(
     beta: Scalar,
     out: &Tensor,
 ) -> Result<Tensor> {
-    check_out_dtype(ctx.op(), dtype, out)?;
     let backend = for_device(out.device())?;
-    let current = out.layout();
-    if current.sizes() == plan.shape.as_slice() {
-        check_not_expanded(ctx.op(), &current)?;
-    }
+    let mut inputs = vec![a, b];
+    inputs.extend(c.map(|(t, _)| t));
+    let out = OutTarget::check(
+        ctx.op(),
+        out,
+        &plan.shape,
+        OutDType::Exact(dtype),
+        &inputs,
+        Aliasing::Buffered,
+    )?
     // Everything is checked: from here on the output changes.
-    out.resize_for_out(ctx, &plan.shape)?;
+    .resize(ctx)?;
     let (ab, bb, body) = (a.body(), b.body(), out.body());
     let cb = c.map(|(t, m)| (t.body(), m));
     let out_mat = plan.out_mat(&body.layout);
@@ -104,7 +69,7 @@ fn product_out(
         alpha,
         beta,
     )?;
-    Ok(written(out))
+    Ok(written(&out))
 }
 
 /// `a.matmul(b)` written into `out`.
@@ -114,22 +79,24 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
     let kernel = matmul_kernel(&ab.layout, &bb.layout);
     let operands = [("self", a), ("other", b)];
     let dtype = product_dtype(ctx.op(), &operands, kernel, plan.trivial())?;
-    check_out_dtype(ctx.op(), dtype, out)?;
     let backend = for_device(out.device())?;
     let current = out.layout();
     let vector_matrix = ab.layout.ndim() == 1 && bb.layout.ndim() == 2;
-    // The layout the product is written through, and whether it is `out`'s own (to be
-    // checked) or a fresh contiguous one (after a resize).
-    let (target, resize): (Vec<usize>, bool) = if vector_matrix {
-        let p = plan.product.n;
-        let as_is = current.sizes() == [1, p];
-        (vec![1, p], !as_is)
+    // A vector times a matrix is written as a [1, p] row (PyTorch's resize), then seen as [p].
+    let shape = if vector_matrix {
+        vec![1, plan.product.n]
     } else {
-        let as_is = current.sizes() == plan.shape.as_slice();
-        (plan.shape.clone(), !as_is)
+        plan.shape.clone()
     };
-    if !resize {
-        check_not_expanded(ctx.op(), &current)?;
+    let target = OutTarget::check(
+        ctx.op(),
+        out,
+        &shape,
+        OutDType::Exact(dtype),
+        &[a, b],
+        Aliasing::Buffered,
+    )?;
+    if target.keeps_shape() {
         if let Some(fs) = torch_fold_shape(&ab.layout, &bb.layout) {
             if current.numel() > 0
                 && compute_stride(current.sizes(), current.strides(), &fs).is_none()
@@ -158,16 +125,16 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
         let p = plan.product.n;
         let offset = current.offset();
         let fits = (offset + p) * dtype.size() <= out.storage_nbytes();
-        if resize && current.sizes() == [p] && fits {
+        if current.sizes() == [p] && fits {
             // The resize to [1, p] that PyTorch makes; enough memory is already there.
             out.set_layout(Layout::contiguous(&[1, p], offset));
-        } else if resize {
-            out.resize_for_out(ctx, &target)?;
+        } else {
+            target.resize(ctx)?;
         }
         let l = out.layout();
         squeeze_to = Some(Layout::new(vec![p], vec![l.strides()[1]], l.offset()));
-    } else if resize {
-        out.resize_for_out(ctx, &target)?;
+    } else {
+        target.resize(ctx)?;
     }
     let body = out.body();
     let out_mat = if vector_matrix {

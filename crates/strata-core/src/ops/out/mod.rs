@@ -36,35 +36,49 @@ impl OutDType {
     }
 }
 
-/// An `out=` tensor checked to receive a result: the preparation the indexed, joining,
-/// reduction and softmax `out=` forms share (the element-wise engine and the matrix products
-/// still check and resize their outputs themselves, and return through [`written`]).
+/// An `out=` tensor checked to receive a result: the one preparation every `out=` form goes
+/// through (element-wise, matrix products, reductions, indexed, joining, softmax).
 /// [`OutTarget::check`] decides from dtypes and layouts alone and changes nothing;
 /// [`OutTarget::resize`] is where the output starts to change; the op then writes it and
 /// returns [`written`].
 #[derive(Debug)]
-pub(crate) struct OutTarget<'a> {
-    out: &'a Tensor,
+pub(crate) struct OutTarget {
+    out: Tensor,
     shape: Vec<usize>,
 }
 
-impl<'a> OutTarget<'a> {
+impl OutTarget {
     /// Checks that `out` may receive a result of `shape` read from `inputs`: its dtype by
     /// `dtype`, its memory as `aliasing` allows (see [`check_memory`]).
     pub(crate) fn check(
         op: &'static str,
-        out: &'a Tensor,
+        out: &Tensor,
         shape: &[usize],
         dtype: OutDType,
         inputs: &[&Tensor],
         aliasing: Aliasing,
-    ) -> Result<OutTarget<'a>> {
+    ) -> Result<OutTarget> {
         dtype.check(op, out)?;
         check_memory(op, out, shape, inputs, aliasing)?;
         Ok(OutTarget {
-            out,
+            out: out.clone(),
             shape: shape.to_vec(),
         })
+    }
+
+    /// The shape the output receives.
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The output's dtype.
+    pub(crate) fn dtype(&self) -> DType {
+        self.out.dtype()
+    }
+
+    /// Whether the output already has the result's shape (it is then written where it is).
+    pub(crate) fn keeps_shape(&self) -> bool {
+        self.out.layout().sizes() == self.shape.as_slice()
     }
 
     /// Also checks the output's memory against `inputs` under another `aliasing` rule.
@@ -73,20 +87,20 @@ impl<'a> OutTarget<'a> {
         op: &'static str,
         inputs: &[&Tensor],
         aliasing: Aliasing,
-    ) -> Result<OutTarget<'a>> {
-        check_memory(op, self.out, &self.shape, inputs, aliasing)?;
+    ) -> Result<OutTarget> {
+        check_memory(op, &self.out, &self.shape, inputs, aliasing)?;
         Ok(self)
     }
 
     /// Gives the output the result's shape ([`Tensor::resize_for_out`]: kept when it has it,
     /// else contiguous) and returns it, ready to be written.
-    pub(crate) fn resize(self, ctx: &OpContext) -> Result<&'a Tensor> {
+    pub(crate) fn resize(self, ctx: &OpContext) -> Result<Tensor> {
         self.out.resize_for_out(ctx, &self.shape)?;
         Ok(self.out)
     }
 
     /// [`OutTarget::resize`] to the dense `strides` when the shape changes.
-    pub(crate) fn resize_strided(self, ctx: &OpContext, strides: Vec<usize>) -> Result<&'a Tensor> {
+    pub(crate) fn resize_strided(self, ctx: &OpContext, strides: Vec<usize>) -> Result<Tensor> {
         self.out.resize_for_out_strided(ctx, &self.shape, strides)?;
         Ok(self.out)
     }
@@ -121,6 +135,10 @@ pub(crate) enum Aliasing {
     Exact,
     /// The output may share no memory with any input (PyTorch's `assert_no_overlap`).
     Disjoint,
+    /// The output may share memory with the inputs in any way: the op writes through a
+    /// private buffer when it does (the matrix products). As PyTorch's products, only an
+    /// output written where it is must not be self-overlapping; one that is resized may be.
+    Buffered,
 }
 
 /// The error for an `out` whose dtype is not exactly the result's, for the ops where
@@ -167,7 +185,8 @@ fn overlap_error(op: &'static str, message: &str) -> Error {
 
 /// Checks that `out` may receive a result of `shape` read from `inputs`: no element of `out`
 /// may share a memory location with another (an expanded output), and it may share memory
-/// with an input only as `aliasing` allows, before or after the resize. Decides from layouts
+/// with an input only as `aliasing` allows, as it is and as it will be written (after the
+/// resize). An output that is an input exactly may not be resized. Decides from layouts
 /// alone, writing nothing.
 pub(crate) fn check_memory(
     op: &'static str,
@@ -177,20 +196,29 @@ pub(crate) fn check_memory(
     aliasing: Aliasing,
 ) -> Result<()> {
     let ob = out.body();
-    if internal_overlap(&ob.layout) == InternalOverlap::Yes {
+    let resized = ob.layout.sizes() != shape;
+    let self_overlap_checked = !(resized && aliasing == Aliasing::Buffered);
+    if self_overlap_checked && internal_overlap(&ob.layout) == InternalOverlap::Yes {
         return Err(overlap_error(
             op,
-            "more than one element of the output refers to the same memory location",
+            &format!(
+                "the output of shape {:?} has strides {:?}: more than one of its elements \
+                 refers to the same memory location",
+                ob.layout.sizes(),
+                ob.layout.strides()
+            ),
         ));
     }
-    let resized = ob.layout.sizes() != shape;
+    if aliasing == Aliasing::Buffered {
+        return Ok(());
+    }
     let written = written_layout(out, shape);
     for input in inputs {
         let ib = input.body();
         if ib.storage.id() != ob.storage.id() {
             continue;
         }
-        for l in [&ob.layout, &written] {
+        for (l, current) in [(&ob.layout, true), (&written, false)] {
             match (overlap(l, &ib.layout), aliasing) {
                 (Overlap::Partial, _) | (Overlap::Full, Aliasing::Disjoint) => {
                     return Err(overlap_error(
@@ -199,7 +227,7 @@ pub(crate) fn check_memory(
                          to the same memory location at different positions",
                     ))
                 }
-                (Overlap::Full, Aliasing::Exact) if resized => {
+                (Overlap::Full, Aliasing::Exact) if resized && current => {
                     return Err(overlap_error(
                         op,
                         "the output shares memory with an input and would have to be resized",

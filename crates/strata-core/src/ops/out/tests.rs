@@ -228,3 +228,52 @@ fn a_resized_output_with_elements_keeps_its_storage_when_it_fits() {
         a.neg().unwrap().to_vec::<f32>().unwrap()
     );
 }
+
+#[test]
+fn an_output_that_would_overlap_an_input_once_resized_is_refused_before_it_changes() {
+    // `out` holds nothing yet, but resized to the result's shape at its offset it would
+    // cover the input's memory one element further on.
+    let base = Tensor::arange(6, DType::F32).unwrap();
+    let x = base.narrow(0, 0, 5).unwrap();
+    let out = base.narrow(0, 1, 0).unwrap();
+    let before = (out.shape().to_vec(), out.stride(), out.data_ptr());
+    for r in [
+        x.exp_out(&out),
+        x.add_out(&x, 1i64, &out),
+        x.sum_out(Some(&[0]), true, &out.unsqueeze(0).unwrap()),
+    ] {
+        assert!(matches!(r, Err(Error::Overlap { .. })), "{r:?}");
+    }
+    assert_eq!((out.shape().to_vec(), out.stride(), out.data_ptr()), before);
+    assert_eq!(out.version(), 0);
+    assert_eq!(
+        base.to_vec::<f32>().unwrap(),
+        (0..6).map(|v| v as f32).collect::<Vec<_>>()
+    );
+    // An output that is the input exactly may still receive the result.
+    x.exp_out(&x).unwrap();
+}
+
+#[test]
+fn matrix_products_may_write_into_an_operand_or_resize_an_expanded_output() {
+    let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let want = a.mm(&a).unwrap().to_vec::<f32>().unwrap();
+    // Into an operand itself: computed through a private buffer, then copied in.
+    a.mm_out(&a.deep_clone().unwrap(), &a).unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), want);
+    // An expanded output of another shape is resized, as PyTorch's products do.
+    let b = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let e = Tensor::zeros(&[3], DType::F32)
+        .unwrap()
+        .expand(&[4, 3])
+        .unwrap();
+    b.mm_out(&b, &e).unwrap();
+    assert_eq!((e.shape().to_vec(), e.stride()), (vec![2, 2], vec![2, 1]));
+    assert_eq!(e.to_vec::<f32>().unwrap(), want);
+    // One of the right shape is refused: its elements share memory.
+    let e = Tensor::zeros(&[2], DType::F32)
+        .unwrap()
+        .expand(&[2, 2])
+        .unwrap();
+    assert!(matches!(b.mm_out(&b, &e), Err(Error::Overlap { .. })));
+}

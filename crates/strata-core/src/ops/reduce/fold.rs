@@ -235,6 +235,22 @@ impl Reduction {
         self.fold_as(ctx, x, x.dtype(), init, None, Fold::of_values(combine))
     }
 
+    /// The steps every reduction shares once its arguments are checked: `out` (when given) is
+    /// checked against `x` and resized to the result's shape, `fold` fills one accumulator
+    /// per result, and those are written, converted to `dtype`, into a new tensor or `out`.
+    pub(crate) fn write_result<A: Element>(
+        &self,
+        ctx: &OpContext,
+        x: &Tensor,
+        out: Option<&Tensor>,
+        dtype: DType,
+        fold: impl FnOnce(&Self) -> Result<Accumulators<A>>,
+    ) -> Result<Tensor> {
+        let dest = Dest::prepare(ctx, out, &self.out_shape, &[x])?;
+        let values = fold(self)?;
+        finish(ctx, &values, &self.out_shape, dtype, dest, x.device())
+    }
+
     /// Best value and its position along the single reduced dimension `dim`.
     fn arg_fold<A: Element>(
         &self,
@@ -274,23 +290,23 @@ impl Reduction {
 }
 
 /// Where a reduction's result goes.
-#[derive(Clone, Copy)]
-pub(crate) enum Dest<'a> {
+#[derive(Clone)]
+pub(crate) enum Dest {
     /// A new contiguous tensor.
     New,
     /// An `out=` tensor, already checked and given the result's shape.
-    Out(&'a Tensor),
+    Out(Tensor),
 }
 
-impl<'a> Dest<'a> {
+impl Dest {
     /// The last step of an op's validation: an `out` is checked against `inputs` for a
     /// result of `shape` and then resized to it.
     pub(crate) fn prepare(
         ctx: &OpContext,
-        out: Option<&'a Tensor>,
+        out: Option<&Tensor>,
         shape: &[usize],
         inputs: &[&Tensor],
-    ) -> Result<Dest<'a>> {
+    ) -> Result<Dest> {
         let target = out
             .map(|o| OutTarget::check(ctx.op(), o, shape, OutDType::Any, inputs, Aliasing::Exact))
             .transpose()?;
@@ -298,7 +314,7 @@ impl<'a> Dest<'a> {
     }
 
     /// A checked `out=` target resized to the result's shape, or a new tensor without one.
-    pub(crate) fn resize(ctx: &OpContext, target: Option<OutTarget<'a>>) -> Result<Dest<'a>> {
+    pub(crate) fn resize(ctx: &OpContext, target: Option<OutTarget>) -> Result<Dest> {
         Ok(match target {
             None => Dest::New,
             Some(t) => Dest::Out(t.resize(ctx)?),
@@ -357,7 +373,7 @@ pub(crate) fn finish<A: Element>(
     values: &Accumulators<A>,
     shape: &[usize],
     dtype: DType,
-    dest: Dest<'_>,
+    dest: Dest,
     device: Device,
 ) -> Result<Tensor> {
     match dest {
@@ -380,8 +396,8 @@ pub(crate) fn finish<A: Element>(
             Ok(Tensor::from_parts(storage, layout, dtype, None))
         }
         Dest::Out(out) => {
-            write_values(values, out)?;
-            Ok(written(out))
+            write_values(values, &out)?;
+            Ok(written(&out))
         }
     }
 }
@@ -477,8 +493,8 @@ impl ArgReduction {
         ctx: &OpContext,
         x: &Tensor,
         max: bool,
-        values: Option<Dest<'_>>,
-        indices: Dest<'_>,
+        values: Option<Dest>,
+        indices: Dest,
     ) -> Result<(Option<Tensor>, Tensor)> {
         let (r, d) = (&self.r, self.d);
         let shape = &r.out_shape;

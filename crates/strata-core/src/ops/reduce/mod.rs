@@ -21,7 +21,7 @@ use crate::op::OpContext;
 use crate::ops::out::{check_distinct_outputs, written, Aliasing, OutDType, OutTarget};
 use crate::{DType, Error, Result, Tensor};
 use dense_sum::dense_sum;
-use fold::{finish, floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction};
+use fold::{floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction};
 
 /// `sum` into a new tensor or `out` (whose dtype the sum is then computed in, each
 /// element converted to it first, as PyTorch does).
@@ -35,21 +35,22 @@ pub(crate) fn sum(
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     let natural = sum_dtype(x.dtype());
     let dtype = out.map_or(natural, Tensor::dtype);
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     if dtype.is_floating() {
-        let fast = if dtype == natural {
-            dense_sum(ctx, x, &r.mask)?
-        } else {
-            None
-        };
-        let v = match fast {
-            Some(v) => v,
-            None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
-        };
-        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+        r.write_result(ctx, x, out, dtype, |r| {
+            let fast = if dtype == natural {
+                dense_sum(ctx, x, &r.mask)?
+            } else {
+                None
+            };
+            match fast {
+                Some(v) => Ok(v),
+                None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum)),
+            }
+        })
     } else {
-        let v = r.fold_as(ctx, x, dtype, 0i64, None, Fold::of_values(Sum))?;
-        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+        r.write_result(ctx, x, out, dtype, |r| {
+            r.fold_as(ctx, x, dtype, 0i64, None, Fold::of_values(Sum))
+        })
     }
 }
 
@@ -64,19 +65,20 @@ pub(crate) fn mean(
     floating_only(ctx.op(), x)?;
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     let dtype = out.map_or(x.dtype(), Tensor::dtype);
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
-    let fast = if dtype == x.dtype() {
-        dense_sum(ctx, x, &r.mask)?
-    } else {
-        None
-    };
-    let v = match fast {
-        Some(v) => v,
-        None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
-    };
-    v.map_scalar(BinaryOp::Div, n);
-    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+    r.write_result(ctx, x, out, dtype, |r| {
+        let fast = if dtype == x.dtype() {
+            dense_sum(ctx, x, &r.mask)?
+        } else {
+            None
+        };
+        let v = match fast {
+            Some(v) => v,
+            None => r.fold_as(ctx, x, dtype, 0.0f64, None, Fold::of_values(Sum))?,
+        };
+        v.map_scalar(BinaryOp::Div, n);
+        Ok(v)
+    })
 }
 
 /// `prod` into a new tensor or `out` (computed in `out`'s dtype, as for `sum`).
@@ -89,19 +91,21 @@ pub(crate) fn prod(
 ) -> Result<Tensor> {
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     let dtype = out.map_or(sum_dtype(x.dtype()), Tensor::dtype);
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
-    if matches!(dtype, DType::F16 | DType::BF16) {
+    if dtype.is_floating() {
         // As PyTorch, a half-precision product is rounded at every step (so it overflows
         // where the exact product would not).
-        let fold = Fold::of_values(ProdRoundedTo(dtype));
-        let v = r.fold_as(ctx, x, dtype, 1.0f64, None, fold)?;
-        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
-    } else if dtype.is_floating() {
-        let v = r.fold_as(ctx, x, dtype, 1.0f64, None, Fold::of_values(Prod))?;
-        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+        let combine = if matches!(dtype, DType::F16 | DType::BF16) {
+            ProdRoundedTo(dtype)
+        } else {
+            Prod
+        };
+        r.write_result(ctx, x, out, dtype, |r| {
+            r.fold_as(ctx, x, dtype, 1.0f64, None, Fold::of_values(combine))
+        })
     } else {
-        let v = r.fold_as(ctx, x, dtype, 1i64, None, Fold::of_values(Prod))?;
-        finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+        r.write_result(ctx, x, out, dtype, |r| {
+            r.fold_as(ctx, x, dtype, 1i64, None, Fold::of_values(Prod))
+        })
     }
 }
 
@@ -116,18 +120,17 @@ pub(crate) fn amax(
 ) -> Result<Tensor> {
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     r.refuse_empty(ctx.op())?;
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
+    let combine = if max { Max } else { Min };
     if x.dtype().is_floating() {
-        let v = if max {
-            r.fold(ctx, x, f64::NEG_INFINITY, Max)?
+        let init = if max {
+            f64::NEG_INFINITY
         } else {
-            r.fold(ctx, x, f64::INFINITY, Min)?
+            f64::INFINITY
         };
-        finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
+        r.write_result(ctx, x, out, x.dtype(), |r| r.fold(ctx, x, init, combine))
     } else {
         let init = if max { i64::MIN } else { i64::MAX };
-        let v = r.fold(ctx, x, init, if max { Max } else { Min })?;
-        finish(ctx, &v, &r.out_shape, x.dtype(), dest, x.device())
+        r.write_result(ctx, x, out, x.dtype(), |r| r.fold(ctx, x, init, combine))
     }
 }
 
@@ -214,26 +217,26 @@ pub(crate) fn var(
     floating_only(ctx.op(), x)?;
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     let dtype = out.map_or(x.dtype(), Tensor::dtype);
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let n = r.count as f64;
-    let mean = match dense_sum(ctx, x, &r.mask)? {
-        Some(v) => v,
-        None => r.fold(ctx, x, 0.0f64, Sum)?,
-    };
-    mean.map_scalar(BinaryOp::Div, n);
-    let dt = x.dtype();
-    let deviations = Fold {
-        term: FoldTerm::SquaredDeviation,
-        combine: Sum,
-    };
-    let v = r.fold_as(ctx, x, dt, 0.0f64, Some(&mean), deviations)?;
-    drop(mean);
-    let denom = (n - correction).max(0.0);
-    v.map_scalar(BinaryOp::Div, denom);
-    if sqrt {
-        v.map(FloatOp::Sqrt);
-    }
-    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+    r.write_result(ctx, x, out, dtype, |r| {
+        let mean = match dense_sum(ctx, x, &r.mask)? {
+            Some(v) => v,
+            None => r.fold(ctx, x, 0.0f64, Sum)?,
+        };
+        mean.map_scalar(BinaryOp::Div, n);
+        let deviations = Fold {
+            term: FoldTerm::SquaredDeviation,
+            combine: Sum,
+        };
+        let v = r.fold_as(ctx, x, x.dtype(), 0.0f64, Some(&mean), deviations)?;
+        drop(mean);
+        let denom = (n - correction).max(0.0);
+        v.map_scalar(BinaryOp::Div, denom);
+        if sqrt {
+            v.map(FloatOp::Sqrt);
+        }
+        Ok(v)
+    })
 }
 
 /// `norm` into a new tensor or `out` (which has the input's dtype).
@@ -250,35 +253,31 @@ pub(crate) fn norm(
     if p.is_infinite() {
         r.refuse_empty(ctx.op())?;
     }
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
     let dt = x.dtype();
-    let fold = |term, combine| Fold { term, combine };
-    // The per-element term first, then plain folds (partial results combine the same way).
-    let v = if p == f64::INFINITY {
-        r.fold_as(
-            ctx,
-            x,
-            dt,
-            f64::NEG_INFINITY,
-            None,
-            fold(FoldTerm::Abs, Max),
-        )?
+    // The per-element term first, then plain folds (partial results combine the same way),
+    // then the root, where there is one.
+    let (init, term, combine) = if p == f64::INFINITY {
+        (f64::NEG_INFINITY, FoldTerm::Abs, Max)
     } else if p == f64::NEG_INFINITY {
-        r.fold_as(ctx, x, dt, f64::INFINITY, None, fold(FoldTerm::Abs, Min))?
+        (f64::INFINITY, FoldTerm::Abs, Min)
     } else if p == 0.0 {
-        r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::NonZero, Sum))?
+        (0.0, FoldTerm::NonZero, Sum)
     } else if p == 1.0 {
-        r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Abs, Sum))?
+        (0.0, FoldTerm::Abs, Sum)
     } else if p == 2.0 {
-        let s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::Square, Sum))?;
-        s.map(FloatOp::Sqrt);
-        s
+        (0.0, FoldTerm::Square, Sum)
     } else {
-        let s = r.fold_as(ctx, x, dt, 0.0f64, None, fold(FoldTerm::AbsPow(p), Sum))?;
-        s.map_scalar(BinaryOp::Pow, 1.0 / p);
-        s
+        (0.0, FoldTerm::AbsPow(p), Sum)
     };
-    finish(ctx, &v, &r.out_shape, dt, dest, x.device())
+    r.write_result(ctx, x, out, dt, |r| {
+        let v = r.fold_as(ctx, x, dt, init, None, Fold { term, combine })?;
+        if p == 2.0 {
+            v.map(FloatOp::Sqrt);
+        } else if p.is_finite() && p != 0.0 && p != 1.0 {
+            v.map_scalar(BinaryOp::Pow, 1.0 / p);
+        }
+        Ok(v)
+    })
 }
 
 /// `logsumexp` into a new tensor or `out` (any floating dtype), computed around each
@@ -307,27 +306,28 @@ pub(crate) fn logsumexp(
     };
     let r = Reduction::new(ctx.op(), x, dims, keepdim)?;
     let dtype = out.map_or(compute, Tensor::dtype);
-    let dest = Dest::prepare(ctx, out, &r.out_shape, &[x])?;
-    // The maximum of each group, with infinities replaced by 0 so that x - m stays finite.
-    // (An empty input folds nothing: every maximum stays -inf, then 0.)
-    let m = r.fold_as(
-        ctx,
-        x,
-        compute,
-        f64::NEG_INFINITY,
-        None,
-        Fold::of_values(Max),
-    )?;
-    m.zero_infinities();
-    let shifted = Fold {
-        term: FoldTerm::ExpShifted,
-        combine: Sum,
-    };
-    let v = r.fold_as(ctx, x, compute, 0.0f64, Some(&m), shifted)?;
-    v.map(FloatOp::Log);
-    v.add(&m);
-    drop(m);
-    finish(ctx, &v, &r.out_shape, dtype, dest, x.device())
+    r.write_result(ctx, x, out, dtype, |r| {
+        // The maximum of each group, with infinities replaced by 0 so that x - m stays
+        // finite. (An empty input folds nothing: every maximum stays -inf, then 0.)
+        let m = r.fold_as(
+            ctx,
+            x,
+            compute,
+            f64::NEG_INFINITY,
+            None,
+            Fold::of_values(Max),
+        )?;
+        m.zero_infinities();
+        let shifted = Fold {
+            term: FoldTerm::ExpShifted,
+            combine: Sum,
+        };
+        let v = r.fold_as(ctx, x, compute, 0.0f64, Some(&m), shifted)?;
+        v.map(FloatOp::Log);
+        v.add(&m);
+        drop(m);
+        Ok(v)
+    })
 }
 
 /// `cumsum` into a new contiguous tensor or `out` (computed in `out`'s dtype, each
@@ -348,7 +348,7 @@ pub(crate) fn cumsum(
     let dtype = out.map_or(sum_dtype(x.dtype()), Tensor::dtype);
     let backend = for_device(x.device())?;
     let dest = Dest::prepare(ctx, out, &shape, &[x])?;
-    let result = match dest {
+    let result = match &dest {
         Dest::New => {
             Tensor::uninit_with_layout(ctx, Layout::contiguous(&shape, 0), dtype, x.device())?
         }
@@ -358,7 +358,7 @@ pub(crate) fn cumsum(
         scan_sum(ctx, backend, x, &result, d, dtype)?;
     }
     Ok(match dest {
-        Dest::Out(o) => written(o),
+        Dest::Out(o) => written(&o),
         Dest::New => result,
     })
 }
