@@ -40,6 +40,7 @@ pub mod tensor;
 pub use api::autocast;
 pub use backend::cpu::gemm::bf16_dot_products;
 pub use backend::cpu::threads::{num_threads, pool as thread_pool};
+pub use backend::kernel::{AdamStep, SgdStep};
 pub use device::{DefaultDevice, Device};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};

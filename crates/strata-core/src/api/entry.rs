@@ -10,7 +10,8 @@
 //! Then one of the runners finishes the op: [`Entry::run`] (out of place: the forward, then
 //! the backward node), [`Entry::run_inplace`] (autograd's in-place refusals before anything
 //! is written, then the forward, then the history rewrite) or [`Entry::run_out`] (`out=`
-//! forms, refused when autograd would have to record them). The out-of-place runners
+//! forms, refused when autograd would have to record them) or [`Entry::run_update`] (an
+//! optimizer's step, outside the graph). The out-of-place runners
 //! ([`Entry::run`], [`Entry::run_untracked`], [`Entry::run_composite`]) first let the
 //! mixed-precision policy cast the inputs ([`super::autocast`]) and decide whether autograd
 //! records the op (grad mode on and an operand requiring grad); in-place ops, `out=` forms
@@ -166,6 +167,17 @@ impl<'a> Entry<'a> {
             check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
             refuse_out_with_grad(self.ctx.op(), &x, out)?;
         }
+        internal(|| forward(&self.ctx, &x))
+    }
+
+    /// Runs an optimizer's update in place on the operands themselves (never cast), outside
+    /// the graph as PyTorch's optimizers step under `no_grad`: nothing is refused or
+    /// recorded, and the forward bumps the version of every tensor it writes.
+    pub(crate) fn run_update<T>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+    ) -> Result<T> {
+        let x = self.operands();
         internal(|| forward(&self.ctx, &x))
     }
 

@@ -21,4 +21,5 @@ mod softmax;
 pub(crate) mod ternary;
 mod to_device;
 mod unary;
+mod update;
 mod views;

@@ -15,5 +15,5 @@ pub mod reduce;
 pub mod softmax;
 pub mod ternary;
 pub mod unary;
-pub mod update;
+pub(crate) mod update;
 pub mod views;

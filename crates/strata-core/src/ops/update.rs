@@ -1,44 +1,27 @@
 //! Fused in-place parameter updates, the kernels optimizers are built on: one pass over a
-//! parameter, its gradient and its state per step, allocating nothing.
+//! parameter, its gradient and its state per step, allocating nothing. The public methods
+//! ([`Tensor::sgd_`], [`Tensor::adam_`]) are in `api/update.rs`.
 //!
 //! The updates record no backward (an optimizer steps outside the graph, as PyTorch's
 //! `torch.no_grad()` step) and bump the version of every tensor they write, so a graph that
 //! saved a parameter before the step refuses to run backward with its new value.
-//!
-//! ```
-//! use strata_core::ops::update::{adam_, AdamStep};
-//! use strata_core::{DType, Tensor};
-//! let p = Tensor::ones(&[4], DType::F32)?;
-//! let g = Tensor::full(&[4], 0.5, DType::F32)?;
-//! let (m, v) = (Tensor::zeros(&[4], DType::F32)?, Tensor::zeros(&[4], DType::F32)?);
-//! let step = AdamStep { lr: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0,
-//!     decoupled_weight_decay: false, amsgrad: false, maximize: false, step: 1 };
-//! adam_(&p, &g, &[&m, &v], &step)?;
-//! // Adam's first step moves every element by about lr.
-//! assert!(p.to_vec::<f32>()?.iter().all(|x| (x - 0.9).abs() < 1e-6));
-//! # Ok::<(), strata_core::Error>(())
-//! ```
 
 use crate::backend::args::UpdateArgs;
 use crate::backend::for_device;
-use crate::backend::kernel::{UpdatePtrs, UpdateRule};
+use crate::backend::kernel::{AdamStep, SgdStep, UpdatePtrs, UpdateRule};
 use crate::op::OpContext;
 use crate::storage::{lock_storages, Access};
 use crate::{Error, Result, Tensor};
 
-pub use crate::backend::kernel::{AdamStep, SgdStep};
-
-/// One SGD step in place on `param` with gradient `grad`; `momentum_buffer` is required
-/// exactly when `step.momentum` is non-zero (on its first step it is overwritten with the
-/// gradient, so it may hold anything).
-#[track_caller]
-pub fn sgd_(
+/// One SGD step in place on `param` with gradient `grad`, after checking the step's
+/// settings; `momentum_buffer` is required exactly when `step.momentum` is non-zero.
+pub(crate) fn sgd(
+    ctx: &OpContext,
     param: &Tensor,
     grad: &Tensor,
     momentum_buffer: Option<&Tensor>,
     step: &SgdStep,
 ) -> Result<()> {
-    let ctx = OpContext::enter("sgd_step_");
     if step.nesterov && (step.momentum <= 0.0 || step.dampening != 0.0) {
         return Err(Error::argument(
             ctx.op(),
@@ -51,14 +34,18 @@ pub fn sgd_(
         ));
     }
     let state: Vec<&Tensor> = momentum_buffer.into_iter().collect();
-    apply(&ctx, param, grad, &state, UpdateRule::Sgd(*step))
+    apply(ctx, param, grad, &state, UpdateRule::Sgd(*step))
 }
 
-/// One Adam (or AdamW, with `decoupled_weight_decay`) step in place on `param` with gradient
-/// `grad`; `state` is `[exp_avg, exp_avg_sq]`, with `max_exp_avg_sq` third under amsgrad.
-#[track_caller]
-pub fn adam_(param: &Tensor, grad: &Tensor, state: &[&Tensor], step: &AdamStep) -> Result<()> {
-    let ctx = OpContext::enter("adam_step_");
+/// One Adam (or AdamW) step in place on `param` with gradient `grad`, after checking the
+/// step number; `state` is `[exp_avg, exp_avg_sq]`, with `max_exp_avg_sq` third under amsgrad.
+pub(crate) fn adam(
+    ctx: &OpContext,
+    param: &Tensor,
+    grad: &Tensor,
+    state: &[&Tensor],
+    step: &AdamStep,
+) -> Result<()> {
     if step.step == 0 {
         return Err(Error::argument(
             ctx.op(),
@@ -66,7 +53,7 @@ pub fn adam_(param: &Tensor, grad: &Tensor, state: &[&Tensor], step: &AdamStep) 
             Some("increment the step count before the update"),
         ));
     }
-    apply(&ctx, param, grad, state, UpdateRule::Adam(*step))
+    apply(ctx, param, grad, state, UpdateRule::Adam(*step))
 }
 
 /// Checks the operands of `rule` and runs it: everything is validated before anything is

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use strata_core::autograd::HookHandle;
-use strata_core::ops::update::{adam_, sgd_, AdamStep, SgdStep};
+use strata_core::{AdamStep, SgdStep};
 use strata_core::{Category, Error, Result, Tensor};
 
 use super::config::{check_lr, check_weight_decay, Adam, Rule, Sgd};
@@ -76,7 +76,7 @@ pub(crate) struct Inner {
 /// An optimizer: SGD, Adam or AdamW over parameter groups, PyTorch's formulas exactly.
 ///
 /// Every step is one fused pass per parameter over the parameter, its gradient and its
-/// state ([`strata_core::ops::update`]); after the first step (which creates the state) a
+/// state ([`Tensor::sgd_`], [`Tensor::adam_`]); after the first step (which creates the state) a
 /// step allocates nothing. The state is exactly as large as the rule needs: one tensor like
 /// each parameter for SGD with momentum, two for Adam, three with amsgrad, counted under the
 /// optimizer-state memory category. Adam's step count is a host counter.
@@ -398,8 +398,7 @@ impl Inner {
         let step = state.step + 1;
         let refs: Vec<&Tensor> = state.tensors.iter().collect();
         match rule {
-            Rule::Sgd(s) => sgd_(
-                p,
+            Rule::Sgd(s) => p.sgd_(
                 grad,
                 refs.first().copied(),
                 &SgdStep {
@@ -412,8 +411,7 @@ impl Inner {
                     first_step: step == 1,
                 },
             )?,
-            Rule::Adam(a) => adam_(
-                p,
+            Rule::Adam(a) => p.adam_(
                 grad,
                 &refs,
                 &AdamStep {
