@@ -18,8 +18,6 @@ mod api;
 pub mod autograd;
 pub(crate) mod backend;
 pub(crate) mod cast_scope;
-#[cfg(test)]
-mod conformance;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -475,6 +475,4 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
 }
 
 #[cfg(test)]
-mod category_tests;
-#[cfg(test)]
 mod tests;

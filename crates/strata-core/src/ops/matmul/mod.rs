@@ -11,8 +11,6 @@
 //! operands (and `addmm`'s input) must share a dtype. Large products run on strata's pool.
 
 mod check;
-#[cfg(test)]
-mod half_tests;
 pub(crate) mod out;
 #[cfg(test)]
 mod tests;

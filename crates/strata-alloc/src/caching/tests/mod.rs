@@ -1,4 +1,7 @@
-//! Unit tests of the caching algorithm over `VirtualBacking`.
+//! Unit tests of the caching algorithm over `VirtualBacking` (the per-category statistics
+//! are tested in `categories.rs`).
+
+mod categories;
 
 use super::*;
 use crate::backing::VirtualBacking;

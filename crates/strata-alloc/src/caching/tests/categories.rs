@@ -1,8 +1,8 @@
 //! Unit tests of the per-category statistics: bytes moving between categories, and the
 //! category mix at the moment of the peak.
 
-use super::*;
 use crate::backing::VirtualBacking;
+use crate::caching::*;
 
 #[test]
 fn categories_move_bytes_and_add_up_to_the_allocated_bytes() {

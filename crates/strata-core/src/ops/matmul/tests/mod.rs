@@ -1,4 +1,7 @@
-//! Tests of the matrix products and their `out=` forms.
+//! Tests of the matrix products and their `out=` forms (the f16 and bf16 products are
+//! tested in `half_products.rs`).
+
+mod half_products;
 
 use crate::backend::cpu::gemm::unravel;
 use crate::layout::broadcast::broadcast_shapes;
