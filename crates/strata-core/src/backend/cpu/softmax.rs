@@ -9,27 +9,24 @@
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use super::math::{exp_f32, exp_f32_with};
+use super::math::{exp_f32_with, Float};
 use super::threads::{pool, GRAIN_SIZE};
 use crate::backend::args::SoftmaxArgs;
 use crate::dtype::DType;
 
-/// The arithmetic a softmax runs in: f32 (also for f16/bf16) or f64.
-trait SoftmaxFloat: Copy + Send + Sync + PartialOrd + 'static {
+/// What the softmax kernels need of their compute type (f32, also for f16/bf16, or f64)
+/// beyond [`Float`]'s arithmetic: a NaN-winning maximum written so that it vectorises, the
+/// fused-multiply-add `exp`, and the widest slab kernel this CPU runs.
+trait SoftmaxFloat: Float {
+    /// Negative infinity, the maximum of nothing.
     const NEG_INF: Self;
-    const ZERO: Self;
-    fn exp(self) -> Self;
+    /// The larger of two values, NaN winning (as in PyTorch), without branches on data.
+    fn max_nan(self, other: Self) -> Self;
     /// `exp` in code compiled with FMA enabled (see [`exp_f32_with`]).
     #[inline(always)]
     fn exp_fused(self) -> Self {
-        self.exp()
+        self.exp_vectorisable()
     }
-    fn ln(self) -> Self;
-    fn max_nan(self, other: Self) -> Self;
-    fn sub(self, other: Self) -> Self;
-    fn add(self, other: Self) -> Self;
-    fn mul(self, other: Self) -> Self;
-    fn recip(self) -> Self;
     /// [`slab`] with the widest vector instructions this CPU has. `stream` allows
     /// non-temporal stores for the output (the caller fences after the last slab).
     fn slab_best(
@@ -46,8 +43,8 @@ trait SoftmaxFloat: Copy + Send + Sync + PartialOrd + 'static {
 }
 
 macro_rules! softmax_float {
-    ($t:ty, $exp:expr, avx2) => {
-        softmax_float!($t, $exp, {
+    ($t:ty, avx2) => {
+        softmax_float!($t, {
             #[inline]
             fn slab_best(
                 x: &[Self],
@@ -72,45 +69,19 @@ macro_rules! softmax_float {
             }
         });
     };
-    ($t:ty, $exp:expr) => {
-        softmax_float!($t, $exp, {});
+    ($t:ty) => {
+        softmax_float!($t, {});
     };
-    ($t:ty, $exp:expr, { $($extra:item)* }) => {
+    ($t:ty, { $($extra:item)* }) => {
         impl SoftmaxFloat for $t {
             const NEG_INF: Self = <$t>::NEG_INFINITY;
-            const ZERO: Self = 0.0;
-            #[inline(always)]
-            fn exp(self) -> Self {
-                $exp(self)
-            }
-            #[inline(always)]
-            fn ln(self) -> Self {
-                <$t>::ln(self)
-            }
             #[inline(always)]
             fn max_nan(self, other: Self) -> Self {
-                // NaN wins, as in PyTorch; written without branches on data so it vectorises.
                 if self.is_nan() || self > other {
                     self
                 } else {
                     other
                 }
-            }
-            #[inline(always)]
-            fn sub(self, other: Self) -> Self {
-                self - other
-            }
-            #[inline(always)]
-            fn add(self, other: Self) -> Self {
-                self + other
-            }
-            #[inline(always)]
-            fn mul(self, other: Self) -> Self {
-                self * other
-            }
-            #[inline(always)]
-            fn recip(self) -> Self {
-                1.0 / self
             }
             $($extra)*
         }
@@ -147,8 +118,8 @@ unsafe fn slab_avx2(
     }
 }
 
-softmax_float!(f32, exp_f32, avx2);
-softmax_float!(f64, f64::exp);
+softmax_float!(f32, avx2);
+softmax_float!(f64);
 
 /// Lanes of independent partial results in the row reductions (lets the compiler keep
 /// several vector accumulators).
@@ -176,7 +147,13 @@ fn row_max<T: SoftmaxFloat>(x: &[T]) -> T {
 /// Softmax (or log-softmax) of one contiguous row `x` into `out`.
 #[inline(always)]
 fn row<T: SoftmaxFloat, const FUSED: bool>(x: &[T], out: &mut [T], log: bool) {
-    let exp = |v: T| if FUSED { v.exp_fused() } else { v.exp() };
+    let exp = |v: T| {
+        if FUSED {
+            v.exp_fused()
+        } else {
+            v.exp_vectorisable()
+        }
+    };
     let m = row_max(x);
     // An all -inf row gives NaN in PyTorch (exp(-inf - -inf)); keep that.
     let mut acc = [T::ZERO; LANES];
@@ -219,7 +196,7 @@ fn row<T: SoftmaxFloat, const FUSED: bool>(x: &[T], out: &mut [T], log: bool) {
         for a in acc {
             s = s.add(a);
         }
-        let r = s.recip();
+        let r = T::ONE.div(s);
         for o in out.iter_mut() {
             *o = o.mul(r);
         }
@@ -236,7 +213,13 @@ fn block<T: SoftmaxFloat, const FUSED: bool>(
     log: bool,
     scratch: &mut [T],
 ) {
-    let exp = |v: T| if FUSED { v.exp_fused() } else { v.exp() };
+    let exp = |v: T| {
+        if FUSED {
+            v.exp_fused()
+        } else {
+            v.exp_vectorisable()
+        }
+    };
     let (m, s) = scratch.split_at_mut(inner);
     m.fill(T::NEG_INF);
     s.fill(T::ZERO);
@@ -256,7 +239,7 @@ fn block<T: SoftmaxFloat, const FUSED: bool>(
         }
     } else {
         for a in s.iter_mut() {
-            *a = a.recip();
+            *a = T::ONE.div(*a);
         }
     }
     for (r, o) in x.chunks_exact(inner).zip(out.chunks_exact_mut(inner)) {
