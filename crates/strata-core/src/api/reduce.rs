@@ -4,17 +4,18 @@
 
 use super::entry::Entry;
 use crate::autograd::formulas::reduce::{self as grad, Reduce};
+use crate::layout::int_arg::IntArg;
 use crate::op::OpContext;
 use crate::ops::reduce as fwd;
 use crate::{Result, Tensor};
 
 /// A reduction `r` of `x` over `dims`, computed by `forward`.
 #[track_caller]
-fn reduction(
+fn reduction<D: IntArg>(
     x: &Tensor,
     name: &'static str,
     r: Reduce,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     keepdim: bool,
     forward: impl FnOnce(&OpContext, &Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
@@ -50,6 +51,14 @@ impl Tensor {
         })
     }
 
+    /// [`Tensor::sum`] over dimensions strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn sum_over(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduction(self, "sum", Reduce::Sum, Some(dims), keepdim, |ctx, x| {
+            fwd::sum(ctx, x, Some(dims), keepdim, None)
+        })
+    }
+
     /// Mean over `dims` (floating tensors only; an empty reduction is NaN).
     #[track_caller]
     pub fn mean(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
@@ -58,11 +67,27 @@ impl Tensor {
         })
     }
 
+    /// [`Tensor::mean`] over dimensions strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn mean_over(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduction(self, "mean", Reduce::Mean, Some(dims), keepdim, |ctx, x| {
+            fwd::mean(ctx, x, Some(dims), keepdim, None)
+        })
+    }
+
     /// Product over `dims`; integers and bools multiply to i64.
     #[track_caller]
     pub fn prod(&self, dims: Option<&[i64]>, keepdim: bool) -> Result<Tensor> {
         reduction(self, "prod", Reduce::Prod, dims, keepdim, |ctx, x| {
             fwd::prod(ctx, x, dims, keepdim, None)
+        })
+    }
+
+    /// [`Tensor::prod`] over dimensions strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn prod_over(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduction(self, "prod", Reduce::Prod, Some(dims), keepdim, |ctx, x| {
+            fwd::prod(ctx, x, Some(dims), keepdim, None)
         })
     }
 
@@ -119,6 +144,24 @@ impl Tensor {
             dims,
             keepdim,
             |ctx, x| fwd::var(ctx, x, dims, correction, keepdim, false, None),
+        )
+    }
+
+    /// [`Tensor::var`] over dimensions strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn var_over(
+        &self,
+        dims: &[usize],
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        reduction(
+            self,
+            "var",
+            Reduce::Var(correction),
+            Some(dims),
+            keepdim,
+            |ctx, x| fwd::var(ctx, x, Some(dims), correction, keepdim, false, None),
         )
     }
 

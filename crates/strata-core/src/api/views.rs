@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::entry::Entry;
 use crate::autograd::view as grad;
+use crate::layout::int_arg::IntArg;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::views::{self as fwd, Pieces, Reshaped, SplitSize};
@@ -53,6 +54,22 @@ fn split_views(ctx: &OpContext, x: &Tensor, (d, pieces): Pieces) -> Vec<Tensor> 
         .collect()
 }
 
+/// `reshape`: a view when the strides allow it, else a contiguous copy whose backward
+/// reshapes the gradient back.
+#[track_caller]
+fn reshape<S: IntArg>(x: &Tensor, shape: &[S]) -> Result<Tensor> {
+    Entry::new("reshape", &[x])?.run_view(
+        |ctx, x| fwd::reshape(ctx, x, shape),
+        |ctx, x, r| match r {
+            Reshaped::View(l) => Ok(x.view_by_op(ctx.op(), l, ViewCreation::Plain)),
+            Reshaped::Copy(out) => {
+                grad::reshape_copy(ctx, x, &out);
+                Ok(out)
+            }
+        },
+    )
+}
+
 impl Tensor {
     /// The same elements seen with another shape, without copying. One dimension may be -1.
     /// Fails when the strides cannot express the new shape: use [`Tensor::reshape`], which
@@ -62,20 +79,23 @@ impl Tensor {
         view_by_op(self, "view", |ctx, x| fwd::view(ctx, x, shape))
     }
 
+    /// [`Tensor::view`] to a shape strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn view_to(&self, shape: &[usize]) -> Result<Tensor> {
+        view_by_op(self, "view", |ctx, x| fwd::view(ctx, x, shape))
+    }
+
     /// The same elements with another shape: a view when the strides allow it, else a
     /// contiguous copy.
     #[track_caller]
     pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
-        Entry::new("reshape", &[self])?.run_view(
-            |ctx, x| fwd::reshape(ctx, x, shape),
-            |ctx, x, r| match r {
-                Reshaped::View(l) => Ok(x.view_by_op(ctx.op(), l, ViewCreation::Plain)),
-                Reshaped::Copy(out) => {
-                    grad::reshape_copy(ctx, x, &out);
-                    Ok(out)
-                }
-            },
-        )
+        reshape(self, shape)
+    }
+
+    /// [`Tensor::reshape`] to a shape strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn reshape_to(&self, shape: &[usize]) -> Result<Tensor> {
+        reshape(self, shape)
     }
 
     /// Swaps two dimensions.
@@ -153,6 +173,12 @@ impl Tensor {
         view_by_op(self, "expand", |ctx, x| fwd::expand(ctx, x, shape))
     }
 
+    /// [`Tensor::expand`] to a shape strata's own code holds as `usize`s.
+    #[track_caller]
+    pub(crate) fn expand_to(&self, shape: &[usize]) -> Result<Tensor> {
+        view_by_op(self, "expand", |ctx, x| fwd::expand(ctx, x, shape))
+    }
+
     /// The same as [`Tensor::expand`]: this tensor seen with a broadcast shape.
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[i64]) -> Result<Tensor> {
@@ -178,7 +204,7 @@ impl Tensor {
         Entry::new("flatten", &[self])?.run_view(
             |ctx, x| fwd::flatten(ctx, x, start_dim, end_dim),
             |_, x, shape| match shape {
-                Some(shape) => x.reshape(&shape),
+                Some(shape) => x.reshape_to(&shape),
                 None => Ok(x.clone()),
             },
         )

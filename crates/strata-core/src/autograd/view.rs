@@ -37,7 +37,7 @@ pub(crate) type Replay = Arc<dyn Fn(&Tensor) -> Result<Tensor> + Send + Sync>;
 impl ViewGrad {
     pub fn apply(&self, g: &Tensor) -> Result<Tensor> {
         match self {
-            ViewGrad::Reshape(shape) => g.reshape(&to_i64(shape)),
+            ViewGrad::Reshape(shape) => g.reshape_to(shape),
             ViewGrad::Permute(perm) => {
                 let mut inv = vec![0i64; perm.len()];
                 for (i, &p) in perm.iter().enumerate() {
@@ -54,10 +54,6 @@ impl ViewGrad {
     }
 }
 
-pub(crate) fn to_i64(v: &[usize]) -> Vec<i64> {
-    v.iter().map(|&x| x as i64).collect()
-}
-
 /// Sums `g` down to `shape` (the reverse of broadcasting `shape` to `g`'s shape).
 pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let gs = g.shape();
@@ -65,18 +61,18 @@ pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
         return Ok(g.clone());
     }
     let lead = gs.len().saturating_sub(shape.len());
-    let mut dims: Vec<i64> = (0..lead as i64).collect();
+    let mut dims: Vec<usize> = (0..lead).collect();
     for (i, &s) in shape.iter().enumerate() {
         if s == 1 && gs.get(lead + i).is_some_and(|&d| d != 1) {
-            dims.push((lead + i) as i64);
+            dims.push(lead + i);
         }
     }
     let summed = if dims.is_empty() {
         g.clone()
     } else {
-        g.sum(Some(&dims), true)?
+        g.sum_over(&dims, true)?
     };
-    summed.reshape(&to_i64(shape))
+    summed.reshape_to(shape)
 }
 
 fn max_position(l: &Layout) -> usize {
@@ -108,15 +104,15 @@ fn positions(l: &Layout, lo: usize, device: Device) -> Result<Tensor> {
     let on = Tensor::on(device);
     let mut pos = on.scalar((l.offset() - lo) as i64, DType::I64)?;
     for (d, (&size, &stride)) in l.sizes().iter().zip(l.strides()).enumerate() {
-        let mut shape = vec![1i64; n];
-        shape[d] = size as i64;
+        let mut shape = vec![1; n];
+        shape[d] = size;
         let along = on
             .arange(size, DType::I64)?
             .mul(stride as i64)?
-            .reshape(&shape)?;
+            .reshape_to(&shape)?;
         pos = pos.add(&along)?;
     }
-    pos.broadcast_to(&to_i64(l.sizes()))?.reshape(&[-1])
+    pos.expand_to(l.sizes())?.reshape(&[-1])
 }
 
 /// True when no two elements of `l` can share a storage position (strides sorted, each
@@ -154,11 +150,11 @@ pub(crate) fn geometry_backward(
             let n = input.numel();
             let ids = Tensor::on(g.device())
                 .arange(n, DType::I64)?
-                .reshape(&to_i64(input.sizes()))?;
+                .reshape_to(input.sizes())?;
             let picked = replay(&ids)?.reshape(&[-1])?;
             let gx = Tensor::on(g.device()).zeros(&[n], g.dtype())?;
             gx.index_add_(0, &picked, &g.reshape(&[-1])?, 1)?;
-            return gx.reshape(&to_i64(input.sizes()));
+            return gx.reshape_to(input.sizes());
         }
         return Err(Error::Autograd {
             message: "the gradient of a view of a tensor whose elements overlap in memory \
@@ -281,8 +277,8 @@ impl Tensor {
 /// new shape: its gradient is reshaped back to `x`'s shape.
 pub(crate) fn reshape_copy(ctx: &OpContext, x: &Tensor, out: &Tensor) {
     if let Some(rec) = Recorder::begin(ctx, "ReshapeAliasBackward0", &[x]) {
-        let shape = to_i64(&x.shape());
-        rec.finish(out, move |g| Ok(vec![Some(g.reshape(&shape)?)]));
+        let shape = x.shape();
+        rec.finish(out, move |g| Ok(vec![Some(g.reshape_to(&shape)?)]));
     }
 }
 

@@ -5,6 +5,7 @@
 //! in ([`order`]) and overlap between tensors ([`overlap`]).
 
 pub mod broadcast;
+pub mod int_arg;
 pub mod order;
 pub mod overlap;
 pub mod view;

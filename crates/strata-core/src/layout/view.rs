@@ -1,11 +1,13 @@
 //! View compatibility: which shapes a strided tensor can be re-viewed as without a copy.
 
+use super::int_arg::IntArg;
+
 /// Resolves one `-1` in a requested shape against `numel` elements (PyTorch's `infer_size`).
 /// Errors describe the mismatch in words.
-pub fn infer_size(shape: &[i64], numel: usize) -> Result<Vec<usize>, String> {
+pub fn infer_size<S: IntArg>(shape: &[S], numel: usize) -> Result<Vec<usize>, String> {
     let mut infer_at = None;
     let mut known = 1usize;
-    for (i, &s) in shape.iter().enumerate() {
+    for (i, s) in shape.iter().map(|s| s.signed()).enumerate() {
         if s == -1 {
             if infer_at.replace(i).is_some() {
                 return Err("only one dimension can be inferred (more than one -1 given)".into());
@@ -19,7 +21,7 @@ pub fn infer_size(shape: &[i64], numel: usize) -> Result<Vec<usize>, String> {
         }
     }
     let mismatch = || format!("shape {shape:?} is invalid for input of size {numel}");
-    let mut out: Vec<usize> = shape.iter().map(|&s| s.max(0) as usize).collect();
+    let mut out: Vec<usize> = shape.iter().map(|s| s.signed().max(0) as usize).collect();
     match infer_at {
         Some(i) => {
             if known == 0 || !numel.is_multiple_of(known) {
@@ -89,11 +91,11 @@ mod tests {
 
     #[test]
     fn infers_one_dim() {
-        assert_eq!(infer_size(&[2, -1], 6).unwrap(), vec![2, 3]);
-        assert!(infer_size(&[4], 3).is_err());
-        assert!(infer_size(&[-1, -1], 4).is_err());
-        assert!(infer_size(&[0, -1], 0).is_err());
-        assert_eq!(infer_size(&[], 1).unwrap(), Vec::<usize>::new());
+        assert_eq!(infer_size(&[2i64, -1], 6).unwrap(), vec![2, 3]);
+        assert!(infer_size(&[4i64], 3).is_err());
+        assert!(infer_size(&[-1i64, -1], 4).is_err());
+        assert!(infer_size(&[0i64, -1], 0).is_err());
+        assert_eq!(infer_size::<i64>(&[], 1).unwrap(), Vec::<usize>::new());
     }
 
     #[test]

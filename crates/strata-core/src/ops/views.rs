@@ -4,6 +4,7 @@
 //! view is made. The public methods are in `api/views.rs`; how a view's gradient maps back
 //! to its input, and how views are recorded, in the view module of the gradient layer.
 
+use crate::layout::int_arg::IntArg;
 use crate::layout::view::{compute_stride, infer_size};
 use crate::layout::{contiguous_strides, wrap_dim, Layout};
 use crate::op::OpContext;
@@ -23,7 +24,7 @@ pub(crate) fn dim_arg(op: &'static str, dim: i64, ndim: usize) -> Result<usize> 
     wrap_dim(dim, ndim).ok_or(Error::Dim { op, dim, ndim })
 }
 
-fn parse_shape(op: &'static str, shape: &[i64], numel: usize) -> Result<Vec<usize>> {
+fn parse_shape<S: IntArg>(op: &'static str, shape: &[S], numel: usize) -> Result<Vec<usize>> {
     infer_size(shape, numel).map_err(|m| {
         Error::shape(op, m, vec![]).with_hint("the new shape must hold exactly as many elements")
     })
@@ -54,7 +55,7 @@ pub(crate) type Permuted = (Layout, Vec<usize>);
 
 /// `view`'s layout: `x`'s elements seen with `shape` (one dimension may be -1), when the
 /// strides can express it.
-pub(crate) fn view(ctx: &OpContext, x: &Tensor, shape: &[i64]) -> Result<Layout> {
+pub(crate) fn view<S: IntArg>(ctx: &OpContext, x: &Tensor, shape: &[S]) -> Result<Layout> {
     let l = x.layout();
     let sizes = parse_shape(ctx.op(), shape, l.numel())?;
     let strides = compute_stride(l.sizes(), l.strides(), &sizes).ok_or_else(|| Error::View {
@@ -75,7 +76,7 @@ pub(crate) enum Reshaped {
 }
 
 /// `reshape`: a view's layout when the strides allow it, else the contiguous copy.
-pub(crate) fn reshape(ctx: &OpContext, x: &Tensor, shape: &[i64]) -> Result<Reshaped> {
+pub(crate) fn reshape<S: IntArg>(ctx: &OpContext, x: &Tensor, shape: &[S]) -> Result<Reshaped> {
     let l = x.layout();
     let sizes = parse_shape(ctx.op(), shape, l.numel())?;
     if let Some(strides) = compute_stride(l.sizes(), l.strides(), &sizes) {
@@ -287,7 +288,7 @@ pub(crate) fn select(ctx: &OpContext, x: &Tensor, dim: i64, index: i64) -> Resul
 
 /// `expand` (and `broadcast_to`): size-1 dimensions repeated (stride 0), leading ones
 /// added; `-1` keeps a dimension's size.
-pub(crate) fn expand(ctx: &OpContext, x: &Tensor, shape: &[i64]) -> Result<Layout> {
+pub(crate) fn expand<S: IntArg>(ctx: &OpContext, x: &Tensor, shape: &[S]) -> Result<Layout> {
     let l = x.layout();
     let n = l.ndim();
     if shape.len() < n {
@@ -304,7 +305,7 @@ pub(crate) fn expand(ctx: &OpContext, x: &Tensor, shape: &[i64]) -> Result<Layou
     let mut sizes = vec![0usize; shape.len()];
     let mut strides = vec![0usize; shape.len()];
     for i in (0..shape.len()).rev() {
-        let target = shape[i];
+        let target = shape[i].signed();
         if i < lead {
             if target < 0 {
                 return Err(Error::shape(
@@ -409,7 +410,7 @@ pub(crate) fn flatten(
     x: &Tensor,
     start_dim: i64,
     end_dim: i64,
-) -> Result<Option<Vec<i64>>> {
+) -> Result<Option<Vec<usize>>> {
     let l = x.layout();
     let n = l.ndim();
     let (s, e) = (
@@ -429,9 +430,9 @@ pub(crate) fn flatten(
     if s == e {
         return Ok(None);
     }
-    let mut shape: Vec<i64> = l.sizes()[..s].iter().map(|&v| v as i64).collect();
-    shape.push(l.sizes()[s..=e].iter().product::<usize>() as i64);
-    shape.extend(l.sizes()[e + 1..].iter().map(|&v| v as i64));
+    let mut shape = l.sizes()[..s].to_vec();
+    shape.push(l.sizes()[s..=e].iter().product());
+    shape.extend_from_slice(&l.sizes()[e + 1..]);
     Ok(Some(shape))
 }
 
@@ -463,9 +464,9 @@ pub(crate) fn unflatten(ctx: &OpContext, x: &Tensor, dim: i64, sizes: &[i64]) ->
             vec![l.sizes().to_vec()],
         )
     })?;
-    let mut shape: Vec<i64> = l.sizes()[..d].iter().map(|&v| v as i64).collect();
-    shape.extend(inner.iter().map(|&v| v as i64));
-    shape.extend(l.sizes()[d + 1..].iter().map(|&v| v as i64));
+    let mut shape = l.sizes()[..d].to_vec();
+    shape.extend(inner);
+    shape.extend_from_slice(&l.sizes()[d + 1..]);
     view(ctx, x, &shape)
 }
 
@@ -750,8 +751,7 @@ pub(crate) fn unbind(ctx: &OpContext, x: &Tensor, dim: i64) -> Result<Vec<Part>>
 /// `alias`: a view of the same elements with the same shape (like any `view`, the strides
 /// of size-1 dimensions are recomputed).
 pub(crate) fn alias(ctx: &OpContext, x: &Tensor) -> Result<Layout> {
-    let shape: Vec<i64> = x.shape().iter().map(|&s| s as i64).collect();
-    view(ctx, x, &shape)
+    view(ctx, x, &x.shape()[..])
 }
 
 /// `detach`: `x`'s memory and version counter, without its gradient history. Of an

@@ -93,7 +93,7 @@ fn fold_to(full: &Tensor, shape: &[usize]) -> Result<Tensor> {
     if summed.shape().as_slice() == shape {
         return Ok(summed);
     }
-    summed.reshape(&super::super::view::to_i64(shape))
+    summed.reshape_to(shape)
 }
 
 /// Records `out = outer(a, b)`.

@@ -14,6 +14,7 @@ pub(crate) mod ternary;
 pub(crate) mod unary;
 
 use super::record::Recorder;
+use crate::layout::int_arg::IntArg;
 use crate::layout::wrap_dim;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
@@ -40,13 +41,16 @@ where
 }
 
 /// The dimensions a reduction over `dims` covers (none given, or an empty list: all).
-pub(crate) fn reduced_dims(dims: Option<&[i64]>, ndim: usize) -> Vec<usize> {
+pub(crate) fn reduced_dims<D: IntArg>(dims: Option<&[D]>, ndim: usize) -> Vec<usize> {
     if ndim == 0 {
         // A 0-d tensor accepts dim 0 or -1 but has no dimension to reduce.
         return Vec::new();
     }
     let mut v: Vec<usize> = match dims {
-        Some(d) if !d.is_empty() => d.iter().filter_map(|&x| wrap_dim(x, ndim)).collect(),
+        Some(d) if !d.is_empty() => d
+            .iter()
+            .filter_map(|x| wrap_dim(x.signed(), ndim))
+            .collect(),
         _ => (0..ndim).collect(),
     };
     v.sort_unstable();
@@ -74,8 +78,7 @@ pub(crate) fn expand_back(
     keepdim: bool,
 ) -> Result<Tensor> {
     let kept = keep_dims(g, dims, keepdim)?;
-    let shape: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-    kept.expand(&shape)
+    kept.expand_to(shape)
 }
 
 /// `x > 0` minus `x < 0`, in `x`'s dtype.

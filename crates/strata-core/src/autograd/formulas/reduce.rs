@@ -1,6 +1,7 @@
 //! Backward of the reductions and `cumsum`.
 
 use super::{expand_back, keep_dims, record, reduced_dims, sign, take, Grads};
+use crate::layout::int_arg::IntArg;
 use crate::layout::wrap_dim;
 use crate::op::OpContext;
 use crate::{Result, Tensor};
@@ -34,11 +35,11 @@ fn name(r: Reduce) -> &'static str {
 }
 
 /// Records `out = r(x, dims, keepdim)`.
-pub(crate) fn reduction(
+pub(crate) fn reduction<D: IntArg>(
     ctx: &OpContext,
     r: Reduce,
     x: &Tensor,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     keepdim: bool,
     out: &Tensor,
 ) -> Result<()> {
@@ -59,7 +60,6 @@ pub(crate) fn reduction(
             }
             _ => None,
         };
-        let dims_i: Vec<i64> = rd.iter().map(|&d| d as i64).collect();
         Ok(move |g: Tensor| -> Grads {
             let ge = expand_back(&g, &shape, &rd, keepdim)?;
             let gx = match r {
@@ -69,7 +69,7 @@ pub(crate) fn reduction(
                 Reduce::Amax | Reduce::Amin => {
                     let (x, y) = (take(&sx)?, take(&so)?);
                     let hit = x.eq(&keep_dims(&y, &rd, keepdim)?)?.to(g.dtype())?;
-                    let n = hit.sum(Some(&dims_i), true)?;
+                    let n = hit.sum_over(&rd, true)?;
                     ge.mul(&hit)?.div(&n)?
                 }
                 Reduce::Logsumexp => {
@@ -78,18 +78,18 @@ pub(crate) fn reduction(
                 }
                 Reduce::Var(c) => {
                     let x = take(&sx)?;
-                    let dev = x.sub(&x.mean(Some(&dims_i), true)?)?;
+                    let dev = x.sub(&x.mean_over(&rd, true)?)?;
                     ge.mul(&dev)?.mul(2.0 / (count as f64 - c))?
                 }
                 Reduce::Std(c) => {
                     let (x, y) = (take(&sx)?, take(&so)?);
-                    let dev = x.sub(&x.mean(Some(&dims_i), true)?)?;
+                    let dev = x.sub(&x.mean_over(&rd, true)?)?;
                     let s = keep_dims(&y, &rd, keepdim)?;
                     ge.mul(&dev)?.div(&s.mul(count as f64 - c)?)?
                 }
                 Reduce::Norm(p) => {
                     let (x, y) = (take(&sx)?, take(&so)?);
-                    norm_grad(&ge, &x, &keep_dims(&y, &rd, keepdim)?, p, &dims_i)?
+                    norm_grad(&ge, &x, &keep_dims(&y, &rd, keepdim)?, p, &rd)?
                 }
             };
             Ok(vec![Some(gx)])
@@ -103,14 +103,12 @@ pub(crate) fn reduction(
 /// meta device, which has none, predicts it).
 fn prod_grad(g: &Tensor, x: &Tensor, rd: &[usize], keepdim: bool) -> Result<Tensor> {
     let shape = x.shape();
-    let full: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-    let dims: Vec<i64> = rd.iter().map(|&d| d as i64).collect();
     let ge = expand_back(g, &shape, rd, keepdim)?;
     let is_zero = x.eq(0i64)?;
-    let zeros = is_zero.sum(Some(&dims), true)?.expand(&full)?;
+    let zeros = is_zero.sum_over(rd, true)?.expand_to(&shape)?;
     let one = Tensor::on(x.device()).scalar(1i64, x.dtype())?;
     let nonzero = Tensor::where_cond(&is_zero, &one, x)?;
-    let rest = nonzero.prod(Some(&dims), true)?.expand(&full)?;
+    let rest = nonzero.prod_over(rd, true)?.expand_to(&shape)?;
     let zero = super::zero(x)?;
     let at_only_zero = Tensor::where_cond(&is_zero, &rest, &zero)?;
     let others = Tensor::where_cond(
@@ -121,12 +119,10 @@ fn prod_grad(g: &Tensor, x: &Tensor, rd: &[usize], keepdim: bool) -> Result<Tens
     ge.mul(&others)
 }
 
-fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Result<Tensor> {
+fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[usize]) -> Result<Tensor> {
     // The gradient is taken as 0 where the norm is 0.
     let zero_where_norm_is_zero = |q: Tensor| -> Result<Tensor> {
-        let at_zero = n
-            .eq(0i64)?
-            .expand(&super::super::view::to_i64(&x.shape()))?;
+        let at_zero = n.eq(0i64)?.expand_to(&x.shape())?;
         Tensor::where_cond(&at_zero, &super::zero(x)?, &q)
     };
     if p == 2.0 {
@@ -137,7 +133,7 @@ fn norm_grad(ge: &Tensor, x: &Tensor, n: &Tensor, p: f64, dims: &[i64]) -> Resul
     }
     if p.is_infinite() {
         let hit = x.abs()?.eq(n)?.to(x.dtype())?;
-        let count = hit.sum(Some(dims), true)?;
+        let count = hit.sum_over(dims, true)?;
         return ge.mul(&sign(x)?)?.mul(&hit)?.div(&count);
     }
     if p == 0.0 {

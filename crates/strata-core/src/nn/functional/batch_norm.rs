@@ -178,20 +178,20 @@ fn forward(
     let dims = reduced_dims(x.dim());
     let bshape = broadcast_shape(x.dim(), c);
     let (mean, invstd) = if stats.training {
-        let mean = xa.mean(Some(&dims), true)?;
-        let var = xa.var(Some(&dims), 0.0, true)?;
+        let mean = xa.mean_over(&dims, true)?;
+        let var = xa.var_over(&dims, 0.0, true)?;
         let invstd = var.add(stats.eps)?.rsqrt()?;
         let m = stats.momentum;
         if let Some(rm) = stats.running_mean {
             let new = rm
                 .to(acc)?
                 .mul(1.0 - m)?
-                .add(&mean.reshape(&[c as i64])?.mul(m)?)?;
+                .add(&mean.reshape_to(&[c])?.mul(m)?)?;
             copy_unversioned(ctx, rm, &new)?;
         }
         if let Some(rv) = stats.running_var {
             let unbiased = var
-                .reshape(&[c as i64])?
+                .reshape_to(&[c])?
                 .mul(per_channel as f64 / (per_channel - 1) as f64)?;
             let new = rv.to(acc)?.mul(1.0 - m)?.add(&unbiased.mul(m)?)?;
             copy_unversioned(ctx, rv, &new)?;
@@ -202,18 +202,18 @@ fn forward(
             (Some(rm), Some(rv)) => (rm, rv),
             _ => unreachable_stats(op)?,
         };
-        let mean = rm.to(acc)?.reshape(&bshape)?;
-        let invstd = rv.to(acc)?.add(stats.eps)?.rsqrt()?.reshape(&bshape)?;
+        let mean = rm.to(acc)?.reshape_to(&bshape)?;
+        let invstd = rv.to(acc)?.add(stats.eps)?.rsqrt()?.reshape_to(&bshape)?;
         (mean, invstd)
     };
     // As PyTorch's kernel: y = x·alpha + beta with alpha = invstd·w, beta = b - mean·alpha.
     let alpha = match weight {
-        Some(w) => invstd.mul(&w.to(acc)?.reshape(&bshape)?)?,
+        Some(w) => invstd.mul(&w.to(acc)?.reshape_to(&bshape)?)?,
         None => invstd.clone(),
     };
     let shift = mean.mul(&alpha)?.neg()?;
     let beta = match bias {
-        Some(b) => shift.add(&b.to(acc)?.reshape(&bshape)?)?,
+        Some(b) => shift.add(&b.to(acc)?.reshape_to(&bshape)?)?,
         None => shift,
     };
     let y = fused_mul_add(&xa, &alpha, &beta)?
@@ -236,12 +236,12 @@ const PRODUCT_BUDGET_BYTES: usize = 4 << 20;
 
 /// `Σ a·b` over `dims` (every dimension but 1, kept), a slice of the batch at a time so that
 /// the product never needs more than [`PRODUCT_BUDGET_BYTES`] (at least one sample's worth).
-fn sum_of_products(a: &Tensor, b: &Tensor, dims: &[i64]) -> Result<Tensor> {
+fn sum_of_products(a: &Tensor, b: &Tensor, dims: &[usize]) -> Result<Tensor> {
     let n = a.shape()[0];
     let per_sample = (a.numel() / n.max(1)) * a.dtype().size();
     let step = (PRODUCT_BUDGET_BYTES / per_sample.max(1)).clamp(1, n.max(1));
     if step >= n {
-        return a.mul(b)?.sum(Some(dims), true);
+        return a.mul(b)?.sum_over(dims, true);
     }
     let mut total: Option<Tensor> = None;
     for first in (0..n).step_by(step) {
@@ -249,7 +249,7 @@ fn sum_of_products(a: &Tensor, b: &Tensor, dims: &[i64]) -> Result<Tensor> {
         let part = a
             .narrow(0, first as i64, len)?
             .mul(&b.narrow(0, first as i64, len)?)?
-            .sum(Some(dims), true)?;
+            .sum_over(dims, true)?;
         total = Some(match total {
             Some(t) => t.add(&part)?,
             None => part,
@@ -257,20 +257,18 @@ fn sum_of_products(a: &Tensor, b: &Tensor, dims: &[i64]) -> Result<Tensor> {
     }
     match total {
         Some(t) => Ok(t),
-        None => a.mul(b)?.sum(Some(dims), true),
+        None => a.mul(b)?.sum_over(dims, true),
     }
 }
 
 /// Every dimension but 1.
-fn reduced_dims(ndim: usize) -> Vec<i64> {
-    (0..ndim).filter(|&d| d != 1).map(|d| d as i64).collect()
+fn reduced_dims(ndim: usize) -> Vec<usize> {
+    (0..ndim).filter(|&d| d != 1).collect()
 }
 
 /// `[1, C, 1, ..]` for an input of `ndim` dimensions.
-fn broadcast_shape(ndim: usize, c: usize) -> Vec<i64> {
-    (0..ndim)
-        .map(|d| if d == 1 { c as i64 } else { 1 })
-        .collect()
+fn broadcast_shape(ndim: usize, c: usize) -> Vec<usize> {
+    (0..ndim).map(|d| if d == 1 { c } else { 1 }).collect()
 }
 
 /// Records `out = batch_norm(inputs)` (the input, then the weight and the bias when given),
@@ -307,7 +305,7 @@ fn backward(
             let bshape = broadcast_shape(ndim, c);
             let ga = g.to(acc)?;
             let invstd = sinv.get()?;
-            let sum_g = ga.sum(Some(&dims), true)?;
+            let sum_g = ga.sum_over(&dims, true)?;
             // x - mean, the one full-size temporary besides the result (it becomes the
             // result when the input needs a gradient in training mode).
             let centred = if need_w || (need_x && training) {
@@ -324,7 +322,7 @@ fn backward(
             if need_x {
                 let w = sw.as_ref().map(|w| w.get()).transpose()?;
                 let scale = match &w {
-                    Some(w) => invstd.mul(&w.to(acc)?.reshape(&bshape)?)?,
+                    Some(w) => invstd.mul(&w.to(acc)?.reshape_to(&bshape)?)?,
                     None => invstd.clone(),
                 };
                 let gx = match (&centred, &dotp) {
@@ -346,13 +344,13 @@ fn backward(
             }
             if let Some(w) = w_dtype {
                 grads.push(match (&dotp, need_w) {
-                    (Some(dotp), true) => Some(dotp.mul(&invstd)?.reshape(&[c as i64])?.to(w)?),
+                    (Some(dotp), true) => Some(dotp.mul(&invstd)?.reshape_to(&[c])?.to(w)?),
                     _ => None,
                 });
             }
             if has_b {
                 grads.push(if need_b {
-                    Some(sum_g.reshape(&[c as i64])?.to(b_dtype.unwrap_or(acc))?)
+                    Some(sum_g.reshape_to(&[c])?.to(b_dtype.unwrap_or(acc))?)
                 } else {
                     None
                 });

@@ -53,8 +53,3 @@ pub(super) fn shape(
 ) -> Error {
     Error::shape(op, message, shapes).with_hint(hint)
 }
-
-/// A shape as the `i64` list the view ops take.
-pub(super) fn to_i64(shape: &[usize]) -> Vec<i64> {
-    shape.iter().map(|&s| s as i64).collect()
-}

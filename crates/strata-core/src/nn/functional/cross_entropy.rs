@@ -1,7 +1,6 @@
 //! `cross_entropy` with class-index targets, as one node whose backward keeps only the
 //! logits and the target.
 
-use super::check::to_i64;
 use super::class_target::{self, ClassShapes};
 use super::Reduction;
 use crate::api::entry::Entry;
@@ -95,7 +94,7 @@ fn backward(
             let gx = cs.batched_input(&x)?.softmax(1)?;
             gx.mul_(&gw)?;
             let gx = subtract_at_targets(&gx, &idx, &gw)?;
-            Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
+            Ok(vec![Some(gx.reshape_to(&cs.input_shape)?)])
         })
     })
 }
@@ -107,7 +106,7 @@ pub(super) fn picked_losses(input: &Tensor, target: &Tensor, cs: &ClassShapes) -
     input
         .gather(1, &cs.class_index(&safe)?)?
         .neg()?
-        .reshape(&to_i64(&cs.target_shape))?
+        .reshape_to(&cs.target_shape)?
         .masked_fill(&ignored, 0i64)
 }
 
@@ -144,6 +143,6 @@ pub(super) fn per_target_grad(
 
 /// `grad` with `gw` subtracted at each target class (`idx` is `[N, 1, d1, ..]`).
 pub(super) fn subtract_at_targets(grad: &Tensor, idx: &Tensor, gw: &Tensor) -> Result<Tensor> {
-    let src = gw.neg()?.expand(&to_i64(&idx.shape()))?;
+    let src = gw.neg()?.expand_to(&idx.shape())?;
     grad.scatter_add(1, idx, &src)
 }

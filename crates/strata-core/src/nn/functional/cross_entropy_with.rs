@@ -1,7 +1,7 @@
 //! `cross_entropy` with every option: class weights and label smoothing, composed from
 //! recorded ops (the plain form is one node; see [`cross_entropy`](super::cross_entropy)).
 
-use super::check::{dtype_is, shape, to_i64};
+use super::check::{dtype_is, shape};
 use super::class_target::{self, ClassShapes};
 use super::cross_entropy::{cross_entropy_ignoring, DEFAULT_IGNORE_INDEX};
 use super::Reduction;
@@ -110,25 +110,25 @@ fn composed(
 ) -> Result<Tensor> {
     let lsm = cs.batched_input(logits)?.log_softmax(1)?;
     let (safe, ignored) = cs.safe_target(target)?;
-    let target_shape = to_i64(&cs.target_shape);
+    let target_shape = &cs.target_shape;
     // Each target's class weight (0 where ignored), and the weights broadcast over classes.
     let (target_weight, class_weight) = match weight {
         Some(w) => {
             let tw = w
                 .detach()?
                 .index_select(0, &safe.reshape(&[-1])?)?
-                .reshape(&target_shape)?
+                .reshape_to(target_shape)?
                 .masked_fill(&ignored, 0.0)?;
-            let mut bshape = vec![1i64; lsm.dim()];
-            bshape[1] = cs.classes as i64;
-            (Some(tw), Some(w.detach()?.view(&bshape)?))
+            let mut bshape = vec![1; lsm.dim()];
+            bshape[1] = cs.classes;
+            (Some(tw), Some(w.detach()?.view_to(&bshape)?))
         }
         None => (None, None),
     };
     let mut nll = lsm
         .gather(1, &cs.class_index(&safe)?)?
         .neg()?
-        .reshape(&target_shape)?;
+        .reshape_to(target_shape)?;
     if let Some(tw) = &target_weight {
         nll = nll.mul(tw)?;
     }
@@ -142,7 +142,7 @@ fn composed(
         let smooth = terms
             .sum(Some(&[1]), false)?
             .neg()?
-            .reshape(&target_shape)?
+            .reshape_to(target_shape)?
             .masked_fill(&ignored, 0.0)?;
         loss = loss.add(&smooth.mul(e / cs.classes as f64)?)?;
     }

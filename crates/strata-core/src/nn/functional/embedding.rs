@@ -1,6 +1,6 @@
 //! `embedding`: rows of a weight matrix picked by index.
 
-use super::check::{ndim_in, to_i64};
+use super::check::ndim_in;
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, Grads};
 use crate::op::OpContext;
@@ -87,7 +87,7 @@ fn backward(
         Ok(move |g: Tensor| -> Grads {
             let idx = saved.get()?.reshape(&[-1, 1])?.to(DType::I64)?;
             let g = g.reshape(&[-1, dim as i64])?;
-            let idx = idx.expand(&to_i64(&g.shape()))?;
+            let idx = idx.expand_to(&g.shape())?;
             let gw = Tensor::on(g.device())
                 .zeros(&[rows, dim], g.dtype())?
                 .scatter_add(0, &idx, &g)?;
@@ -124,7 +124,9 @@ fn forward(ctx: &OpContext, index: &Tensor, weight: &Tensor) -> Result<Tensor> {
             Some("indices count from 0 and must be below num_embeddings"),
         ));
     }
-    let mut shape = to_i64(&index.shape());
-    shape.push(weight.shape()[1] as i64);
-    weight.index_select(0, &index.reshape(&[-1])?)?.view(&shape)
+    let mut shape = index.shape().to_vec();
+    shape.push(weight.shape()[1]);
+    weight
+        .index_select(0, &index.reshape(&[-1])?)?
+        .view_to(&shape)
 }

@@ -101,7 +101,7 @@ fn forward(
             Some("the usual value is 1e-5"),
         ));
     }
-    let dims: Vec<i64> = (xs.len() - k..xs.len()).map(|d| d as i64).collect();
+    let dims: Vec<usize> = (xs.len() - k..xs.len()).collect();
     let count: usize = normalized_shape.iter().product();
     let xa = in_acc(x)?;
     let (mean, rstd) = moments(&xa, &dims, count, eps)?;
@@ -134,8 +134,8 @@ fn backward(
     let b_dtype = has_b.then(|| inputs[1 + has_w as usize].dtype());
     let xs = x.shape();
     let k = normalized_shape.len();
-    let dims: Vec<i64> = (xs.len() - k..xs.len()).map(|d| d as i64).collect();
-    let lead: Vec<i64> = (0..xs.len() - k).map(|d| d as i64).collect();
+    let dims: Vec<usize> = (xs.len() - k..xs.len()).collect();
+    let lead: Vec<usize> = (0..xs.len() - k).collect();
     let count: usize = normalized_shape.iter().product();
     record(ctx, "NativeLayerNormBackward0", inputs, out, |rec| {
         let need_x = rec.needs(0);
@@ -145,7 +145,7 @@ fn backward(
         let smean = rec.save_if(need_x || need_w, mean)?;
         let srstd = rec.save_if(need_x || need_w, rstd)?;
         let x_dtype = x.dtype();
-        let shape_i64: Vec<i64> = normalized_shape.iter().map(|&s| s as i64).collect();
+        let normalized_shape = normalized_shape.to_vec();
         let sw = match weight {
             Some(w) if need_x => Some(rec.save(w)?),
             _ => None,
@@ -164,8 +164,8 @@ fn backward(
                     Some(w) => t.mul(w),
                     None => Ok(t),
                 };
-                let ds = times_w(ga.mul(&xa)?)?.sum(Some(&dims), true)?;
-                let db = times_w(ga.clone())?.sum(Some(&dims), true)?;
+                let ds = times_w(ga.mul(&xa)?)?.sum_over(&dims, true)?;
+                let db = times_w(ga.clone())?.sum_over(&dims, true)?;
                 let scale = 1.0 / count as f64;
                 let b = fused_mul_add(&db, &mean, &ds.neg()?)?
                     .mul(&rstd)?
@@ -192,7 +192,7 @@ fn backward(
                 let (dw, db) =
                     half_param_grads(&ga.reshape(&rows)?, &xhat.reshape(&rows)?, x_dtype)?;
                 let param = |t: Tensor, p: Option<DType>| -> Result<Tensor> {
-                    t.reshape(&shape_i64)?.to(p.unwrap_or(x_dtype))
+                    t.reshape_to(&normalized_shape)?.to(p.unwrap_or(x_dtype))
                 };
                 if has_w {
                     grads.push(if need_w {
@@ -246,10 +246,10 @@ fn normalized(x: &Tensor, mean: &Tensor, rstd: &Tensor) -> Result<Tensor> {
 const SCALAR_MOMENTS_BELOW: usize = 8;
 
 /// The mean and `1/sqrt(var + eps)` (biased variance) over `dims`, kept as size-1 dims.
-fn moments(xa: &Tensor, dims: &[i64], count: usize, eps: f64) -> Result<(Tensor, Tensor)> {
+fn moments(xa: &Tensor, dims: &[usize], count: usize, eps: f64) -> Result<(Tensor, Tensor)> {
     if count >= SCALAR_MOMENTS_BELOW {
-        let mean = xa.mean(Some(dims), true)?;
-        let rstd = xa.var(Some(dims), 0.0, true)?.add(eps)?.rsqrt()?;
+        let mean = xa.mean_over(dims, true)?;
+        let rstd = xa.var_over(dims, 0.0, true)?.add(eps)?.rsqrt()?;
         return Ok((mean, rstd));
     }
     let mut kept = xa.shape();
@@ -266,8 +266,7 @@ fn moments(xa: &Tensor, dims: &[i64], count: usize, eps: f64) -> Result<(Tensor,
         m2 = m2.add(&delta.mul(&xk.sub(&m1)?)?)?;
     }
     let rstd = m2.div(count as f64)?.add(eps)?.rsqrt()?;
-    let kept: Vec<i64> = kept.iter().map(|&s| s as i64).collect();
-    Ok((m1.reshape(&kept)?, rstd.reshape(&kept)?))
+    Ok((m1.reshape_to(&kept)?, rstd.reshape_to(&kept)?))
 }
 
 /// `t` in the dtype the statistics are computed in (f32 for f16 and bf16).
@@ -279,10 +278,10 @@ fn in_acc(t: &Tensor) -> Result<Tensor> {
 }
 
 /// `t` summed over the leading (batch) dimensions `lead`, if any.
-fn sum_lead(t: &Tensor, lead: &[i64]) -> Result<Tensor> {
+fn sum_lead(t: &Tensor, lead: &[usize]) -> Result<Tensor> {
     if lead.is_empty() {
         Ok(t.clone())
     } else {
-        t.sum(Some(lead), false)
+        t.sum_over(lead, false)
     }
 }

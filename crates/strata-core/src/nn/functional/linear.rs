@@ -84,9 +84,9 @@ fn forward(ctx: &OpContext, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Resul
             if x.dim() == 2 {
                 return Ok(y);
             }
-            let mut out: Vec<i64> = xs[..xs.len() - 1].iter().map(|&d| d as i64).collect();
-            out.push(ws[0] as i64);
-            y.reshape(&out)
+            let mut out = xs[..xs.len() - 1].to_vec();
+            out.push(ws[0]);
+            y.reshape_to(&out)
         }
         Some(b) => x.matmul(&w.t()?)?.add(b),
         None => x.matmul(&w.t()?),

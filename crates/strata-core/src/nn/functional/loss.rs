@@ -1,6 +1,6 @@
 //! `nll_loss` and `mse_loss`.
 
-use super::check::{dtype_is, floating, to_i64};
+use super::check::{dtype_is, floating};
 use super::class_target::{self, ClassShapes};
 use super::cross_entropy::{
     per_target_grad, picked_losses, reduce, subtract_at_targets, DEFAULT_IGNORE_INDEX,
@@ -87,7 +87,7 @@ fn nll_backward(
             let idx = cs.class_index(&t)?;
             let zeros = Tensor::on(g.device()).zeros(&batched_shape, g.dtype())?;
             let gx = subtract_at_targets(&zeros, &idx, &gw)?;
-            Ok(vec![Some(gx.reshape(&to_i64(&cs.input_shape))?)])
+            Ok(vec![Some(gx.reshape_to(&cs.input_shape)?)])
         })
     })
 }

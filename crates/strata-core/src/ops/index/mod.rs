@@ -94,8 +94,7 @@ pub(crate) fn masked_fill(
             vec![x.shape().to_vec(), mask.shape().to_vec()],
         )
     })?;
-    let shape: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-    let result = x.expand(&shape)?.contiguous_copy(ctx)?;
+    let result = x.expand_to(&shape)?.contiguous_copy(ctx)?;
     ElementwiseSpec::new(Output::Existing(&result), vec![&result, mask])
         .infer(ctx.op())?
         .without_version_bump()

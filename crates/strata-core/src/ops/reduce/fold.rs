@@ -14,6 +14,7 @@ use crate::backend::kernel::{Fold, FoldCombine};
 use crate::backend::{for_device, Backend};
 use crate::backend::{Operand, Plan};
 use crate::dtype::Element;
+use crate::layout::int_arg::IntArg;
 use crate::layout::order::{iteration_order, OrderOperand};
 use crate::layout::overlap::{internal_overlap, InternalOverlap};
 use crate::layout::Layout;
@@ -41,28 +42,28 @@ pub(crate) struct Reduction {
 
 impl Reduction {
     /// The reduction of `x` over `dims` (all when `None` or empty), after checking them.
-    pub(crate) fn new(
+    pub(crate) fn new<D: IntArg>(
         op: &'static str,
         x: &Tensor,
-        dims: Option<&[i64]>,
+        dims: Option<&[D]>,
         keepdim: bool,
     ) -> Result<Self> {
         Reduction::for_shape(op, x, x.shape().to_vec(), dims, keepdim)
     }
 
     /// [`Reduction::new`] for `x` seen with `shape`.
-    fn for_shape(
+    fn for_shape<D: IntArg>(
         op: &'static str,
         x: &Tensor,
         shape: Vec<usize>,
-        dims: Option<&[i64]>,
+        dims: Option<&[D]>,
         keepdim: bool,
     ) -> Result<Self> {
         let backend = for_device(x.device())?;
         let n = shape.len();
-        let mut mask = vec![dims.is_none_or(<[i64]>::is_empty); n];
+        let mut mask = vec![dims.is_none_or(|d| d.is_empty()); n];
         let mut seen = Vec::new();
-        for &d in dims.unwrap_or(&[]) {
+        for d in dims.unwrap_or(&[]).iter().map(|d| d.signed()) {
             let w = wrap_dim(d, n).ok_or(Error::Dim {
                 op,
                 dim: d,
@@ -447,13 +448,16 @@ impl ArgReduction {
             Some(dim) => {
                 let d = wrap_dim(dim, n).ok_or(Error::Dim { op, dim, ndim: n })?;
                 if n == 0 {
-                    (true, Reduction::for_shape(op, x, flat, Some(&[0]), false)?)
+                    (
+                        true,
+                        Reduction::for_shape(op, x, flat, Some(&[0usize]), false)?,
+                    )
                 } else {
-                    (false, Reduction::new(op, x, Some(&[d as i64]), keepdim)?)
+                    (false, Reduction::new(op, x, Some(&[d]), keepdim)?)
                 }
             }
             None => {
-                let mut r = Reduction::for_shape(op, x, flat, Some(&[0]), false)?;
+                let mut r = Reduction::for_shape(op, x, flat, Some(&[0usize]), false)?;
                 if keepdim {
                     r.out_shape = vec![1; n];
                 }

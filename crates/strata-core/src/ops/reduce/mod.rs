@@ -16,6 +16,7 @@ pub(crate) mod out;
 use crate::backend::for_device;
 use crate::backend::kernel::FoldCombine::{Max, Min, Prod, ProdRoundedTo, Sum};
 use crate::backend::kernel::{BinaryOp, FloatOp, Fold, FoldTerm};
+use crate::layout::int_arg::IntArg;
 use crate::layout::{wrap_dim, Layout};
 use crate::op::OpContext;
 use crate::ops::out::{check_distinct_outputs, written, Aliasing, OutDType, OutTarget};
@@ -25,10 +26,10 @@ use fold::{floating_only, scan_sum, sum_dtype, ArgReduction, Dest, Reduction};
 
 /// `sum` into a new tensor or `out` (whose dtype the sum is then computed in, each
 /// element converted to it first, as PyTorch does).
-pub(crate) fn sum(
+pub(crate) fn sum<D: IntArg>(
     ctx: &OpContext,
     x: &Tensor,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     keepdim: bool,
     out: Option<&Tensor>,
 ) -> Result<Tensor> {
@@ -55,10 +56,10 @@ pub(crate) fn sum(
 }
 
 /// `mean` into a new tensor or `out` (computed in `out`'s floating dtype).
-pub(crate) fn mean(
+pub(crate) fn mean<D: IntArg>(
     ctx: &OpContext,
     x: &Tensor,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     keepdim: bool,
     out: Option<&Tensor>,
 ) -> Result<Tensor> {
@@ -82,10 +83,10 @@ pub(crate) fn mean(
 }
 
 /// `prod` into a new tensor or `out` (computed in `out`'s dtype, as for `sum`).
-pub(crate) fn prod(
+pub(crate) fn prod<D: IntArg>(
     ctx: &OpContext,
     x: &Tensor,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     keepdim: bool,
     out: Option<&Tensor>,
 ) -> Result<Tensor> {
@@ -205,10 +206,10 @@ pub(crate) fn arg_index(
 
 /// `var` (or `std` with `sqrt`) into a new tensor or `out`, in two passes: the means,
 /// then the squared deviations from them, both accumulated in f64.
-pub(crate) fn var(
+pub(crate) fn var<D: IntArg>(
     ctx: &OpContext,
     x: &Tensor,
-    dims: Option<&[i64]>,
+    dims: Option<&[D]>,
     correction: f64,
     keepdim: bool,
     sqrt: bool,

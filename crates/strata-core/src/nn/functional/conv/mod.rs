@@ -151,32 +151,23 @@ fn column_buffer(x: &Tensor, g: &Geometry, step: usize) -> Result<Option<Tensor>
 /// The columns of `xs` (`b` samples) as `[b, groups, C/groups·kh·kw, OH·OW]`, built in
 /// `buffer` (or `xs` itself when the geometry needs no columns).
 fn columns_of(xs: &Tensor, buffer: Option<&Tensor>, g: &Geometry, b: usize) -> Result<Tensor> {
-    let grouped = [
-        b as i64,
-        g.groups as i64,
-        g.group_patch() as i64,
-        g.positions() as i64,
-    ];
+    let grouped = [b, g.groups, g.group_patch(), g.positions()];
     let Some(buffer) = buffer else {
-        return xs.reshape(&grouped);
+        return xs.reshape_to(&grouped);
     };
     let cols = buffer.narrow(0, 0, b)?;
-    columns::fill(xs, &cols.view(&six_d(g, b))?, g)?;
-    cols.view(&grouped)
+    columns::fill(xs, &cols.view_to(&six_d(g, b))?, g)?;
+    cols.view_to(&grouped)
 }
 
 /// `[b, C, kh, kw, OH, OW]`.
-fn six_d(g: &Geometry, b: usize) -> [i64; 6] {
-    [b, g.c, g.kernel.0, g.kernel.1, g.oh, g.ow].map(|s| s as i64)
+fn six_d(g: &Geometry, b: usize) -> [usize; 6] {
+    [b, g.c, g.kernel.0, g.kernel.1, g.oh, g.ow]
 }
 
 /// The weight as `[groups, O/groups, C/groups·kh·kw]`.
 fn grouped_weight(weight: &Tensor, g: &Geometry) -> Result<Tensor> {
-    weight.reshape(&[
-        g.groups as i64,
-        g.group_outputs() as i64,
-        g.group_patch() as i64,
-    ])
+    weight.reshape_to(&[g.groups, g.group_outputs(), g.group_patch()])
 }
 
 /// The convolution, and its checked sizes.
@@ -205,15 +196,15 @@ fn forward(
     let wg = grouped_weight(weight, &g)?;
     let step = slice_samples(&g, x.dtype().size());
     let buffer = column_buffer(x, &g, step)?;
-    let out_shape = [g.groups, g.group_outputs(), g.positions()].map(|s| s as i64);
+    let out_shape = [g.groups, g.group_outputs(), g.positions()];
     for (first, b) in slices(&g, step) {
         let cols = columns_of(&xb.narrow(0, first as i64, b)?, buffer.as_ref(), &g, b)?;
         let ys = y.narrow(0, first as i64, b)?;
-        wg.matmul_out(&cols, &ys.view(&[&[b as i64], &out_shape[..]].concat())?)?;
+        wg.matmul_out(&cols, &ys.view_to(&[&[b], &out_shape[..]].concat())?)?;
     }
     drop(buffer);
     if let Some(bias) = bias {
-        y.add_(&bias.view(&[g.o as i64, 1, 1])?)?;
+        y.add_(&bias.view_to(&[g.o, 1, 1])?)?;
     }
     y.reset_fresh_version();
     let y = if unbatched { y.squeeze(Some(&[0]))? } else { y };
@@ -269,23 +260,23 @@ fn input_grad(gy: &Tensor, weight: &Tensor, g: &Geometry) -> Result<Tensor> {
     let step = slice_samples(g, gy.dtype().size());
     let buffer = column_buffer(gy, g, step)?;
     for (first, b) in slices(g, step) {
-        let gys = gy.narrow(0, first as i64, b)?.reshape(&[
-            b as i64,
-            g.groups as i64,
-            g.group_outputs() as i64,
-            g.positions() as i64,
+        let gys = gy.narrow(0, first as i64, b)?.reshape_to(&[
+            b,
+            g.groups,
+            g.group_outputs(),
+            g.positions(),
         ])?;
         let gxs = gx.narrow(0, first as i64, b)?;
         match &buffer {
             None => {
-                let shape = [b, g.groups, g.group_patch(), g.positions()].map(|s| s as i64);
-                wt.matmul_out(&gys, &gxs.view(&shape)?)?;
+                let shape = [b, g.groups, g.group_patch(), g.positions()];
+                wt.matmul_out(&gys, &gxs.view_to(&shape)?)?;
             }
             Some(buffer) => {
                 let cols = buffer.narrow(0, 0, b)?;
-                let shape = [b, g.groups, g.group_patch(), g.positions()].map(|s| s as i64);
-                wt.matmul_out(&gys, &cols.view(&shape)?)?;
-                columns::add_back(&cols.view(&six_d(g, b))?, &gxs, g)?;
+                let shape = [b, g.groups, g.group_patch(), g.positions()];
+                wt.matmul_out(&gys, &cols.view_to(&shape)?)?;
+                columns::add_back(&cols.view_to(&six_d(g, b))?, &gxs, g)?;
             }
         }
     }
@@ -306,23 +297,18 @@ fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
     for (first, b) in slices(g, step) {
         let cols = buffer.narrow(0, 0, per_sample * b)?;
         let as_six = cols
-            .view(&[g.c, g.kernel.0, g.kernel.1, b, g.oh, g.ow].map(|s| s as i64))?
+            .view_to(&[g.c, g.kernel.0, g.kernel.1, b, g.oh, g.ow])?
             .permute(&[3, 0, 1, 2, 4, 5])?;
         columns::fill(&x.narrow(0, first as i64, b)?, &as_six, g)?;
-        let cols = cols.view(&[groups as i64, k as i64, (b * l) as i64])?;
+        let cols = cols.view_to(&[groups, k, b * l])?;
         // gy's slice as [groups, O/groups, b·L] (one copy of the slice).
         let gys = gy
             .narrow(0, first as i64, b)?
-            .reshape(&[b as i64, groups as i64, og as i64, l as i64])?
+            .reshape_to(&[b, groups, og, l])?
             .permute(&[1, 2, 0, 3])?
-            .reshape(&[groups as i64, og as i64, (b * l) as i64])?;
+            .reshape_to(&[groups, og, b * l])?;
         gys.matmul_out(&cols.transpose(1, 2)?, &part)?;
         gw.add_(&part)?;
     }
-    gw.view(&[
-        g.o as i64,
-        g.group_channels() as i64,
-        g.kernel.0 as i64,
-        g.kernel.1 as i64,
-    ])
+    gw.view_to(&[g.o, g.group_channels(), g.kernel.0, g.kernel.1])
 }

@@ -156,13 +156,7 @@ pub(super) fn windows_of(t: &Tensor, win: &Windows) -> Result<Tensor> {
         .unfold(3, win.kernel.1, win.stride.1)?
         .narrow(2, 0, win.oh)?
         .narrow(3, 0, win.ow)?
-        .reshape(&[
-            s[0] as i64,
-            s[1] as i64,
-            win.oh as i64,
-            win.ow as i64,
-            (win.kernel.0 * win.kernel.1) as i64,
-        ])
+        .reshape_to(&[s[0], s[1], win.oh, win.ow, win.kernel.0 * win.kernel.1])
 }
 
 #[cfg(test)]
