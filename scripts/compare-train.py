@@ -157,7 +157,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--models", default="mlp,cnn,lstm")
-    ap.add_argument("--strata", default="target/release/strata")
+    target = os.environ.get("CARGO_TARGET_DIR", "target")
+    ap.add_argument("--strata", default=os.path.join(target, "release", "strata"))
     args = ap.parse_args()
     print(f"PyTorch {torch.__version__}, {args.epochs} epochs, 2 threads\n")
     print("| model | strata accuracy | PyTorch accuracy | strata s/epoch | PyTorch s/epoch "
