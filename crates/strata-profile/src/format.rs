@@ -1,18 +1,20 @@
 //! How reports write bytes and times.
 
-/// Bytes as PyTorch's profiler writes them: `4.00 Mb`, `-512 b`, `1.50 Gb`.
+/// Signed bytes for the profiler's table, with PyTorch's two decimals but the binary unit
+/// names the rest of strata prints (PyTorch's table says `Mb` for 1024² bytes):
+/// `4.00 MiB`, `-512 B`, `1.50 GiB`.
 pub(crate) fn bytes_signed(b: i64) -> String {
     let a = b.unsigned_abs() as f64;
     let sign = if b < 0 { "-" } else { "" };
     const K: f64 = 1024.0;
     if a >= K * K * K {
-        format!("{sign}{:.2} Gb", a / (K * K * K))
+        format!("{sign}{:.2} GiB", a / (K * K * K))
     } else if a >= K * K {
-        format!("{sign}{:.2} Mb", a / (K * K))
+        format!("{sign}{:.2} MiB", a / (K * K))
     } else if a >= K {
-        format!("{sign}{:.2} Kb", a / K)
+        format!("{sign}{:.2} KiB", a / K)
     } else {
-        format!("{sign}{a} b")
+        format!("{sign}{a} B")
     }
 }
 
@@ -57,8 +59,10 @@ mod tests {
 
     #[test]
     fn units_follow_the_size() {
-        assert_eq!(bytes_signed(-512), "-512 b");
-        assert_eq!(bytes_signed(4 << 20), "4.00 Mb");
+        assert_eq!(bytes_signed(-512), "-512 B");
+        assert_eq!(bytes_signed(4 << 20), "4.00 MiB");
+        assert_eq!(bytes_signed(-(3 << 9)), "-1.50 KiB");
+        assert_eq!(bytes_signed(3 << 29), "1.50 GiB");
         assert_eq!(bytes(40 * 1024), "40.0 KiB");
         assert_eq!(bytes(400 << 20), "400.0 MiB");
         assert_eq!(micros(1234.0), "1.234ms");
