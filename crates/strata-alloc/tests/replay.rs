@@ -3,7 +3,8 @@
 
 use strata_alloc::caching::{replay, Coverage, ReplayError};
 use strata_alloc::{
-    Block, CachingAllocator, DeviceAllocator, RecordContext, Site, Snapshot, VirtualBacking,
+    Backing, Block, CachingAllocator, DeviceAllocator, HostBacking, RecordContext, Site, Snapshot,
+    VirtualBacking,
 };
 
 const MIB: usize = 1 << 20;
@@ -11,10 +12,15 @@ const MIB: usize = 1 << 20;
 /// A fragmenting workload: blocks of many sizes, every other one kept for a while, with an
 /// `empty_cache` halfway. Returns the snapshot and the allocator's peaks.
 fn recorded_run(settings: &str, ring: usize) -> (Snapshot, (u64, u64, u64)) {
-    let a = CachingAllocator::with_config(
-        VirtualBacking::new(1 << 36),
-        strata_alloc::AllocatorConfig::parse(settings).expect("settings"),
-    );
+    let config = strata_alloc::AllocatorConfig::parse(settings).expect("settings");
+    recorded_run_on(
+        CachingAllocator::with_config(VirtualBacking::new(1 << 36), config),
+        ring,
+    )
+}
+
+/// The same workload on any backing.
+fn recorded_run_on<B: Backing>(a: CachingAllocator<B>, ring: usize) -> (Snapshot, (u64, u64, u64)) {
     a.record_memory_history(true, RecordContext::All, ring);
     let site = Site::unknown("workload");
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -60,6 +66,73 @@ fn recorded_run(settings: &str, ring: usize) -> (Snapshot, (u64, u64, u64)) {
         unsafe { a.deallocate(b) };
     }
     (snap, peaks)
+}
+
+#[test]
+fn a_run_over_host_memory_replays_exactly_whatever_its_addresses() {
+    // Host memory comes from mmap, whose addresses usually fall as segments are added: strata
+    // breaks ties by segment age there, the snapshot says so, and the replay does the same.
+    let a = CachingAllocator::new(HostBacking::new());
+    let (snap, (allocated, reserved, requested)) = recorded_run_on(a, 100_000);
+    assert!(!snap.allocator_settings.ties_by_address);
+    let r = replay(&snap, 0, "", None).expect("a replay");
+    assert_eq!(
+        (
+            r.recorded.peak_allocated,
+            r.recorded.peak_reserved,
+            r.recorded.peak_requested
+        ),
+        (allocated, reserved, requested)
+    );
+}
+
+#[test]
+fn ties_between_equal_free_blocks_are_replayed_the_way_the_run_broke_them() {
+    // Two 20 MiB segments, each holding a 9 MiB block and 11 MiB free: a 9 MiB request is a
+    // tie. strata gives it to the older segment; had it gone to the newer one, freeing the
+    // older one's block would leave that segment whole, and a 19 MiB request would reuse it.
+    let a = CachingAllocator::new(HostBacking::new());
+    a.record_memory_history(true, RecordContext::All, 1000);
+    let site = Site::unknown("ties");
+    let take = |mib: usize| a.allocate(mib * MIB, &site).expect("room");
+    let (old, old_2, new, new_2) = (take(9), take(9), take(9), take(9));
+    // SAFETY: the block came from `a` and is not used again (so for each below).
+    unsafe { a.deallocate(old_2) };
+    // SAFETY: as above.
+    unsafe { a.deallocate(new_2) };
+    let tie = take(9);
+    // SAFETY: as above.
+    unsafe { a.deallocate(old) };
+    let whole = take(19);
+    let reserved = a.memory_stats().reserved_bytes.all.peak as u64;
+    assert_eq!(
+        reserved,
+        60 * MIB as u64,
+        "the tie went to the older segment"
+    );
+    let mut snap = a.snapshot();
+    for b in [new, tie, whole] {
+        // SAFETY: as above.
+        unsafe { a.deallocate(b) };
+    }
+    assert!(!snap.allocator_settings.ties_by_address);
+    let r = replay(&snap, 0, "", None).expect("a replay");
+    assert_eq!(r.recorded.peak_reserved, reserved);
+    // Replayed by PyTorch's rule at the run's addresses, the same trace ends differently
+    // whenever the newer segment got the lower address (as mmap usually gives).
+    let segments: Vec<u64> = snap.device_traces[0]
+        .iter()
+        .filter(|e| e.action == strata_alloc::caching::TraceAction::SegmentAlloc)
+        .filter_map(|e| e.addr)
+        .collect();
+    snap.allocator_settings.ties_by_address = true;
+    let by_address = replay(&snap, 0, "", None).expect("a replay");
+    let newer_is_lower = segments[1] < segments[0];
+    assert_eq!(
+        by_address.recorded.peak_reserved == 40 * MIB as u64,
+        newer_is_lower,
+        "{segments:x?}"
+    );
 }
 
 #[test]

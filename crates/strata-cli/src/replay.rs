@@ -64,6 +64,20 @@ pub fn table(r: &ReplayReport) -> String {
         &format!("{:.3}", r.recorded.reserved_per_allocated),
         &format!("{:.3}", r.what_if.reserved_per_allocated),
     );
+    for (name, get) in [
+        (
+            "peak segments",
+            (|f: &ReplayFigures| f.peak_segments) as fn(&ReplayFigures) -> u64,
+        ),
+        ("allocation retries", |f| f.alloc_retries),
+    ] {
+        row(
+            &mut out,
+            name,
+            &get(&r.recorded).to_string(),
+            &get(&r.what_if).to_string(),
+        );
+    }
     row(
         &mut out,
         "out of memory",

@@ -88,6 +88,15 @@ pub trait Backing: Send + Sync + fmt::Debug {
     /// [`VirtualBacking`], whose blocks must never be dereferenced.
     fn addresses_are_memory(&self) -> bool;
 
+    /// Whether the allocator should prefer the lowest address among equal free blocks, as
+    /// PyTorch does, rather than the oldest segment. `false` by default, so that the host and
+    /// virtual backings make the same choices whatever addresses they get; `true` for a
+    /// backing replaying a recorded run's addresses, or a device whose runs are compared with
+    /// PyTorch's.
+    fn orders_by_address(&self) -> bool {
+        false
+    }
+
     /// Allocates a segment of exactly `size` bytes and returns its base address.
     fn allocate_segment(&self, size: usize) -> Result<usize, BackingError>;
 
@@ -150,6 +159,9 @@ impl<B: Backing + ?Sized> Backing for std::sync::Arc<B> {
     }
     fn addresses_are_memory(&self) -> bool {
         (**self).addresses_are_memory()
+    }
+    fn orders_by_address(&self) -> bool {
+        (**self).orders_by_address()
     }
     fn allocate_segment(&self, size: usize) -> Result<usize, BackingError> {
         (**self).allocate_segment(size)

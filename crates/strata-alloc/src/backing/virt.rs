@@ -1,6 +1,6 @@
 //! `VirtualBacking`: address ranges without memory, for simulation and planning.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use super::{Backing, BackingError, EventId, StreamId};
@@ -34,6 +34,34 @@ struct VirtualState {
     held: BTreeSet<StreamId>,
     /// Events not yet released: their stream and whether they have completed.
     events: HashMap<u64, (StreamId, bool)>,
+    /// A recorded run's segment addresses, when replaying one.
+    recorded: Option<RecordedAddresses>,
+}
+
+/// The segment addresses a recorded run got, handed out again, per size, in the order it got
+/// them, so that an allocator ordering blocks by address makes the run's choices.
+#[derive(Debug)]
+struct RecordedAddresses {
+    /// Per size, the addresses not handed out yet.
+    pending: HashMap<usize, VecDeque<usize>>,
+    /// Segments living at recorded addresses: base to size.
+    live: BTreeMap<usize, usize>,
+}
+
+impl RecordedAddresses {
+    /// The next recorded address for a segment of `size` bytes that overlaps no live one.
+    fn take(&mut self, size: usize) -> Option<usize> {
+        let queue = self.pending.get_mut(&size)?;
+        while let Some(addr) = queue.pop_front() {
+            let end = addr.checked_add(size)?;
+            let before = self.live.range(..end).next_back();
+            if before.is_none_or(|(&b, &sz)| b + sz <= addr) {
+                self.live.insert(addr, size);
+                return Some(addr);
+            }
+        }
+        None
+    }
 }
 
 impl VirtualBacking {
@@ -47,8 +75,38 @@ impl VirtualBacking {
                 next_event: 0,
                 held: BTreeSet::new(),
                 events: HashMap::new(),
+                recorded: None,
             }),
         }
+    }
+
+    /// A backing of `capacity` bytes that hands out the segment addresses a recorded run got:
+    /// `segments` holds each segment's `(address, size)` in the order the run allocated them.
+    /// A segment of a size the run allocated gets the run's next address for that size,
+    /// unless a live segment overlaps it; any other range gets a fresh address above them all.
+    /// Its allocators order free blocks by address, as PyTorch does, so a replay of the run
+    /// makes the run's choices ([`Backing::orders_by_address`]).
+    pub fn with_recorded_addresses(capacity: usize, segments: &[(usize, usize)]) -> Self {
+        let b = Self::new(capacity);
+        let mut pending: HashMap<usize, VecDeque<usize>> = HashMap::new();
+        let mut top = BASE;
+        for &(addr, size) in segments {
+            if addr != 0 && addr.is_multiple_of(512) {
+                pending.entry(size).or_default().push_back(addr);
+                top = top.max(addr.saturating_add(size));
+            }
+        }
+        {
+            let mut st = b.lock();
+            st.next_addr = top
+                .saturating_add(RANGE_ALIGN)
+                .next_multiple_of(RANGE_ALIGN);
+            st.recorded = Some(RecordedAddresses {
+                pending,
+                live: BTreeMap::new(),
+            });
+        }
+        b
     }
 
     /// The most bytes mapped at once.
@@ -114,12 +172,19 @@ impl Backing for VirtualBacking {
         false
     }
 
+    fn orders_by_address(&self) -> bool {
+        self.lock().recorded.is_some()
+    }
+
     fn allocate_segment(&self, size: usize) -> Result<usize, BackingError> {
         if size == 0 {
             return Err(BackingError::Fatal("a segment cannot be empty".into()));
         }
         let mut s = self.lock();
         self.charge(&mut s, size)?;
+        if let Some(addr) = s.recorded.as_mut().and_then(|r| r.take(size)) {
+            return Ok(addr);
+        }
         match Self::take_range(&mut s, size) {
             Ok(a) => Ok(a),
             Err(e) => {
@@ -129,8 +194,11 @@ impl Backing for VirtualBacking {
         }
     }
 
-    unsafe fn free_segment(&self, _addr: usize, size: usize) -> Result<(), BackingError> {
+    unsafe fn free_segment(&self, addr: usize, size: usize) -> Result<(), BackingError> {
         let mut s = self.lock();
+        if let Some(r) = s.recorded.as_mut() {
+            r.live.remove(&addr);
+        }
         s.mapped = s.mapped.checked_sub(size).ok_or_else(|| {
             BackingError::Fatal(format!("freeing {size} bytes that were never mapped"))
         })?;
@@ -231,6 +299,37 @@ mod tests {
         // dereferenced.
         unsafe { b.unmap(r, 2 << 20).unwrap() };
         assert_eq!(b.mapped_bytes(), 512);
+    }
+
+    #[test]
+    fn recorded_addresses_come_back_in_order_per_size_unless_taken() {
+        let mib = 1usize << 20;
+        let (hi, lo, other) = (0x7f00_0000_0000, 0x7e00_0000_0000, 0x7d00_0000_0000);
+        let b = VirtualBacking::with_recorded_addresses(
+            1 << 40,
+            &[(hi, 2 * mib), (lo, 2 * mib), (other, 20 * mib)],
+        );
+        assert!(b.orders_by_address());
+        assert!(!VirtualBacking::new(1).orders_by_address());
+        assert_eq!(b.allocate_segment(2 * mib).unwrap(), hi);
+        assert_eq!(b.allocate_segment(20 * mib).unwrap(), other);
+        assert_eq!(b.allocate_segment(2 * mib).unwrap(), lo);
+        // The recording is used up: a fresh range above every recorded one.
+        let fresh = b.allocate_segment(2 * mib).unwrap();
+        assert!(fresh > hi + 2 * mib && fresh.is_multiple_of(RANGE_ALIGN));
+        assert_eq!(b.mapped_bytes(), 26 * mib);
+        // SAFETY: the range comes from the `allocate_segment` call above; virtual ranges are
+        // never dereferenced.
+        unsafe { b.free_segment(hi, 2 * mib).unwrap() };
+        assert_eq!(b.mapped_bytes(), 24 * mib);
+
+        // A recorded address that a live segment overlaps is skipped.
+        let b = VirtualBacking::with_recorded_addresses(
+            1 << 40,
+            &[(hi, 20 * mib), (hi + 2 * mib, 2 * mib), (lo, 2 * mib)],
+        );
+        assert_eq!(b.allocate_segment(20 * mib).unwrap(), hi);
+        assert_eq!(b.allocate_segment(2 * mib).unwrap(), lo);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Block and segment bookkeeping: an arena of blocks linked to their neighbours, the segments
 //! they tile, and the ordered free sets of the two pools.
 //!
-//! Free blocks are ordered by `(stream, size, segment sequence number, offset in segment)`.
-//! PyTorch orders them by `(stream, size, address)`; using the segment's sequence number (the
-//! order segments were created in) and the offset instead makes the choices independent of the
-//! addresses a backing happens to return, so a [`VirtualBacking`](crate::VirtualBacking) run
-//! makes exactly the same choices as a [`HostBacking`](crate::HostBacking) one.
+//! Free blocks are ordered by `(stream, size, segment id, offset in segment)`. PyTorch orders
+//! them by `(stream, size, address)`; numbering segments in the order they were created and
+//! using the offset instead makes the choices independent of the addresses a backing happens
+//! to return, so a [`VirtualBacking`](crate::VirtualBacking) run makes exactly the same choices
+//! as a [`HostBacking`](crate::HostBacking) one. A backing that
+//! [orders by address](crate::Backing::orders_by_address) (a replay of PyTorch's run) has
+//! its segments numbered by base address instead, which is PyTorch's order.
 
 use std::collections::BTreeMap;
 
@@ -174,6 +176,18 @@ pub(crate) struct Heap {
 }
 
 impl Heap {
+    /// The id of a new segment at `base`: its base address when blocks are ordered by address,
+    /// else the next number in creation order.
+    pub fn new_segment_id(&mut self, base: usize, by_address: bool) -> SegId {
+        if by_address {
+            base as SegId
+        } else {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            seq
+        }
+    }
+
     fn offset(&self, id: BlockId) -> usize {
         let b = &self.blocks[id];
         b.addr - self.segments[&b.seg].base

@@ -78,8 +78,7 @@ impl State {
             Err(BackingError::OutOfMemory { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let seq = self.heap.next_seq;
-        self.heap.next_seq += 1;
+        let seq = self.heap.new_segment_id(base, b.orders_by_address());
         self.heap.segments.insert(
             seq,
             Segment {

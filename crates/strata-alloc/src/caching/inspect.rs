@@ -112,7 +112,7 @@ impl State {
     }
 
     /// A snapshot (recording a `snapshot` trace entry first).
-    pub fn snapshot(&mut self) -> Snapshot {
+    pub fn snapshot(&mut self, ties_by_address: bool) -> Snapshot {
         let active = self.stats.active_bytes.all.current.max(0) as usize;
         self.trace(TraceAction::Snapshot, 0, active, StreamId::DEFAULT, None);
         let mut segments = Vec::new();
@@ -207,6 +207,7 @@ impl State {
                 expandable_segments: cfg.expandable_segments,
                 roundup_power2_divisions: roundup,
                 memory_limit: self.limit.map(|l| l as u64),
+                ties_by_address,
             },
         }
     }

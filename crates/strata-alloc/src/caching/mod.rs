@@ -70,7 +70,8 @@ pub use config::{
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};
 pub use replay::{
-    recorded_config, replay, Coverage, ReplayError, ReplayFigures, ReplayOom, ReplayReport,
+    recorded_config, replay, replay_recorded, replay_with, Coverage, ReplayError, ReplayFigures,
+    ReplayOom, ReplayOptions, ReplayReport,
 };
 pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
@@ -361,7 +362,7 @@ impl<B: Backing> CachingAllocator<B> {
     /// Segments, blocks, history and settings, in the structure of PyTorch's
     /// `torch.cuda.memory._snapshot()`. Records a `snapshot` trace entry.
     pub fn snapshot(&self) -> Snapshot {
-        self.lock().snapshot()
+        self.lock().snapshot(self.backing.orders_by_address())
     }
 
     /// Takes a [`snapshot`](Self::snapshot) and writes it to `path` as a pickle, as PyTorch's

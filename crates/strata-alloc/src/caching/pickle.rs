@@ -359,6 +359,7 @@ fn settings(s: &AllocatorSettings) -> PyValue {
             "memory_limit",
             s.memory_limit.map_or(PyValue::None, PyValue::int),
         ),
+        ("ties_by_address", PyValue::Bool(s.ties_by_address)),
     ])
 }
 

@@ -8,8 +8,9 @@ use std::collections::{HashMap, HashSet};
 use super::config::{AllocatorConfig, ROUNDUP_INTERVALS};
 use super::history::TraceAction;
 use super::snapshot::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
+use super::stats::MemoryStats;
 use super::CachingAllocator;
-use crate::backing::VirtualBacking;
+use crate::backing::{StreamId, VirtualBacking};
 use crate::{Block, DeviceAllocator, Site};
 
 /// The capacity of the replay's device when none is given: larger than any real one.
@@ -43,6 +44,11 @@ pub struct ReplayFigures {
     pub peak_reserved: u64,
     /// Peak of the bytes asked for.
     pub peak_requested: u64,
+    /// Peak count of segments (`segment.all.peak`; PyTorch counts expandable segments as none).
+    pub peak_segments: u64,
+    /// Times the allocator released every cached segment to retry a request
+    /// (`num_alloc_retries`).
+    pub alloc_retries: u64,
     /// Reserved bytes at the moment allocated bytes peaked.
     pub reserved_at_peak: u64,
     /// Reserved over allocated at that moment (1.0: no waste).
@@ -180,94 +186,234 @@ fn missing_blocks(trace: &[TraceEntrySnapshot], snapshot: &Snapshot) -> Vec<(u64
     out
 }
 
-/// Runs `trace` (after allocating `missing`) through a fresh allocator.
+/// Streams of the replay's own making, one per free the trace completes late, start here: far
+/// above any stream a trace names.
+const DEFERRED_STREAMS: u64 = 1 << 62;
+
+/// One run of a trace through a fresh allocator over the virtual backing.
+struct Run<'t> {
+    trace: &'t [TraceEntrySnapshot],
+    a: CachingAllocator<VirtualBacking>,
+    /// Whether the device is bounded (a limit or a capacity), so that the run's own releases
+    /// before an allocation are the allocator's retries rather than `empty_cache` calls.
+    bounded: bool,
+    /// The trace's stream handles, as the replay's streams (the default stream, 0, stays 0).
+    streams: HashMap<u64, StreamId>,
+    /// Blocks the trace holds, by the address it gave them.
+    live: HashMap<u64, Block>,
+    /// Blocks freed while another stream still used them: the stream the replay holds until
+    /// the trace completes the free.
+    deferred: HashMap<u64, StreamId>,
+    next_deferred: u64,
+    ooms: Vec<ReplayOom>,
+    peak_allocated: u64,
+    reserved_at_peak: u64,
+    largest_free: u64,
+}
+
+impl<'t> Run<'t> {
+    fn new(
+        trace: &'t [TraceEntrySnapshot],
+        config: AllocatorConfig,
+        capacity: Option<u64>,
+        limit: Option<u64>,
+        ties_by_address: bool,
+    ) -> Self {
+        let capacity_bytes = capacity.map_or(UNBOUNDED, |c| c as usize);
+        // A run that broke ties by address (PyTorch's) is replayed at its own segment
+        // addresses, so the replay breaks them the same way.
+        let backing = if ties_by_address {
+            let segments: Vec<(usize, usize)> = trace
+                .iter()
+                .filter(|e| e.action == TraceAction::SegmentAlloc)
+                .filter_map(|e| Some((e.addr? as usize, e.size as usize)))
+                .collect();
+            VirtualBacking::with_recorded_addresses(capacity_bytes, &segments)
+        } else {
+            VirtualBacking::new(capacity_bytes)
+        };
+        let a = CachingAllocator::with_config(backing, config);
+        a.set_memory_limit(limit.map(|l| l as usize));
+        Run {
+            trace,
+            a,
+            bounded: capacity.is_some() || limit.is_some(),
+            streams: HashMap::from([(0, StreamId::DEFAULT)]),
+            live: HashMap::new(),
+            deferred: HashMap::new(),
+            next_deferred: DEFERRED_STREAMS,
+            ooms: Vec::new(),
+            peak_allocated: 0,
+            reserved_at_peak: 0,
+            largest_free: 0,
+        }
+    }
+
+    /// At each new peak of allocated bytes: what was reserved then and the largest free block.
+    fn observe(&mut self) {
+        let allocated = self.a.memory_allocated() as u64;
+        if allocated > self.peak_allocated {
+            self.peak_allocated = allocated;
+            self.reserved_at_peak = self.a.memory_reserved() as u64;
+            self.largest_free = self.a.largest_free_block() as u64;
+        }
+    }
+
+    /// The replay's stream for the trace's stream handle `s`.
+    fn stream(&mut self, s: u64) -> StreamId {
+        let next = StreamId(self.streams.len() as u64);
+        *self.streams.entry(s).or_insert(next)
+    }
+
+    /// Allocates the blocks the trace frees without allocating them.
+    fn allocate_missing(&mut self, missing: &[(u64, u64)]) {
+        let unknown = Site::unknown("replay");
+        for &(addr, bytes) in missing {
+            if let Ok(b) = self.a.allocate(bytes as usize, &unknown) {
+                self.live.insert(addr, b);
+            }
+            self.observe();
+        }
+    }
+
+    /// Replays entry `i`.
+    fn step(&mut self, i: usize) {
+        let e = &self.trace[i];
+        let unknown = Site::unknown("replay");
+        match (e.action, e.addr) {
+            (TraceAction::Alloc, Some(addr)) => {
+                let stream = self.stream(e.stream);
+                match self.a.allocate_on_stream(e.size as usize, stream, &unknown) {
+                    Ok(b) => {
+                        if let Some(old) = self.live.insert(addr, b) {
+                            // SAFETY: `old` came from `a` and its owner (the trace) freed it.
+                            unsafe { self.a.deallocate(old) };
+                        }
+                        self.observe();
+                    }
+                    Err(_) => self.ooms.push(self.oom(i)),
+                }
+            }
+            // The run ran out of memory here: the replay asks for the same bytes (the entry
+            // holds the rounded request) and, should it get them, gives them back at once, as
+            // the program never held them.
+            (TraceAction::Oom, _) => {
+                let stream = self.stream(e.stream);
+                match self.a.allocate_on_stream(e.size as usize, stream, &unknown) {
+                    // SAFETY: `b` came from `a` and nothing holds it.
+                    Ok(b) => unsafe { self.a.deallocate(b) },
+                    Err(_) => self.ooms.push(self.oom(i)),
+                }
+            }
+            (TraceAction::FreeRequested, Some(addr)) => {
+                let completes_now = self.trace.get(i + 1).is_some_and(|n| {
+                    n.action == TraceAction::FreeCompleted && n.addr == Some(addr)
+                });
+                let Some(b) = self.live.remove(&addr) else {
+                    return;
+                };
+                if !completes_now {
+                    // Another stream still used the block: it returns to its pool only when
+                    // the trace completes the free. A stream of the replay's own, held until
+                    // then, stands for that work.
+                    let held = StreamId(self.next_deferred);
+                    self.next_deferred += 1;
+                    self.a.backing().hold_stream(held);
+                    self.a.record_stream(&b, held);
+                    self.deferred.insert(addr, held);
+                }
+                // SAFETY: `b` came from `a` and is not used again.
+                unsafe { self.a.deallocate(b) };
+            }
+            (TraceAction::FreeCompleted, Some(addr)) => {
+                if let Some(held) = self.deferred.remove(&addr) {
+                    self.a.backing().release_stream(held);
+                } else if let Some(b) = self.live.remove(&addr) {
+                    // A trace without `free_requested` entries frees here.
+                    // SAFETY: `b` came from `a` and is not used again.
+                    unsafe { self.a.deallocate(b) };
+                }
+            }
+            // The first of a run of segment releases: the program emptied the cache, unless
+            // the device is bounded and an allocation follows, when the allocator released
+            // them to retry (the replay's allocator makes its own retry).
+            (TraceAction::SegmentFree | TraceAction::SegmentUnmap, _) => {
+                let first = i == 0 || !Self::releases(&self.trace[i - 1]);
+                let next = self.trace[i..].iter().find(|n| !Self::releases(n));
+                let retry = self.bounded
+                    && next
+                        .is_some_and(|n| matches!(n.action, TraceAction::Alloc | TraceAction::Oom));
+                if first && !retry {
+                    let _ = self.a.empty_cache();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn releases(e: &TraceEntrySnapshot) -> bool {
+        matches!(
+            e.action,
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap
+        )
+    }
+
+    fn oom(&self, i: usize) -> ReplayOom {
+        let e = &self.trace[i];
+        ReplayOom {
+            entry: i,
+            bytes: e.size,
+            allocated: self.a.memory_allocated() as u64,
+            reserved: self.a.memory_reserved() as u64,
+            site: site_of(e),
+        }
+    }
+
+    fn figures(self, capacity: Option<u64>) -> ReplayFigures {
+        let stats = self.a.memory_stats();
+        ReplayFigures {
+            settings: self.a.config().raw,
+            capacity,
+            peak_allocated: stats.allocated_bytes.all.peak.max(0) as u64,
+            peak_reserved: stats.reserved_bytes.all.peak.max(0) as u64,
+            peak_requested: stats.requested_bytes.all.peak.max(0) as u64,
+            peak_segments: stats.segment.all.peak.max(0) as u64,
+            alloc_retries: stats.num_alloc_retries,
+            reserved_at_peak: self.reserved_at_peak,
+            reserved_per_allocated: if self.peak_allocated > 0 {
+                self.reserved_at_peak as f64 / self.peak_allocated as f64
+            } else {
+                0.0
+            },
+            largest_free_block: self.largest_free,
+            ooms: self.ooms,
+        }
+    }
+}
+
+/// What follows a replay entry by entry: the entry's index and the statistics after it.
+type Observer<'a> = dyn FnMut(usize, &MemoryStats) + 'a;
+
+/// Runs `trace` (after allocating `missing`) through a fresh allocator, calling `observe` (if
+/// any) with each entry's index and the allocator's statistics after it.
 fn run(
     trace: &[TraceEntrySnapshot],
     missing: &[(u64, u64)],
     config: AllocatorConfig,
     capacity: Option<u64>,
     limit: Option<u64>,
+    ties_by_address: bool,
+    mut observe: Option<&mut Observer<'_>>,
 ) -> ReplayFigures {
-    let settings = config.raw.clone();
-    let a = CachingAllocator::with_config(
-        VirtualBacking::new(capacity.map_or(UNBOUNDED, |c| c as usize)),
-        config,
-    );
-    a.set_memory_limit(limit.map(|l| l as usize));
-    let mut live: HashMap<u64, Block> = HashMap::new();
-    let mut ooms = Vec::new();
-    let mut largest_free = 0u64;
-    let (mut peak_allocated, mut reserved_at_peak) = (0u64, 0u64);
-    // At each new peak of allocated bytes: what was reserved then and the largest free block.
-    let mut observe = |a: &CachingAllocator<VirtualBacking>| {
-        let allocated = a.memory_allocated() as u64;
-        if allocated > peak_allocated {
-            peak_allocated = allocated;
-            reserved_at_peak = a.memory_reserved() as u64;
-            largest_free = a.largest_free_block() as u64;
+    let mut r = Run::new(trace, config, capacity, limit, ties_by_address);
+    r.allocate_missing(missing);
+    for i in 0..trace.len() {
+        r.step(i);
+        if let Some(f) = observe.as_mut() {
+            f(i, &r.a.memory_stats());
         }
-    };
-    let unknown = Site::unknown("replay");
-    for &(addr, bytes) in missing {
-        if let Ok(b) = a.allocate(bytes as usize, &unknown) {
-            live.insert(addr, b);
-        }
-        observe(&a);
     }
-    let mut releasing = false;
-    for (i, e) in trace.iter().enumerate() {
-        let segment_free = matches!(
-            e.action,
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap
-        );
-        match (e.action, e.addr) {
-            (TraceAction::Alloc, Some(addr)) => match a.allocate(e.size as usize, &unknown) {
-                Ok(b) => {
-                    if let Some(old) = live.insert(addr, b) {
-                        // SAFETY: `old` came from `a` and its owner (the trace) freed it.
-                        unsafe { a.deallocate(old) };
-                    }
-                    observe(&a);
-                }
-                Err(_) => ooms.push(ReplayOom {
-                    entry: i,
-                    bytes: e.size,
-                    allocated: a.memory_allocated() as u64,
-                    reserved: a.memory_reserved() as u64,
-                    site: site_of(e),
-                }),
-            },
-            (TraceAction::FreeCompleted, Some(addr)) => {
-                if let Some(b) = live.remove(&addr) {
-                    // SAFETY: `b` came from `a` and is not used again.
-                    unsafe { a.deallocate(b) };
-                }
-            }
-            // The run released cached memory here (`empty_cache`, or a retry before running
-            // out of memory): the replay releases its own.
-            (TraceAction::SegmentFree | TraceAction::SegmentUnmap, _) if !releasing => {
-                let _ = a.empty_cache();
-            }
-            _ => {}
-        }
-        releasing = segment_free;
-    }
-    let stats = a.memory_stats();
-    ReplayFigures {
-        settings,
-        capacity,
-        peak_allocated: stats.allocated_bytes.all.peak.max(0) as u64,
-        peak_reserved: stats.reserved_bytes.all.peak.max(0) as u64,
-        peak_requested: stats.requested_bytes.all.peak.max(0) as u64,
-        reserved_at_peak,
-        reserved_per_allocated: if peak_allocated > 0 {
-            reserved_at_peak as f64 / peak_allocated as f64
-        } else {
-            0.0
-        },
-        largest_free_block: largest_free,
-        ooms,
-    }
+    r.figures(capacity)
 }
 
 /// The peaks the trace records by itself: requested bytes from its `alloc` and
@@ -300,9 +446,37 @@ fn traced_peaks(trace: &[TraceEntrySnapshot], missing: &[(u64, u64)]) -> (u64, u
     (peak_req.max(0) as u64, peak_res.max(0) as u64, ooms)
 }
 
+/// What to replay and under what: the device whose trace runs, the what-if settings and
+/// capacity, and the recorded run's memory limit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// The device whose trace runs (index into `device_traces`).
+    pub device: usize,
+    /// The settings of the what-if run (`STRATA_ALLOC_CONF` syntax; empty: defaults).
+    pub what_if: String,
+    /// The what-if run's device capacity (`None`: the recorded run's limit, else unbounded).
+    pub capacity: Option<u64>,
+    /// The recorded run's memory limit, for snapshots that do not record one: PyTorch's
+    /// snapshots leave out `set_per_process_memory_fraction` (`None`: the snapshot's own
+    /// `memory_limit`, else unlimited).
+    pub limit: Option<u64>,
+}
+
+impl ReplayOptions {
+    /// Device `device`'s trace under the what-if settings `what_if`.
+    pub fn new(device: usize, what_if: &str) -> Self {
+        ReplayOptions {
+            device,
+            what_if: what_if.to_owned(),
+            ..ReplayOptions::default()
+        }
+    }
+}
+
 /// Replays device `device`'s trace of `snapshot` under its own settings and under `what_if`
 /// (`STRATA_ALLOC_CONF` syntax), on a device of `capacity` bytes (`None`: the recorded
-/// run's memory limit, else unbounded).
+/// run's memory limit, else unbounded). [`replay_with`] also takes a limit for the recorded
+/// run.
 ///
 /// ```
 /// use strata_alloc::caching::replay;
@@ -322,16 +496,20 @@ pub fn replay(
     what_if: &str,
     capacity: Option<u64>,
 ) -> Result<ReplayReport, ReplayError> {
+    let options = ReplayOptions {
+        capacity,
+        ..ReplayOptions::new(device, what_if)
+    };
+    replay_with(snapshot, &options)
+}
+
+/// The trace of `device` in `snapshot`, or why there is nothing to replay.
+fn trace_of(snapshot: &Snapshot, device: usize) -> Result<&[TraceEntrySnapshot], ReplayError> {
     let trace = snapshot
         .device_traces
         .get(device)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let settings_error = |message: String| ReplayError::Settings {
-        settings: what_if.to_owned(),
-        message,
-    };
-    let config = AllocatorConfig::parse(what_if).map_err(|e| settings_error(e.to_string()))?;
     if trace.is_empty() {
         let blocks = snapshot.segments.iter().flat_map(|s| &s.blocks);
         return Err(ReplayError::NoTrace {
@@ -344,6 +522,21 @@ pub fn replay(
                 .unwrap_or(0),
         });
     }
+    Ok(trace)
+}
+
+/// [`replay`] with every option: the recorded run runs under the snapshot's settings and
+/// `options.limit` (else the snapshot's recorded limit); the what-if run under
+/// `options.what_if` on a device of `options.capacity` bytes.
+pub fn replay_with(
+    snapshot: &Snapshot,
+    options: &ReplayOptions,
+) -> Result<ReplayReport, ReplayError> {
+    let config = AllocatorConfig::parse(&options.what_if).map_err(|e| ReplayError::Settings {
+        settings: options.what_if.clone(),
+        message: e.to_string(),
+    })?;
+    let trace = trace_of(snapshot, options.device)?;
     let missing = missing_blocks(trace, snapshot);
     let coverage = if missing.is_empty() {
         Coverage::Complete
@@ -354,15 +547,25 @@ pub fn replay(
         }
     };
     let (traced_peak_requested, traced_peak_reserved, traced_ooms) = traced_peaks(trace, &missing);
-    let limit = snapshot.allocator_settings.memory_limit;
+    let limit = options.limit.or(snapshot.allocator_settings.memory_limit);
     let recorded = run(
         trace,
         &missing,
         recorded_config(&snapshot.allocator_settings),
         None,
         limit,
+        snapshot.allocator_settings.ties_by_address,
+        None,
     );
-    let what_if = run(trace, &missing, config, capacity.or(limit), None);
+    let what_if = run(
+        trace,
+        &missing,
+        config,
+        options.capacity.or(limit),
+        None,
+        snapshot.allocator_settings.ties_by_address,
+        None,
+    );
     Ok(ReplayReport {
         entries: trace.len(),
         coverage,
@@ -372,4 +575,27 @@ pub fn replay(
         recorded,
         what_if,
     })
+}
+
+/// Replays the recorded run alone (the snapshot's settings, `limit` or else its recorded
+/// limit), calling `observe` with each entry's index and the allocator's statistics after
+/// it: how a test follows a run's phases through the replay.
+pub fn replay_recorded(
+    snapshot: &Snapshot,
+    device: usize,
+    limit: Option<u64>,
+    observe: &mut dyn FnMut(usize, &MemoryStats),
+) -> Result<ReplayFigures, ReplayError> {
+    let trace = trace_of(snapshot, device)?;
+    let missing = missing_blocks(trace, snapshot);
+    let limit = limit.or(snapshot.allocator_settings.memory_limit);
+    Ok(run(
+        trace,
+        &missing,
+        recorded_config(&snapshot.allocator_settings),
+        None,
+        limit,
+        snapshot.allocator_settings.ties_by_address,
+        Some(observe),
+    ))
 }

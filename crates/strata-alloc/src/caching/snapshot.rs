@@ -165,6 +165,17 @@ pub struct AllocatorSettings {
     /// The memory limit in bytes, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<u64>,
+    /// Whether ties between equal free blocks went to the lowest address, PyTorch's rule (and
+    /// strata's over a backing that [orders by address](crate::Backing::orders_by_address)),
+    /// rather than to the oldest segment, strata's rule over host memory. A replay follows the
+    /// same rule. Absent from a file: PyTorch's rule.
+    #[serde(default = "ties_by_address_unless_said")]
+    pub ties_by_address: bool,
+}
+
+/// A snapshot that does not say how ties were broken comes from PyTorch.
+fn ties_by_address_unless_said() -> bool {
+    true
 }
 
 /// Everything the allocator holds, plus the recorded history.

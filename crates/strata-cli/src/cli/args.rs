@@ -146,6 +146,10 @@ pub(crate) struct ReplayArgs {
     /// The device's capacity for the what-if run (bytes, or with KiB, MiB, GiB).
     #[arg(long, value_parser = parse_size)]
     pub(crate) capacity: Option<usize>,
+    /// The recorded run's memory limit (bytes, or with KiB, MiB, GiB), for snapshots that
+    /// do not record one: PyTorch's leave out `set_per_process_memory_fraction`.
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) limit: Option<usize>,
     /// Which device's trace.
     #[arg(long, default_value_t = 0)]
     pub(crate) device: usize,

@@ -432,6 +432,7 @@ fn default_settings() -> AllocatorSettings {
             .map(|i| ((1u64 << i).to_string(), 0))
             .collect(),
         memory_limit: None,
+        ties_by_address: true,
     }
 }
 
@@ -676,6 +677,7 @@ fn settings(v: &PyValue, notes: &mut ReadNotes) -> Result<AllocatorSettings> {
             "expandable_segments",
             "roundup_power2_divisions",
             "memory_limit",
+            "ties_by_address",
             // PyTorch's pinned-memory and lock settings, which strata does not implement.
             "pinned_num_register_threads",
             "release_lock_on_cudamalloc",
@@ -737,6 +739,7 @@ fn settings(v: &PyValue, notes: &mut ReadNotes) -> Result<AllocatorSettings> {
         expandable_segments: s.bool_or("expandable_segments", false)?,
         roundup_power2_divisions,
         memory_limit: s.opt_u64("memory_limit")?,
+        ties_by_address: s.bool_or("ties_by_address", true)?,
     })
 }
 #[cfg(test)]

@@ -275,8 +275,7 @@ impl State {
                 "the backing returned a segment at {addr:#x}, not aligned to {MIN_BLOCK_SIZE} bytes"
             )));
         }
-        let seq = self.heap.next_seq;
-        self.heap.next_seq += 1;
+        let seq = self.heap.new_segment_id(addr, b.orders_by_address());
         let oversize = alloc_size >= self.cfg.max_split_size_bytes();
         self.heap.segments.insert(
             seq,

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use strata::alloc::caching::{replay_with, ReplayOptions};
+
 use crate::cli::args::ReplayArgs;
 use crate::cli::commands::shared::load;
 
@@ -11,12 +13,18 @@ pub(crate) fn run(args: ReplayArgs) -> ExitCode {
         snapshot,
         alloc_conf,
         capacity,
+        limit,
         device,
     } = args;
     let Some(snap) = load(&snapshot, "replay") else {
         return ExitCode::FAILURE;
     };
-    match strata::alloc::caching::replay(&snap, device, &alloc_conf, capacity.map(|c| c as u64)) {
+    let options = ReplayOptions {
+        capacity: capacity.map(|c| c as u64),
+        limit: limit.map(|l| l as u64),
+        ..ReplayOptions::new(device, &alloc_conf)
+    };
+    match replay_with(&snap, &options) {
         Ok(report) => {
             print!("{}", strata_cli::replay::table(&report));
             ExitCode::SUCCESS
