@@ -4,6 +4,7 @@
 
 pub use strata_alloc as alloc;
 pub use strata_core as core;
+pub use strata_core::cuda;
 pub use strata_core::{Error, Result};
 pub use strata_data as data;
 pub use strata_nn as nn;

@@ -31,6 +31,8 @@ mod size;
 pub mod trace;
 
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
+#[cfg(feature = "cuda")]
+pub use backing::CudaBacking;
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, CategoryMix, ConfigError,

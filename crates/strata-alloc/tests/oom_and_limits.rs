@@ -314,4 +314,30 @@ fn config_from_env() {
         AllocatorConfig::from_env().unwrap(),
         AllocatorConfig::default()
     );
+
+    // A CUDA device falls back to PyTorch's variables, newest name first, so a PyTorch
+    // user's settings carry over; strata's own variable still wins.
+    let cuda = strata_alloc::caching::CUDA_ENV_VARS;
+    std::env::set_var("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:32");
+    assert_eq!(
+        AllocatorConfig::from_env_vars(&cuda)
+            .unwrap()
+            .max_split_size,
+        Some(32 * MIB)
+    );
+    std::env::set_var("PYTORCH_ALLOC_CONF", "expandable_segments:True");
+    let c = AllocatorConfig::from_env_vars(&cuda).unwrap();
+    assert!(c.expandable_segments && c.max_split_size.is_none());
+    std::env::set_var("STRATA_ALLOC_CONF", "max_split_size_mb:64");
+    let c = AllocatorConfig::from_env_vars(&cuda).unwrap();
+    assert!(!c.expandable_segments && c.max_split_size == Some(64 * MIB));
+    std::env::remove_var("STRATA_ALLOC_CONF");
+    std::env::set_var("PYTORCH_ALLOC_CONF", "expandable_segments:maybe");
+    let e = AllocatorConfig::from_env_vars(&cuda).unwrap_err();
+    assert!(
+        e.to_string().contains("read from PYTORCH_ALLOC_CONF"),
+        "{e}"
+    );
+    std::env::remove_var("PYTORCH_ALLOC_CONF");
+    std::env::remove_var("PYTORCH_CUDA_ALLOC_CONF");
 }

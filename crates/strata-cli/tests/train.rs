@@ -178,6 +178,16 @@ fn the_commands_run_end_to_end() -> Result<(), Box<dyn std::error::Error>> {
         .output()?;
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown unit"));
+    // A GPU that cannot be used is said so, with the reason, and the run does not start.
+    let cuda = Command::new(strata)
+        .args(["train", "--device", "cuda", "--epochs", "1"])
+        .output()?;
+    assert!(!cuda.status.success());
+    let said = String::from_utf8_lossy(&cuda.stderr);
+    assert!(said.contains("--device cuda:0 is not available"), "{said}");
+    if strata::core::cuda::device_count().is_err() {
+        assert!(said.contains("no CUDA driver found"), "{said}");
+    }
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }

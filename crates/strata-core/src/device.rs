@@ -25,6 +25,29 @@ impl fmt::Display for Device {
     }
 }
 
+/// A device name that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown device `{0}`: use cpu, meta, cuda or cuda:N")]
+pub struct ParseDeviceError(pub String);
+
+/// PyTorch's device strings: `cpu`, `meta`, `cuda` (device 0) and `cuda:N`.
+impl std::str::FromStr for Device {
+    type Err = ParseDeviceError;
+
+    fn from_str(s: &str) -> Result<Device, ParseDeviceError> {
+        let bad = || ParseDeviceError(s.to_owned());
+        match s.trim() {
+            "cpu" => Ok(Device::Cpu),
+            "meta" => Ok(Device::Meta),
+            "cuda" => Ok(Device::Cuda(0)),
+            other => {
+                let index = other.strip_prefix("cuda:").ok_or_else(bad)?;
+                index.parse().map(Device::Cuda).map_err(|_| bad())
+            }
+        }
+    }
+}
+
 thread_local! {
     static DEFAULT_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
 }
@@ -70,5 +93,27 @@ impl Drop for DefaultDevice {
     fn drop(&mut self) {
         let previous = self.previous;
         DEFAULT_DEVICE.with(|d| d.set(previous));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_strings_parse_as_in_pytorch() {
+        assert_eq!("cpu".parse(), Ok(Device::Cpu));
+        assert_eq!("meta".parse(), Ok(Device::Meta));
+        assert_eq!("cuda".parse(), Ok(Device::Cuda(0)));
+        assert_eq!("cuda:3".parse(), Ok(Device::Cuda(3)));
+        for d in [Device::Cpu, Device::Meta, Device::Cuda(1)] {
+            assert_eq!(d.to_string().parse(), Ok(d));
+        }
+        let e = "gpu".parse::<Device>().unwrap_err().to_string();
+        assert!(
+            e.contains("unknown device `gpu`") && e.contains("cuda:N"),
+            "{e}"
+        );
+        assert!("cuda:x".parse::<Device>().is_err());
     }
 }

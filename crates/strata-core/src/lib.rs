@@ -18,6 +18,7 @@ mod api;
 pub mod autograd;
 pub(crate) mod backend;
 pub(crate) mod cast_scope;
+pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -38,6 +38,8 @@ macro_rules! on_default {
         match device_allocator($device)? {
             DefaultAllocator::Host($a) => $body,
             DefaultAllocator::Meta($a) => $body,
+            #[cfg(feature = "cuda")]
+            DefaultAllocator::Cuda($a) => $body,
         }
     };
 }

@@ -19,9 +19,14 @@
 
 use std::fmt;
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod host;
+pub(crate) mod simulated;
 mod virt;
 
+#[cfg(feature = "cuda")]
+pub use cuda::CudaBacking;
 pub use host::HostBacking;
 pub use virt::VirtualBacking;
 

@@ -1,8 +1,9 @@
 //! `VirtualBacking`: address ranges without memory, for simulation and planning.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
+use super::simulated::SimulatedStreams;
 use super::{Backing, BackingError, EventId, StreamId};
 
 /// Every range starts on a 2 MiB boundary and is followed by a 2 MiB gap, so ranges never touch.
@@ -24,16 +25,13 @@ const BASE: usize = 1 << 40;
 pub struct VirtualBacking {
     capacity: usize,
     state: Mutex<VirtualState>,
+    streams: SimulatedStreams,
 }
 
 #[derive(Debug)]
 struct VirtualState {
     next_addr: usize,
     mapped: usize,
-    next_event: u64,
-    held: BTreeSet<StreamId>,
-    /// Events not yet released: their stream and whether they have completed.
-    events: HashMap<u64, (StreamId, bool)>,
     /// A recorded run's segment addresses, when replaying one.
     recorded: Option<RecordedAddresses>,
 }
@@ -72,11 +70,9 @@ impl VirtualBacking {
             state: Mutex::new(VirtualState {
                 next_addr: BASE,
                 mapped: 0,
-                next_event: 0,
-                held: BTreeSet::new(),
-                events: HashMap::new(),
                 recorded: None,
             }),
+            streams: SimulatedStreams::default(),
         }
     }
 
@@ -122,18 +118,12 @@ impl VirtualBacking {
     /// Simulates a busy stream: events recorded on it stay incomplete until
     /// [`release_stream`](Self::release_stream).
     pub fn hold_stream(&self, stream: StreamId) {
-        self.lock().held.insert(stream);
+        self.streams.hold(stream);
     }
 
     /// Lets all work on `stream` complete, including events recorded while it was held.
     pub fn release_stream(&self, stream: StreamId) {
-        let mut s = self.lock();
-        s.held.remove(&stream);
-        for (st, done) in s.events.values_mut() {
-            if *st == stream {
-                *done = true;
-            }
-        }
+        self.streams.release(stream);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VirtualState> {
@@ -227,43 +217,23 @@ impl Backing for VirtualBacking {
     }
 
     fn record_event(&self, stream: StreamId) -> Result<EventId, BackingError> {
-        let mut s = self.lock();
-        let id = s.next_event;
-        s.next_event += 1;
-        let done = !s.held.contains(&stream);
-        s.events.insert(id, (stream, done));
-        Ok(EventId(id))
+        Ok(self.streams.record_event(stream))
     }
 
     fn query_event(&self, event: EventId) -> Result<bool, BackingError> {
-        let s = self.lock();
-        match s.events.get(&event.0) {
-            Some(&(_, done)) => Ok(done),
-            None => Err(BackingError::Fatal(format!("unknown event {}", event.0))),
-        }
+        self.streams.query_event(event)
     }
 
     fn synchronize_event(&self, event: EventId) -> Result<(), BackingError> {
-        // Waiting for an event is simulated as the work before it finishing now.
-        match self.lock().events.get_mut(&event.0) {
-            Some(e) => {
-                e.1 = true;
-                Ok(())
-            }
-            None => Err(BackingError::Fatal(format!("unknown event {}", event.0))),
-        }
+        self.streams.synchronize_event(event)
     }
 
     fn release_event(&self, event: EventId) {
-        self.lock().events.remove(&event.0);
+        self.streams.release_event(event)
     }
 
     fn synchronize_stream(&self, stream: StreamId) -> Result<(), BackingError> {
-        for (st, done) in self.lock().events.values_mut() {
-            if *st == stream {
-                *done = true;
-            }
-        }
+        self.streams.synchronize_stream(stream);
         Ok(())
     }
 

@@ -23,6 +23,10 @@ pub const MAX_REQUEST: usize = 1 << 60;
 /// The environment variable [`AllocatorConfig::from_env`] reads.
 pub const ENV_VAR: &str = "STRATA_ALLOC_CONF";
 
+/// Where a CUDA device's allocator reads its settings, first set wins: strata's variable,
+/// then PyTorch's current name and its older one.
+pub const CUDA_ENV_VARS: [&str; 3] = [ENV_VAR, "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"];
+
 /// Which pool a block belongs to.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
@@ -451,6 +455,27 @@ impl AllocatorConfig {
             }
         }
         Ok(out)
+    }
+
+    /// Reads the first of `vars` that is set (unset everywhere or empty: the defaults); an
+    /// error names the variable it came from. A CUDA device reads [`CUDA_ENV_VARS`], so a
+    /// PyTorch user's `PYTORCH_CUDA_ALLOC_CONF` carries over.
+    pub fn from_env_vars(vars: &[&str]) -> Result<AllocatorConfig, ConfigError> {
+        for var in vars {
+            match std::env::var(var) {
+                Ok(s) => {
+                    return Self::parse(&s).map_err(|e| ConfigError {
+                        message: format!("{} (read from {var})", e.message),
+                        ..e
+                    })
+                }
+                Err(std::env::VarError::NotPresent) => continue,
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    return Err(err(var, "the variable is not valid UTF-8"))
+                }
+            }
+        }
+        Ok(Self::default())
     }
 
     /// Reads `STRATA_ALLOC_CONF`; unset or empty gives the defaults.

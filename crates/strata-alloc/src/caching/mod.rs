@@ -63,15 +63,15 @@ use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
 pub use config::{
-    allocation_size, AllocatorConfig, Backend, ConfigError, PoolKind, ENV_VAR, LARGE_BUFFER,
-    MAX_REQUEST, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE, SMALL_BUFFER,
-    SMALL_SIZE,
+    allocation_size, AllocatorConfig, Backend, ConfigError, PoolKind, CUDA_ENV_VARS, ENV_VAR,
+    LARGE_BUFFER, MAX_REQUEST, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE,
+    SMALL_BUFFER, SMALL_SIZE,
 };
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};
 pub use replay::{
-    recorded_config, replay, replay_recorded, replay_with, Coverage, ReplayError, ReplayFigures,
-    ReplayOom, ReplayOptions, ReplayReport,
+    recorded_config, replay, replay_recorded, replay_recorded_on, replay_with, Coverage,
+    ReplayError, ReplayFigures, ReplayOom, ReplayOptions, ReplayReport,
 };
 pub use snapshot::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,

@@ -10,7 +10,8 @@ use super::history::TraceAction;
 use super::snapshot::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
 use super::stats::MemoryStats;
 use super::CachingAllocator;
-use crate::backing::{StreamId, VirtualBacking};
+use crate::backing::simulated::WithSimulatedStreams;
+use crate::backing::{Backing, StreamId, VirtualBacking};
 use crate::{Block, DeviceAllocator, Site};
 
 /// The capacity of the replay's device when none is given: larger than any real one.
@@ -190,10 +191,11 @@ fn missing_blocks(trace: &[TraceEntrySnapshot], snapshot: &Snapshot) -> Vec<(u64
 /// above any stream a trace names.
 const DEFERRED_STREAMS: u64 = 1 << 62;
 
-/// One run of a trace through a fresh allocator over the virtual backing.
-struct Run<'t> {
+/// One run of a trace through a fresh allocator, over a backing's memory with simulated
+/// streams (a replay queues no work).
+struct Run<'t, B: Backing> {
     trace: &'t [TraceEntrySnapshot],
-    a: CachingAllocator<VirtualBacking>,
+    a: CachingAllocator<WithSimulatedStreams<B>>,
     /// Whether the device is bounded (a limit or a capacity), so that the run's own releases
     /// before an allocation are the allocator's retries rather than `empty_cache` calls.
     bounded: bool,
@@ -211,28 +213,35 @@ struct Run<'t> {
     largest_free: u64,
 }
 
-impl<'t> Run<'t> {
+/// The virtual device a replay runs on: `capacity` bytes (`None`: unbounded); for a run that
+/// broke ties by address (PyTorch's), at the run's own segment addresses, so the replay
+/// breaks them the same way.
+fn virtual_device(
+    trace: &[TraceEntrySnapshot],
+    capacity: Option<u64>,
+    ties_by_address: bool,
+) -> VirtualBacking {
+    let capacity = capacity.map_or(UNBOUNDED, |c| c as usize);
+    if !ties_by_address {
+        return VirtualBacking::new(capacity);
+    }
+    let segments: Vec<(usize, usize)> = trace
+        .iter()
+        .filter(|e| e.action == TraceAction::SegmentAlloc)
+        .filter_map(|e| Some((e.addr? as usize, e.size as usize)))
+        .collect();
+    VirtualBacking::with_recorded_addresses(capacity, &segments)
+}
+
+impl<'t, B: Backing> Run<'t, B> {
     fn new(
         trace: &'t [TraceEntrySnapshot],
         config: AllocatorConfig,
+        backing: B,
         capacity: Option<u64>,
         limit: Option<u64>,
-        ties_by_address: bool,
     ) -> Self {
-        let capacity_bytes = capacity.map_or(UNBOUNDED, |c| c as usize);
-        // A run that broke ties by address (PyTorch's) is replayed at its own segment
-        // addresses, so the replay breaks them the same way.
-        let backing = if ties_by_address {
-            let segments: Vec<(usize, usize)> = trace
-                .iter()
-                .filter(|e| e.action == TraceAction::SegmentAlloc)
-                .filter_map(|e| Some((e.addr? as usize, e.size as usize)))
-                .collect();
-            VirtualBacking::with_recorded_addresses(capacity_bytes, &segments)
-        } else {
-            VirtualBacking::new(capacity_bytes)
-        };
-        let a = CachingAllocator::with_config(backing, config);
+        let a = CachingAllocator::with_config(WithSimulatedStreams::new(backing), config);
         a.set_memory_limit(limit.map(|l| l as usize));
         Run {
             trace,
@@ -318,7 +327,7 @@ impl<'t> Run<'t> {
                     // then, stands for that work.
                     let held = StreamId(self.next_deferred);
                     self.next_deferred += 1;
-                    self.a.backing().hold_stream(held);
+                    self.a.backing().streams.hold(held);
                     self.a.record_stream(&b, held);
                     self.deferred.insert(addr, held);
                 }
@@ -327,7 +336,7 @@ impl<'t> Run<'t> {
             }
             (TraceAction::FreeCompleted, Some(addr)) => {
                 if let Some(held) = self.deferred.remove(&addr) {
-                    self.a.backing().release_stream(held);
+                    self.a.backing().streams.release(held);
                 } else if let Some(b) = self.live.remove(&addr) {
                     // A trace without `free_requested` entries frees here.
                     // SAFETY: `b` came from `a` and is not used again.
@@ -396,16 +405,17 @@ type Observer<'a> = dyn FnMut(usize, &MemoryStats) + 'a;
 
 /// Runs `trace` (after allocating `missing`) through a fresh allocator, calling `observe` (if
 /// any) with each entry's index and the allocator's statistics after it.
-fn run(
+/// `capacity` is the device's, for the report (the backing enforces it).
+fn run<B: Backing>(
     trace: &[TraceEntrySnapshot],
     missing: &[(u64, u64)],
     config: AllocatorConfig,
+    backing: B,
     capacity: Option<u64>,
     limit: Option<u64>,
-    ties_by_address: bool,
     mut observe: Option<&mut Observer<'_>>,
 ) -> ReplayFigures {
-    let mut r = Run::new(trace, config, capacity, limit, ties_by_address);
+    let mut r = Run::new(trace, config, backing, capacity, limit);
     r.allocate_missing(missing);
     for i in 0..trace.len() {
         r.step(i);
@@ -548,22 +558,24 @@ pub fn replay_with(
     };
     let (traced_peak_requested, traced_peak_reserved, traced_ooms) = traced_peaks(trace, &missing);
     let limit = options.limit.or(snapshot.allocator_settings.memory_limit);
+    let ties = snapshot.allocator_settings.ties_by_address;
     let recorded = run(
         trace,
         &missing,
         recorded_config(&snapshot.allocator_settings),
+        virtual_device(trace, None, ties),
         None,
         limit,
-        snapshot.allocator_settings.ties_by_address,
         None,
     );
+    let capacity = options.capacity.or(limit);
     let what_if = run(
         trace,
         &missing,
         config,
-        options.capacity.or(limit),
+        virtual_device(trace, capacity, ties),
+        capacity,
         None,
-        snapshot.allocator_settings.ties_by_address,
         None,
     );
     Ok(ReplayReport {
@@ -578,12 +590,34 @@ pub fn replay_with(
 }
 
 /// Replays the recorded run alone (the snapshot's settings, `limit` or else its recorded
-/// limit), calling `observe` with each entry's index and the allocator's statistics after
-/// it: how a test follows a run's phases through the replay.
+/// limit) over the virtual backing, calling `observe` with each entry's index and the
+/// allocator's statistics after it: how a test follows a run's phases through the replay.
 pub fn replay_recorded(
     snapshot: &Snapshot,
     device: usize,
     limit: Option<u64>,
+    observe: &mut dyn FnMut(usize, &MemoryStats),
+) -> Result<ReplayFigures, ReplayError> {
+    let trace = trace_of(snapshot, device)?;
+    let ties = snapshot.allocator_settings.ties_by_address;
+    replay_recorded_on(
+        snapshot,
+        device,
+        limit,
+        virtual_device(trace, None, ties),
+        observe,
+    )
+}
+
+/// [`replay_recorded`] over `backing`: real device memory (a
+/// [`CudaBacking`](crate::backing::CudaBacking) replaying a PyTorch run on the GPU it was
+/// recorded on), with streams and events simulated, since a replay queues no work. Ties
+/// between equal free blocks go by the backing's own rule and addresses.
+pub fn replay_recorded_on<B: Backing>(
+    snapshot: &Snapshot,
+    device: usize,
+    limit: Option<u64>,
+    backing: B,
     observe: &mut dyn FnMut(usize, &MemoryStats),
 ) -> Result<ReplayFigures, ReplayError> {
     let trace = trace_of(snapshot, device)?;
@@ -593,9 +627,9 @@ pub fn replay_recorded(
         trace,
         &missing,
         recorded_config(&snapshot.allocator_settings),
+        backing,
         None,
         limit,
-        snapshot.allocator_settings.ties_by_address,
         Some(observe),
     ))
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::size::{parse_batch_size, parse_size, BatchSize};
+use crate::cli::size::{parse_batch_size, parse_device, parse_size, BatchSize};
 
 /// What `train` and `eval` share.
 #[derive(clap::Args)]
@@ -124,9 +124,10 @@ pub(crate) struct TrainArgs {
     /// Write those two steps as a Chrome trace (chrome://tracing, Perfetto).
     #[arg(long)]
     pub(crate) trace: Option<PathBuf>,
-    /// `cpu`, or `meta`: the whole run's memory without computing (values are null).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "meta"])]
-    pub(crate) device: String,
+    /// `cpu`, or `meta`: the whole run's memory without computing (values are null);
+    /// `cuda` or `cuda:N` says why a GPU cannot be used yet.
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub(crate) device: strata::core::Device,
     /// Record the allocator's history and save a snapshot pickle here (PyTorch's format).
     #[arg(long)]
     pub(crate) snapshot: Option<PathBuf>,

@@ -1,5 +1,11 @@
 //! Parsing of the size arguments: memory sizes (`--memory-limit`, `--capacity`) and
-//! `--batch-size`.
+//! `--batch-size`; and of `--device`.
+
+/// `cpu`, `meta`, `cuda` or `cuda:N`.
+pub(crate) fn parse_device(s: &str) -> Result<strata::core::Device, String> {
+    s.parse()
+        .map_err(|e: strata::core::device::ParseDeviceError| e.to_string())
+}
 
 /// `2GiB`, `512MiB`, `64KiB` or a number of bytes.
 pub(crate) fn parse_size(s: &str) -> Result<usize, String> {

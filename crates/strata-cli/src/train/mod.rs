@@ -282,9 +282,16 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
             "--batch-size and --epochs must be at least 1".into(),
         ));
     }
-    if !matches!(o.device, Device::Cpu | Device::Meta) {
+    if let Device::Cuda(index) = o.device {
+        let why = match strata::core::cuda::device_count() {
+            Err(strata::core::Error::Unsupported { message, .. }) => message,
+            Err(e) => e.to_string(),
+            Ok(count) if index >= count => format!("this machine has {count} CUDA devices"),
+            Ok(_) => "strata has no CUDA kernels yet".to_owned(),
+        };
         return Err(TrainError::Options(format!(
-            "--device {} is not available: use cpu or meta",
+            "--device {} is not available: {why}. Train with --device cpu, or plan the run's \
+             memory with --device meta",
             o.device
         )));
     }

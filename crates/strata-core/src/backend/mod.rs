@@ -228,13 +228,38 @@ pub(crate) fn check_device(device: Device, op: &'static str) -> Result<()> {
         .map_err(|_| no_backend(device, op))
 }
 
-/// The error for a device this build has no backend for (CUDA: the missing CUDA support).
+/// The error for a device this build has no backend for: without the `cuda` feature, the
+/// missing CUDA support; with it, what the driver says (no driver, no such device), else that
+/// tensors on the device have no kernels yet (its memory is managed: `memory::*` works).
 fn no_backend(device: Device, op: &'static str) -> Error {
-    let message = format!(
-        "cannot place a tensor on {device}: strata was not compiled with CUDA support; \
-         use Device::Cpu or Device::Meta"
-    );
+    let why = match device {
+        Device::Cuda(index) => cuda_unavailable(index),
+        _ => "this build has no backend for it".to_owned(),
+    };
+    let message = format!("cannot place a tensor on {device}: {why}");
     Error::Unsupported { op, message }
+}
+
+/// Why tensors cannot live on CUDA device `index` in this build.
+#[cfg(feature = "cuda")]
+fn cuda_unavailable(index: usize) -> String {
+    use strata_alloc::backing::cuda::{device_count, CudaError};
+    match device_count() {
+        Err(e) => e.to_string(),
+        Ok(count) if index >= count => CudaError::NoDevice { index, count }.to_string(),
+        Ok(_) => "strata manages this device's memory (the caching allocator and every \
+                  memory:: function work for it) but has no CUDA kernels yet, so tensors \
+                  cannot live there; use Device::Cpu"
+            .to_owned(),
+    }
+}
+
+/// Why tensors cannot live on CUDA device `index` in this build.
+#[cfg(not(feature = "cuda"))]
+fn cuda_unavailable(_index: usize) -> String {
+    "strata was not compiled with CUDA support (feature `cuda`); use Device::Cpu or \
+     Device::Meta"
+        .to_owned()
 }
 
 #[cfg(test)]
@@ -248,7 +273,7 @@ mod tests {
             Some(Device::Cpu)
         );
         let cuda = for_device(Device::Cuda(0)).err().map(|e| e.to_string());
-        assert!(cuda.is_some_and(|m| m.contains("not compiled with CUDA")));
+        assert!(cuda.is_some_and(|m| m.contains("cannot place a tensor on cuda:0")));
         assert_eq!(
             for_device(Device::Meta).map(|b| b.device()).ok(),
             Some(Device::Meta)

@@ -3,6 +3,8 @@
 //! for the CPU).
 
 use std::cell::RefCell;
+#[cfg(feature = "cuda")]
+use std::sync::Mutex;
 use std::sync::{Arc, OnceLock};
 
 use strata_alloc::caching::ENV_VAR;
@@ -12,6 +14,13 @@ use strata_alloc::{
 };
 
 use crate::{Device, Error, Result};
+
+#[cfg(feature = "cuda")]
+use strata_alloc::{caching::CUDA_ENV_VARS, AllocatorConfig, CachingAllocator, CudaBacking};
+
+/// PyTorch's caching allocator over a CUDA device's memory.
+#[cfg(feature = "cuda")]
+pub type CudaCachingAllocator = CachingAllocator<CudaBacking>;
 
 thread_local! {
     // Innermost last; a device's override is the last entry for that device.
@@ -58,6 +67,42 @@ pub fn default_meta_allocator() -> Result<&'static Arc<VirtualCachingAllocator>>
     .map_err(config_error)
 }
 
+/// The default allocator of CUDA device `index`: PyTorch's caching algorithm over the
+/// device's memory, made when first used and kept for the process, configured by
+/// `STRATA_ALLOC_CONF`, else `PYTORCH_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF` (so a
+/// PyTorch user's settings carry over). Without the driver, or without device `index`, a
+/// clear error.
+#[cfg(feature = "cuda")]
+pub fn default_cuda_allocator(index: usize) -> Result<&'static Arc<CudaCachingAllocator>> {
+    type Known = Vec<(usize, &'static Arc<CudaCachingAllocator>)>;
+    static CUDA: Mutex<Known> = Mutex::new(Vec::new());
+    let mut known = CUDA.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&(_, a)) = known.iter().find(|(i, _)| *i == index) {
+        return Ok(a);
+    }
+    let backing = CudaBacking::new(index).map_err(|e| cuda_error("allocate", &e))?;
+    let config = AllocatorConfig::from_env_vars(&CUDA_ENV_VARS).map_err(|e| Error::Argument {
+        op: "allocate",
+        message: e.to_string(),
+        hint: Some("fix or unset the variable it names".into()),
+    })?;
+    // Leaked once per device: the allocator lives as long as the process, as PyTorch's does.
+    let a: &'static Arc<CudaCachingAllocator> = Box::leak(Box::new(Arc::new(
+        CachingAllocator::with_config(backing, config),
+    )));
+    known.push((index, a));
+    Ok(a)
+}
+
+/// A CUDA driver error as `op`'s error.
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_error(op: &'static str, e: &strata_alloc::backing::cuda::CudaError) -> Error {
+    Error::Unsupported {
+        op,
+        message: e.to_string(),
+    }
+}
+
 fn config_error(e: &ConfigError) -> Error {
     Error::Argument {
         op: "allocate",
@@ -82,10 +127,14 @@ pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
         (Some(a), _) => Ok(a),
         (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
         (None, Device::Meta) => Ok(default_meta_allocator()?.clone()),
+        #[cfg(feature = "cuda")]
+        (None, Device::Cuda(i)) => Ok(default_cuda_allocator(i)?.clone()),
+        #[cfg(not(feature = "cuda"))]
         (None, Device::Cuda(_)) => Err(no_allocator()),
     }
 }
 
+#[cfg(not(feature = "cuda"))]
 pub(crate) fn no_allocator() -> Error {
     Error::Unsupported {
         op: "allocate",
@@ -148,14 +197,17 @@ pub fn with_device_allocator<R>(
     f()
 }
 
-/// The default caching allocator of a device: over host memory, or over the virtual
-/// backing for meta.
+/// The default caching allocator of a device: over host memory, over the virtual backing
+/// for meta, over device memory for CUDA.
 #[derive(Clone, Copy)]
 pub(crate) enum DefaultAllocator {
     /// The CPU's.
     Host(&'static Arc<HostCachingAllocator>),
     /// The meta device's.
     Meta(&'static Arc<VirtualCachingAllocator>),
+    /// A CUDA device's.
+    #[cfg(feature = "cuda")]
+    Cuda(&'static Arc<CudaCachingAllocator>),
 }
 
 /// The default caching allocator of `device`.
@@ -163,6 +215,9 @@ pub(crate) fn device_allocator(device: Device) -> Result<DefaultAllocator> {
     match device {
         Device::Cpu => default_host_allocator().map(DefaultAllocator::Host),
         Device::Meta => default_meta_allocator().map(DefaultAllocator::Meta),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => default_cuda_allocator(i).map(DefaultAllocator::Cuda),
+        #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => Err(no_allocator()),
     }
 }

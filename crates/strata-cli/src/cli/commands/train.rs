@@ -19,11 +19,7 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
             table: args.profile,
             trace: args.trace,
         },
-        device: if args.device == "meta" {
-            strata::core::Device::Meta
-        } else {
-            strata::core::Device::Cpu
-        },
+        device: args.device,
         snapshot: args.snapshot,
         html: args.html,
         ..step_options(&args.common, args.step)
