@@ -202,3 +202,71 @@ fn a_missing_device_is_an_error_naming_the_count() {
         format!("no CUDA device {count}: this machine has {count}")
     );
 }
+
+#[test]
+#[ignore = "needs a CUDA device: run by scripts/gpu-check"]
+fn the_current_stream_chooses_the_pool() {
+    use strata_alloc::backing::cuda::{current_stream, set_current_stream, CudaStream};
+    let a = allocator("");
+    let side = CudaStream::new(0).expect("a stream");
+    let site = Site::unknown("gpu test");
+    let before = set_current_stream(0, side.id());
+    let on_side = a.allocate(MIB, &site).expect("room");
+    assert_eq!(a.segments()[0].stream, side.id());
+    // SAFETY: the block came from `a` and is not used again.
+    unsafe { a.deallocate(on_side) };
+    set_current_stream(0, before);
+    assert_eq!(current_stream(0), StreamId::DEFAULT);
+    // The side stream's cached block is not the default stream's: a second segment.
+    let on_default = a.allocate(MIB, &site).expect("room");
+    assert_eq!(a.memory_reserved(), 4 * MIB);
+    // SAFETY: as above.
+    unsafe { a.deallocate(on_default) };
+    a.empty_cache().expect("released");
+    assert_eq!(a.memory_reserved(), 0);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run by scripts/gpu-check"]
+fn events_order_streams_and_time_their_work() {
+    use cudarc::driver::sys;
+    use strata_alloc::backing::cuda::{CudaEvent, CudaStream};
+    let a = allocator("");
+    let (first, second) = (
+        CudaStream::new(0).expect("a stream"),
+        CudaStream::new(0).expect("a stream"),
+    );
+    let (start, end) = (
+        CudaEvent::new(0, true).expect("an event"),
+        CudaEvent::new(0, true).expect("an event"),
+    );
+    let site = Site::unknown("gpu test");
+    let bytes = 256 * MIB;
+    let b = a.allocate(bytes, &site).expect("room");
+    start.record(&first).expect("recorded");
+    for value in 0..8u8 {
+        // SAFETY: the block holds `bytes` bytes of device memory owned by this test; the
+        // stream belongs to the same context, which `record` bound on this thread.
+        let r = unsafe {
+            sys::cuMemsetD8Async(
+                b.ptr().as_ptr() as usize as sys::CUdeviceptr,
+                value,
+                bytes,
+                first.id().0 as usize as sys::CUstream,
+            )
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    }
+    end.record(&first).expect("recorded");
+    second.wait_stream(&first).expect("ordered");
+    second.synchronize().expect("synchronized");
+    // `second` waited for everything `first` had queued, `end` included.
+    assert!(end.query().expect("queried"));
+    assert!(first.query().expect("queried"));
+    let ms = start.elapsed_ms(&end).expect("timed");
+    assert!(ms > 0.0, "{ms} ms for 2 GiB of memset");
+    let untimed = CudaEvent::new(0, false).expect("an event");
+    assert!(untimed.elapsed_ms(&end).is_err());
+    // SAFETY: the work that used the block has finished (synchronized above).
+    unsafe { a.deallocate(b) };
+}

@@ -46,6 +46,166 @@ pub fn check(index: usize) -> Result<()> {
     crate::backend::check_device(crate::Device::Cuda(index), "cuda::check")
 }
 
+#[cfg(feature = "cuda")]
+pub use streams::{current_stream, synchronize, with_stream, Event, Stream};
+
+/// Streams and events (PyTorch's `torch.cuda.Stream`, `Event`, `stream()` and
+/// `current_stream()`).
+#[cfg(feature = "cuda")]
+mod streams {
+    use strata_alloc::backing::cuda::{self as driver, CudaEvent, CudaStream};
+
+    use crate::routing::cuda_error;
+    use crate::{Device, Result};
+
+    /// A stream of work on one CUDA device. Made with [`Stream::new`] it is a new stream
+    /// (non-blocking, as PyTorch's), destroyed when dropped; from [`current_stream`] it is a
+    /// handle to the thread's current one.
+    ///
+    /// ```
+    /// use strata_core::cuda::Stream;
+    /// // Without a driver, the reason (never a panic).
+    /// if !strata_core::cuda::is_available() {
+    ///     assert!(Stream::new(0).is_err());
+    /// }
+    /// ```
+    #[derive(Debug)]
+    pub struct Stream(CudaStream);
+
+    impl Stream {
+        /// A new stream on CUDA device `index`.
+        pub fn new(index: usize) -> Result<Stream> {
+            CudaStream::new(index)
+                .map(Stream)
+                .map_err(|e| cuda_error("Stream::new", &e))
+        }
+
+        /// The device's default stream.
+        pub fn default_stream(index: usize) -> Result<Stream> {
+            CudaStream::borrowed(index, strata_alloc::StreamId::DEFAULT)
+                .map(Stream)
+                .map_err(|e| cuda_error("default_stream", &e))
+        }
+
+        /// The stream's device.
+        pub fn device(&self) -> Device {
+            Device::Cuda(self.0.device())
+        }
+
+        /// The stream as the allocator and snapshots name it (its handle; 0 for the
+        /// default stream).
+        pub fn id(&self) -> strata_alloc::StreamId {
+            self.0.id()
+        }
+
+        /// Waits until everything queued on the stream has finished.
+        pub fn synchronize(&self) -> Result<()> {
+            self.0
+                .synchronize()
+                .map_err(|e| cuda_error("Stream::synchronize", &e))
+        }
+
+        /// Whether everything queued on the stream has finished.
+        pub fn query(&self) -> Result<bool> {
+            self.0.query().map_err(|e| cuda_error("Stream::query", &e))
+        }
+
+        /// Makes work queued here from now on wait for everything queued on `other` so far.
+        pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+            self.0
+                .wait_stream(&other.0)
+                .map_err(|e| cuda_error("wait_stream", &e))
+        }
+
+        /// Makes work queued here from now on wait for `event`.
+        pub fn wait_event(&self, event: &Event) -> Result<()> {
+            self.0
+                .wait_event(&event.0)
+                .map_err(|e| cuda_error("wait_event", &e))
+        }
+
+        /// Records a new event (without timing) at the current end of the stream's work.
+        pub fn record_event(&self) -> Result<Event> {
+            let e = Event::new(self.0.device(), false)?;
+            e.record(self)?;
+            Ok(e)
+        }
+    }
+
+    /// A marker in a stream's work: it completes when the work queued before it has.
+    #[derive(Debug)]
+    pub struct Event(CudaEvent);
+
+    impl Event {
+        /// A new event on CUDA device `index`; with `enable_timing`,
+        /// [`elapsed_time`](Self::elapsed_time) measures between two of them.
+        pub fn new(index: usize, enable_timing: bool) -> Result<Event> {
+            CudaEvent::new(index, enable_timing)
+                .map(Event)
+                .map_err(|e| cuda_error("Event::new", &e))
+        }
+
+        /// Records the event at the current end of `stream`'s work.
+        pub fn record(&self, stream: &Stream) -> Result<()> {
+            self.0
+                .record(&stream.0)
+                .map_err(|e| cuda_error("Event::record", &e))
+        }
+
+        /// Makes work queued on `stream` from now on wait for this event.
+        pub fn wait(&self, stream: &Stream) -> Result<()> {
+            stream.wait_event(self)
+        }
+
+        /// Whether the work before the event has finished.
+        pub fn query(&self) -> Result<bool> {
+            self.0.query().map_err(|e| cuda_error("Event::query", &e))
+        }
+
+        /// Waits until the work before the event has finished.
+        pub fn synchronize(&self) -> Result<()> {
+            self.0
+                .synchronize()
+                .map_err(|e| cuda_error("Event::synchronize", &e))
+        }
+
+        /// Milliseconds from this event to `end` (both with timing, both completed).
+        pub fn elapsed_time(&self, end: &Event) -> Result<f32> {
+            self.0
+                .elapsed_ms(&end.0)
+                .map_err(|e| cuda_error("elapsed_time", &e))
+        }
+    }
+
+    /// The current stream of CUDA device `index` on this thread (the default stream unless
+    /// inside [`with_stream`]); allocations on the device come from its pool.
+    pub fn current_stream(index: usize) -> Result<Stream> {
+        CudaStream::borrowed(index, driver::current_stream(index))
+            .map(Stream)
+            .map_err(|e| cuda_error("current_stream", &e))
+    }
+
+    /// Runs `f` with `stream` as its device's current stream on this thread (PyTorch's
+    /// `with torch.cuda.stream(s):`); the previous one comes back when `f` returns or
+    /// unwinds.
+    pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> R) -> R {
+        struct Restore(usize, strata_alloc::StreamId);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                driver::set_current_stream(self.0, self.1);
+            }
+        }
+        let device = stream.0.device();
+        let _restore = Restore(device, driver::set_current_stream(device, stream.id()));
+        f()
+    }
+
+    /// Waits until all work on every stream of CUDA device `index` has finished.
+    pub fn synchronize(index: usize) -> Result<()> {
+        driver::synchronize_device(index).map_err(|e| cuda_error("synchronize", &e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +223,24 @@ mod tests {
         // Tensors cannot live on a GPU in this build, whatever the machine.
         let e = check(0).unwrap_err().to_string();
         assert!(e.contains("cannot place a tensor on cuda:0"), "{e}");
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn with_stream_scopes_the_current_stream() {
+        // Without a driver a stream cannot be made; the scoping itself is checked on the
+        // GPU. Either way nothing panics.
+        match Stream::new(0) {
+            Ok(s) => {
+                with_stream(&s, || {
+                    assert_eq!(current_stream(0).map(|c| c.id()).ok(), Some(s.id()));
+                });
+                assert_eq!(
+                    current_stream(0).map(|c| c.id()).ok(),
+                    Some(strata_alloc::StreamId::DEFAULT)
+                );
+            }
+            Err(e) => assert!(e.to_string().contains("CUDA"), "{e}"),
+        }
     }
 }

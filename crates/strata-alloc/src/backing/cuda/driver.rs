@@ -111,6 +111,14 @@ pub fn is_available() -> bool {
     device_count().is_ok_and(|n| n > 0)
 }
 
+/// Waits until all work queued on device `index`, on every stream, has finished
+/// (`cuCtxSynchronize`).
+pub fn synchronize_device(index: usize) -> Result<(), CudaError> {
+    Context::primary(index)?.bind()?;
+    // SAFETY: the device's primary context is current on this thread.
+    check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+}
+
 /// A device's primary context, retained for the life of the process (PyTorch's rule).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Context {

@@ -10,6 +10,7 @@
 //! without the driver gets [`CudaError::NoDriver`] from [`CudaBacking::new`].
 
 mod driver;
+mod stream;
 mod vmm;
 
 use std::sync::Mutex;
@@ -19,7 +20,8 @@ use cudarc::driver::sys;
 use super::{Backing, BackingError, EventId, StreamId};
 pub(crate) use driver::check;
 use driver::Context;
-pub use driver::{device_count, is_available, CudaError};
+pub use driver::{device_count, is_available, synchronize_device, CudaError};
+pub use stream::{current_stream, set_current_stream, CudaEvent, CudaStream};
 use vmm::Vmm;
 
 /// Device memory of one CUDA device, for a [`CachingAllocator`](crate::CachingAllocator).
@@ -124,6 +126,12 @@ impl Backing for CudaBacking {
 
     fn orders_by_address(&self) -> bool {
         true
+    }
+
+    /// This thread's current stream of the device: requests through the
+    /// [`DeviceAllocator`](crate::DeviceAllocator) trait come from its pool.
+    fn default_stream(&self) -> StreamId {
+        current_stream(self.index)
     }
 
     fn allocate_segment(&self, size: usize) -> Result<usize, BackingError> {
