@@ -7,13 +7,11 @@
 
 #![cfg(feature = "cuda")]
 
-use std::path::PathBuf;
+mod goldens;
 
 use strata_alloc::backing::cuda::{device_count, CudaBacking};
 use strata_alloc::caching::{replay_recorded_on, TraceAction};
-use strata_alloc::{
-    AllocatorConfig, Backing, CachingAllocator, DeviceAllocator, Site, Snapshot, StreamId,
-};
+use strata_alloc::{AllocatorConfig, Backing, CachingAllocator, DeviceAllocator, Site, StreamId};
 
 const MIB: usize = 1 << 20;
 
@@ -134,30 +132,17 @@ fn a_block_used_on_another_stream_waits_for_its_event() {
     unsafe { sys::cuStreamDestroy_v2(raw) };
 }
 
-fn fixtures() -> PathBuf {
-    // The runner names the fixtures of the tree it was carried with.
-    std::env::var_os("STRATA_ALLOC_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"))
-        .join("pytorch-cuda")
-}
-
 #[test]
 #[ignore = "needs a CUDA device: run by scripts/gpu-check"]
 fn pytorchs_runs_replayed_on_device_memory() {
     let _ = device();
     let mut differences = Vec::new();
     println!("program.setting: strata on the device / PyTorch (allocated peak, reserved peak, segment peak, retries, ooms)");
-    for program in ["mixed", "frag", "streams", "mlp", "gpt", "oom"] {
-        for setting in ["default", "expandable"] {
+    for program in goldens::PROGRAMS {
+        for setting in goldens::SETTINGS {
             let name = format!("{program}.{setting}");
-            let dir = fixtures();
-            let snapshot = Snapshot::load(dir.join(format!("{name}.pickle")))
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let text = std::fs::read_to_string(dir.join(format!("{name}.json")))
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let figures: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-            let stat = |k: &str| figures["memory_stats"][k].as_u64().unwrap_or(u64::MAX);
+            let (snapshot, figures) = goldens::golden(program, setting);
+            let stat = |k: &str| goldens::stat(&figures, k);
             let limit = figures["limit_bytes"].as_u64();
             let r = replay_recorded_on(&snapshot, 0, limit, device(), &mut |_, _| {})
                 .unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -6,40 +6,10 @@
 //! strata's caching allocator is the replay tests' work; this file checks that the reader
 //! takes PyTorch's own CUDA snapshots as they are.
 
-use std::path::{Path, PathBuf};
+mod goldens;
 
-use serde_json::Value;
+use goldens::{golden, stat, PROGRAMS, SETTINGS};
 use strata_alloc::caching::{BlockState, TraceAction};
-use strata_alloc::Snapshot;
-
-const PROGRAMS: [&str; 6] = ["mixed", "frag", "streams", "mlp", "gpt", "oom"];
-const SETTINGS: [&str; 2] = ["default", "expandable"];
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch-cuda")
-}
-
-/// The golden of `program` under `setting`: its snapshot and its JSON of figures.
-fn golden(program: &str, setting: &str) -> (Snapshot, Value) {
-    let pickle = fixtures().join(format!("{program}.{setting}.pickle"));
-    let json = fixtures().join(format!("{program}.{setting}.json"));
-    let (snapshot, notes) =
-        Snapshot::load_with_notes(&pickle).unwrap_or_else(|e| panic!("{}: {e}", pickle.display()));
-    assert!(
-        notes.skipped_actions.is_empty(),
-        "{program}.{setting}: actions strata does not know: {:?}",
-        notes.skipped_actions
-    );
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}", json.display()));
-    let figures: Value = serde_json::from_str(&text).expect("a golden's JSON parses");
-    (snapshot, figures)
-}
-
-fn stat(figures: &Value, key: &str) -> u64 {
-    figures["memory_stats"][key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("memory_stats has no {key}"))
-}
 
 #[test]
 fn every_golden_reads_and_agrees_with_pytorchs_statistics() {

@@ -10,36 +10,12 @@
 //! completed late, because another stream still used the block, is completed late in the
 //! replay too.
 
-use std::path::{Path, PathBuf};
+mod goldens;
 
-use serde_json::Value;
+use goldens::{golden, stat, PROGRAMS, SETTINGS};
 use strata_alloc::caching::{
     replay_recorded, replay_with, MemoryStats, ReplayOptions, TraceAction,
 };
-use strata_alloc::Snapshot;
-
-const PROGRAMS: [&str; 6] = ["mixed", "frag", "streams", "mlp", "gpt", "oom"];
-const SETTINGS: [&str; 2] = ["default", "expandable"];
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pytorch-cuda")
-}
-
-/// The golden of `program` under `setting`: its snapshot and its JSON of figures.
-fn golden(program: &str, setting: &str) -> (Snapshot, Value) {
-    let pickle = fixtures().join(format!("{program}.{setting}.pickle"));
-    let json = fixtures().join(format!("{program}.{setting}.json"));
-    let snapshot = Snapshot::load(&pickle).unwrap_or_else(|e| panic!("{}: {e}", pickle.display()));
-    let text = std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}", json.display()));
-    let figures = serde_json::from_str(&text).expect("a golden's JSON parses");
-    (snapshot, figures)
-}
-
-fn stat(figures: &Value, key: &str) -> u64 {
-    figures["memory_stats"][key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("memory_stats has no {key}"))
-}
 
 /// `(allocated, allocated peak, reserved, reserved peak)`.
 type State = [u64; 4];
