@@ -3,9 +3,12 @@
 //! reused only once every event recorded on it has completed (a device copy that reads the
 //! block may still be running until then).
 //!
-//! Without a device backend the memory is ordinary host memory and the events are completed
-//! by whoever recorded them ([`HostEvent::complete`]); the accounting and the reuse rule are
-//! the ones a CUDA build follows. The statistics carry PyTorch's `host_memory_stats` keys.
+//! Where a CUDA device is there (feature `cuda`, a driver and a device), blocks are
+//! page-locked memory from the driver (`cuMemHostAlloc`, as PyTorch's `cudaHostAlloc`);
+//! otherwise ordinary host memory ([`PinnedHostAllocator::is_page_locked`] says which). The
+//! events are completed by whoever recorded them ([`HostEvent::complete`]); the accounting
+//! and the reuse rule are PyTorch's either way. The statistics carry PyTorch's
+//! `host_memory_stats` keys.
 
 use std::alloc::{alloc, dealloc, Layout};
 use std::collections::{BTreeMap, HashMap};
@@ -61,6 +64,65 @@ struct Rec {
     size: usize,
     state: State,
     events: Vec<HostEvent>,
+    source: Source,
+}
+
+/// Where a block's memory came from, and so where it goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The heap: ordinary, pageable memory.
+    Heap,
+    /// The CUDA driver: page-locked memory.
+    #[cfg(feature = "cuda")]
+    Cuda,
+}
+
+impl Source {
+    /// Page-locked memory from the driver where a CUDA device is there, else the heap;
+    /// decided once.
+    fn for_new_blocks() -> Source {
+        #[cfg(feature = "cuda")]
+        {
+            static CUDA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            if *CUDA.get_or_init(crate::backing::cuda::is_available) {
+                return Source::Cuda;
+            }
+        }
+        Source::Heap
+    }
+
+    /// `size` bytes (a power of two), or null.
+    fn alloc(self, size: usize) -> *mut u8 {
+        match self {
+            Source::Heap => match layout(size) {
+                // SAFETY: the layout has a non-zero size.
+                Some(lay) => unsafe { alloc(lay) },
+                None => std::ptr::null_mut(),
+            },
+            #[cfg(feature = "cuda")]
+            Source::Cuda => crate::backing::cuda::host_alloc(size).unwrap_or(std::ptr::null_mut()),
+        }
+    }
+
+    /// Gives back `size` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr` must come from `alloc` of this source with this size, unused from now on.
+    unsafe fn free(self, addr: usize, size: usize) {
+        match self {
+            Source::Heap => {
+                if let Some(lay) = layout(size) {
+                    // SAFETY: allocated with this layout (the caller's contract).
+                    unsafe { dealloc(addr as *mut u8, lay) };
+                }
+            }
+            #[cfg(feature = "cuda")]
+            Source::Cuda => {
+                // SAFETY: the caller's contract. A failure leaves the memory to the process.
+                let _ = unsafe { crate::backing::cuda::host_free(addr as *mut u8) };
+            }
+        }
+    }
 }
 
 /// Timing of the backing's allocation or free calls, in microseconds.
@@ -160,6 +222,12 @@ impl PinnedHostAllocator {
         PinnedHostAllocator::default()
     }
 
+    /// Whether new blocks are page-locked memory from the CUDA driver (a device is there),
+    /// rather than ordinary host memory.
+    pub fn is_page_locked(&self) -> bool {
+        Source::for_new_blocks() != Source::Heap
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // The state is consistent between statements; a panic elsewhere cannot poison it
         // half-way, so a poisoned lock is still usable.
@@ -216,11 +284,13 @@ impl PinnedHostAllocator {
         let free = std::mem::take(&mut inner.free);
         for (size, addrs) in free {
             for addr in addrs {
-                inner.blocks.remove(&addr);
+                let Some(rec) = inner.blocks.remove(&addr) else {
+                    continue;
+                };
                 let start = Instant::now();
-                // SAFETY: `addr` was allocated by `alloc` with this layout (`layout` of its
-                // size, which succeeded then) and is cached, so nothing uses it.
-                unsafe { dealloc(addr as *mut u8, layout(size).expect("valid when allocated")) };
+                // SAFETY: `addr` came from this source with this size and is cached, so
+                // nothing uses it.
+                unsafe { rec.source.free(addr, size) };
                 let s = &mut inner.stats;
                 s.host_free_time.add(start.elapsed().as_secs_f64() * 1e6);
                 s.num_host_free += 1;
@@ -281,10 +351,10 @@ impl DeviceAllocator for PinnedHostAllocator {
         let addr = match reused {
             Some(addr) => addr,
             None => {
-                let lay = layout(class).ok_or_else(too_big)?;
+                layout(class).ok_or_else(too_big)?;
+                let source = Source::for_new_blocks();
                 let start = Instant::now();
-                // SAFETY: the layout has a non-zero size.
-                let ptr = unsafe { alloc(lay) };
+                let ptr = source.alloc(class);
                 if ptr.is_null() {
                     return Err(AllocError::OutOfMemory {
                         device: "pinned".into(),
@@ -305,6 +375,7 @@ impl DeviceAllocator for PinnedHostAllocator {
                         size: class,
                         state: State::Cached,
                         events: Vec::new(),
+                        source,
                     },
                 );
                 ptr as usize
@@ -371,10 +442,8 @@ impl Drop for PinnedHostAllocator {
                 // leave its memory alone.
                 continue;
             }
-            if let Some(lay) = layout(rec.size) {
-                // SAFETY: the block was allocated with this layout and nothing uses it.
-                unsafe { dealloc(addr as *mut u8, lay) };
-            }
+            // SAFETY: the block came from its source with this size and nothing uses it.
+            unsafe { rec.source.free(addr, rec.size) };
         }
     }
 }
@@ -385,6 +454,15 @@ mod tests {
 
     fn site() -> Site {
         Site::unknown("test")
+    }
+
+    #[test]
+    fn blocks_are_page_locked_exactly_where_a_cuda_device_is() {
+        #[cfg(feature = "cuda")]
+        let device = crate::backing::cuda::is_available();
+        #[cfg(not(feature = "cuda"))]
+        let device = false;
+        assert_eq!(PinnedHostAllocator::new().is_page_locked(), device);
     }
 
     #[test]

@@ -255,3 +255,23 @@ fn events_order_streams_and_time_their_work() {
     // SAFETY: the work that used the block has finished (synchronized above).
     unsafe { a.deallocate(b) };
 }
+
+#[test]
+#[ignore = "needs a CUDA device: run by scripts/gpu-check"]
+fn pinned_blocks_are_page_locked_by_the_driver() {
+    use cudarc::driver::sys;
+    use strata_alloc::PinnedHostAllocator;
+    let _ = device();
+    let pinned = PinnedHostAllocator::new();
+    assert!(pinned.is_page_locked());
+    let site = Site::unknown("gpu test");
+    let b = pinned.allocate(3 * MIB, &site).expect("room");
+    let mut flags = 0u32;
+    // SAFETY: `b` is live host memory from the driver; `flags` is a valid out-pointer.
+    let r = unsafe { sys::cuMemHostGetFlags(&mut flags, b.ptr().as_ptr().cast()) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "not page-locked memory");
+    // SAFETY: the block came from `pinned` and is not used again.
+    unsafe { pinned.deallocate(b) };
+    pinned.empty_cache();
+    assert_eq!(pinned.stats().allocated_bytes.current, 0);
+}

@@ -43,7 +43,8 @@ pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
 
 /// The process-wide pinned host allocator (PyTorch's `CachingHostAllocator`): where
 /// [`Tensor::pin_memory`](crate::Tensor::pin_memory) and the data loader's pinned batches
-/// take their memory. Without a device backend its memory is ordinary host memory.
+/// take their memory: page-locked by the CUDA driver where a device is there, else ordinary
+/// host memory.
 pub fn pinned_host_allocator() -> &'static Arc<PinnedHostAllocator> {
     static PINNED: OnceLock<Arc<PinnedHostAllocator>> = OnceLock::new();
     PINNED.get_or_init(|| Arc::new(PinnedHostAllocator::new()))

@@ -10,6 +10,7 @@
 //! without the driver gets [`CudaError::NoDriver`] from [`CudaBacking::new`].
 
 mod driver;
+mod host;
 mod stream;
 mod vmm;
 
@@ -21,6 +22,7 @@ use super::{Backing, BackingError, EventId, StreamId};
 pub(crate) use driver::check;
 use driver::Context;
 pub use driver::{device_count, is_available, synchronize_device, CudaError};
+pub(crate) use host::{host_alloc, host_free};
 pub use stream::{current_stream, set_current_stream, CudaEvent, CudaStream};
 use vmm::Vmm;
 
