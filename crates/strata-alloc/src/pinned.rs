@@ -437,9 +437,10 @@ impl Drop for PinnedHostAllocator {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         for (&addr, rec) in &inner.blocks {
-            if rec.state == State::InUse {
-                // A block still in use outlives its allocator only through a leaked storage;
-                // leave its memory alone.
+            if rec.state != State::Cached {
+                // A block in use outlives its allocator only through a leaked storage, and a
+                // freed one may still be read by a copy its events mark: leave their memory
+                // alone.
                 continue;
             }
             // SAFETY: the block came from its source with this size and nothing uses it.

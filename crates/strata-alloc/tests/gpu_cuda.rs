@@ -108,14 +108,11 @@ fn a_limit_runs_out_with_the_devices_memory_in_the_report() {
 #[test]
 #[ignore = "needs a CUDA device: run by scripts/gpu-check"]
 fn a_block_used_on_another_stream_waits_for_its_event() {
-    use cudarc::driver::sys;
+    use strata_alloc::backing::cuda::{live_streams, CudaStream};
     let a = allocator("");
-    a.backing().bind().expect("bound");
-    let mut raw: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: the device's context is current on this thread; `raw` is an out-pointer.
-    let r = unsafe { sys::cuStreamCreate(&mut raw, 0) };
-    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
-    let side = StreamId(raw as usize as u64);
+    let side_stream = CudaStream::new(0).expect("a stream");
+    let side = side_stream.id();
+    assert!(live_streams(0).contains(&side));
     let site = Site::unknown("gpu test");
     let b = a.allocate(4 * MIB, &site).expect("room");
     let addr = b.ptr().as_ptr() as usize;
@@ -128,8 +125,11 @@ fn a_block_used_on_another_stream_waits_for_its_event() {
     assert_eq!(again.ptr().as_ptr() as usize, addr);
     // SAFETY: as above.
     unsafe { a.deallocate(again) };
-    // SAFETY: the stream was created above and nothing uses it any more.
-    unsafe { sys::cuStreamDestroy_v2(raw) };
+    drop(side_stream);
+    // A stream that is gone is an error, not a handle the driver is given.
+    assert!(!live_streams(0).contains(&side));
+    assert!(a.backing().synchronize_stream(side).is_err());
+    assert!(a.backing().record_event(StreamId(12345)).is_err());
 }
 
 #[test]

@@ -111,6 +111,18 @@ pub fn is_available() -> bool {
     device_count().is_ok_and(|n| n > 0)
 }
 
+/// The driver's CUDA version (`12080` for 12.8), once it is loaded.
+pub(crate) fn driver_version() -> Result<i32, CudaError> {
+    loaded()?;
+    let mut v = 0;
+    check(
+        // SAFETY: the driver is loaded; `v` is a valid out-pointer.
+        unsafe { sys::cuDriverGetVersion(&mut v) },
+        "cuDriverGetVersion",
+    )?;
+    Ok(v)
+}
+
 /// Waits until all work queued on device `index`, on every stream, has finished
 /// (`cuCtxSynchronize`).
 pub fn synchronize_device(index: usize) -> Result<(), CudaError> {
@@ -206,6 +218,13 @@ mod tests {
                     Context::primary(n),
                     Err(CudaError::NoDevice { index, count }) if index == n && count == n
                 ));
+            }
+            // A driver library that cannot start here (a container without the device
+            // files, a stub library, a driver older than the library): no device, said so.
+            Err(e @ CudaError::Driver { .. }) => {
+                assert!(present);
+                assert!(!is_available());
+                assert!(e.to_string().contains("cuInit"), "{e}");
             }
             Err(e) => panic!("unexpected: {e}"),
         }

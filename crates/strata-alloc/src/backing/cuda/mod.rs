@@ -23,7 +23,7 @@ pub(crate) use driver::check;
 use driver::Context;
 pub use driver::{device_count, is_available, synchronize_device, CudaError};
 pub(crate) use host::{host_alloc, host_free};
-pub use stream::{current_stream, set_current_stream, CudaEvent, CudaStream};
+pub use stream::{current_stream, live_streams, set_current_stream, CudaEvent, CudaStream};
 use vmm::Vmm;
 
 /// Device memory of one CUDA device, for a [`CachingAllocator`](crate::CachingAllocator).
@@ -85,8 +85,10 @@ impl CudaBacking {
         Ok((free, total))
     }
 
-    fn stream(s: StreamId) -> sys::CUstream {
-        s.0 as usize as sys::CUstream
+    /// `s` as a driver handle: the default stream or a live stream of this device, else an
+    /// error (no integer reaches the driver as a stream unless it is one).
+    fn stream(&self, s: StreamId) -> Result<sys::CUstream, BackingError> {
+        stream::handle(self.index, s).map_err(|e| BackingError::Fatal(e.to_string()))
     }
 
     fn event(e: EventId) -> sys::CUevent {
@@ -174,6 +176,7 @@ impl Backing for CudaBacking {
     }
 
     fn record_event(&self, stream: StreamId) -> Result<EventId, BackingError> {
+        let handle = self.stream(stream)?;
         self.ctx.bind().map_err(|e| backing(e, 0))?;
         let pooled = self.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let event = match pooled {
@@ -190,13 +193,17 @@ impl Backing for CudaBacking {
                 e
             }
         };
-        check(
-            // SAFETY: `event` is a live event of this context; `stream` is a stream of it (the
-            // allocator only names streams it was given) or the default stream.
-            unsafe { sys::cuEventRecord(event, Self::stream(stream)) },
+        let recorded = check(
+            // SAFETY: `event` is a live event of this context; `handle` is a live stream of
+            // this device or the default stream.
+            unsafe { sys::cuEventRecord(event, handle) },
             "cuEventRecord",
-        )
-        .map_err(|e| backing(e, 0))?;
+        );
+        if let Err(e) = recorded {
+            // SAFETY: the event is this backing's and recorded nowhere.
+            unsafe { sys::cuEventDestroy_v2(event) };
+            return Err(backing(e, 0));
+        }
         Ok(EventId(event as usize as u64))
     }
 
@@ -229,10 +236,11 @@ impl Backing for CudaBacking {
     }
 
     fn synchronize_stream(&self, stream: StreamId) -> Result<(), BackingError> {
+        let handle = self.stream(stream)?;
         self.ctx.bind().map_err(|e| backing(e, 0))?;
         check(
-            // SAFETY: a stream of this context, or the default stream.
-            unsafe { sys::cuStreamSynchronize(Self::stream(stream)) },
+            // SAFETY: a live stream of this device, or the default stream.
+            unsafe { sys::cuStreamSynchronize(handle) },
             "cuStreamSynchronize",
         )
         .map_err(|e| backing(e, 0))

@@ -7,11 +7,53 @@
 //! `default_stream`).
 
 use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::driver::{check, Context, CudaError};
+use super::driver::{check, driver_version, Context, CudaError};
 use crate::backing::StreamId;
+
+/// The streams alive now (made by [`CudaStream::new`], not yet dropped), as `(device,
+/// handle)`: a [`StreamId`] reaches the driver only if it is one of these or the default
+/// stream, so no integer can pass for a stream handle.
+static LIVE: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+fn live() -> std::sync::MutexGuard<'static, Vec<(usize, u64)>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `stream` can be handed to the driver for `device`: the default stream, or a
+/// stream alive now.
+pub(crate) fn is_live(device: usize, stream: StreamId) -> bool {
+    stream == StreamId::DEFAULT || live().contains(&(device, stream.0))
+}
+
+/// The streams alive now on `device` (for tests and diagnostics).
+pub fn live_streams(device: usize) -> HashSet<StreamId> {
+    live()
+        .iter()
+        .filter(|(d, _)| *d == device)
+        .map(|&(_, s)| StreamId(s))
+        .collect()
+}
+
+/// `stream` as a driver handle for `device`, or the error saying it is not a live stream.
+pub(crate) fn handle(device: usize, stream: StreamId) -> Result<sys::CUstream, CudaError> {
+    if is_live(device, stream) {
+        return Ok(stream.0 as usize as sys::CUstream);
+    }
+    Err(CudaError::Driver {
+        call: "stream",
+        name: "CUDA_ERROR_INVALID_HANDLE".into(),
+        description: format!(
+            "{stream} is not a live stream of cuda:{device} (dropped, or never made by \
+             Stream::new)"
+        ),
+        code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE as u32,
+    })
+}
 
 thread_local! {
     /// This thread's current stream per device, where one is set.
@@ -67,6 +109,7 @@ impl CudaStream {
             unsafe { sys::cuStreamCreate(&mut raw, flags) },
             "cuStreamCreate",
         )?;
+        live().push((device, raw as usize as u64));
         Ok(CudaStream {
             device,
             ctx,
@@ -76,12 +119,15 @@ impl CudaStream {
     }
 
     /// A handle to `id` on `device` that does not own it: the default stream (0), or a
-    /// stream some owner keeps alive (the current stream).
+    /// stream alive now (the current stream); any other id is an error. Its owner must keep
+    /// it alive while the handle is used.
     pub fn borrowed(device: usize, id: StreamId) -> Result<CudaStream, CudaError> {
+        let ctx = Context::primary(device)?;
+        let raw = handle(device, id)? as usize;
         Ok(CudaStream {
             device,
-            ctx: Context::primary(device)?,
-            raw: id.0 as usize,
+            ctx,
+            raw,
             owned: false,
         })
     }
@@ -142,10 +188,18 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if self.owned && self.ctx.bind().is_ok() {
-            // SAFETY: the stream was created by `new` and this is its only owner. Work still
-            // queued on it completes; the driver frees the stream afterwards.
-            unsafe { sys::cuStreamDestroy_v2(self.handle()) };
+        if !self.owned {
+            return;
+        }
+        live().retain(|&e| e != (self.device, self.raw as u64));
+        if self.ctx.bind().is_ok() {
+            // SAFETY: the stream was created by `new` and this is its only owner. Its work
+            // finishes first, so that a new stream the driver gives the same handle never
+            // meets blocks cached for this one while they are still in use.
+            unsafe {
+                sys::cuStreamSynchronize(self.handle());
+                sys::cuStreamDestroy_v2(self.handle());
+            }
         }
     }
 }
@@ -231,6 +285,21 @@ impl CudaEvent {
                 name: "CUDA_ERROR_INVALID_HANDLE".into(),
                 description: "both events must be created with timing enabled".into(),
                 code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE as u32,
+            });
+        }
+        // The only timing call the CUDA 13 bindings load appeared in CUDA 12.8; an older
+        // driver lacks it (and loading it would abort).
+        let version = driver_version()?;
+        if version < 12080 {
+            return Err(CudaError::Driver {
+                call: "cuEventElapsedTime",
+                name: "CUDA_ERROR_NOT_SUPPORTED".into(),
+                description: format!(
+                    "the driver supports CUDA {}.{}; event timing needs 12.8 or newer",
+                    version / 1000,
+                    version % 1000 / 10
+                ),
+                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED as u32,
             });
         }
         self.ctx.bind()?;

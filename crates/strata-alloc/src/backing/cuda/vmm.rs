@@ -20,6 +20,9 @@ pub(crate) struct Vmm {
     ctx: Context,
     /// Bytes per page: the device's minimum allocation granularity.
     pub granularity: usize,
+    /// Whether the device supports the virtual-memory API at all (some virtualised GPUs do
+    /// not): without it, expandable segments are refused and ordinary ones still work.
+    supported: bool,
     /// Mapped pages: address to physical allocation handle.
     pages: Mutex<BTreeMap<usize, sys::CUmemGenericAllocationHandle>>,
 }
@@ -28,6 +31,26 @@ impl Vmm {
     /// The virtual-memory wrapper of `ctx`'s device.
     pub fn new(ctx: Context) -> Result<Vmm, CudaError> {
         ctx.bind()?;
+        let mut supported = 0;
+        check(
+            // SAFETY: the context is current; `supported` is a valid out-pointer.
+            unsafe {
+                sys::cuDeviceGetAttribute(
+                    &mut supported,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                    ctx.device,
+                )
+            },
+            "cuDeviceGetAttribute",
+        )?;
+        if supported == 0 {
+            return Ok(Vmm {
+                ctx,
+                granularity: 2 << 20,
+                supported: false,
+                pages: Mutex::new(BTreeMap::new()),
+            });
+        }
         let prop = Self::prop(ctx.device);
         let mut granularity = 0usize;
         check(
@@ -45,6 +68,7 @@ impl Vmm {
         Ok(Vmm {
             ctx,
             granularity: granularity.max(1),
+            supported: true,
             pages: Mutex::new(BTreeMap::new()),
         })
     }
@@ -81,12 +105,23 @@ impl Vmm {
 
     /// Reserves `size` bytes of device address space (a multiple of the granularity).
     pub fn reserve(&self, size: usize) -> Result<usize, CudaError> {
+        if !self.supported {
+            return Err(CudaError::Driver {
+                call: "cuMemAddressReserve",
+                name: "CUDA_ERROR_NOT_SUPPORTED".into(),
+                description: "this device does not support virtual memory management, so \
+                              expandable segments are unavailable: unset expandable_segments"
+                    .into(),
+                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED as u32,
+            });
+        }
         self.aligned(0, size, "a reservation")?;
         self.ctx.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         check(
-            // SAFETY: the context is current; `ptr` is a valid out-pointer; no fixed address.
-            unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) },
+            // SAFETY: the context is current; `ptr` is a valid out-pointer; no fixed address;
+            // aligned to the granularity, as mappings must be.
+            unsafe { sys::cuMemAddressReserve(&mut ptr, size, self.granularity, 0, 0) },
             "cuMemAddressReserve",
         )?;
         Ok(ptr as usize)
@@ -159,29 +194,31 @@ impl Vmm {
     pub unsafe fn unmap(&self, addr: usize, size: usize) -> Result<(), CudaError> {
         self.aligned(addr, size, "an unmapping")?;
         self.ctx.bind()?;
-        let handles: Vec<sys::CUmemGenericAllocationHandle> = {
-            let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
-            let keys: Vec<usize> = pages.range(addr..addr + size).map(|(&a, _)| a).collect();
-            if keys.len() != size / self.granularity {
-                return Err(CudaError::Driver {
-                    call: "cuMemUnmap",
-                    name: "CUDA_ERROR_INVALID_VALUE".into(),
-                    description: format!("{size} bytes at {addr:#x} are not all mapped"),
-                    code: sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-                });
-            }
-            keys.iter().filter_map(|k| pages.remove(k)).collect()
-        };
+        let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<usize> = pages.range(addr..addr + size).map(|(&a, _)| a).collect();
+        if keys.len() != size / self.granularity {
+            return Err(CudaError::Driver {
+                call: "cuMemUnmap",
+                name: "CUDA_ERROR_INVALID_VALUE".into(),
+                description: format!("{size} bytes at {addr:#x} are not all mapped"),
+                code: sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+            });
+        }
+        // The pages stay recorded as mapped unless the driver unmapped them.
         check(
             // SAFETY: the range is mapped (checked above) and unused (the caller's contract).
             unsafe { sys::cuMemUnmap(addr as sys::CUdeviceptr, size) },
             "cuMemUnmap",
         )?;
-        for h in handles {
+        let mut first_error = Ok(());
+        for h in keys.iter().filter_map(|k| pages.remove(k)) {
             // SAFETY: the handle's page was just unmapped; nothing else refers to it.
-            check(unsafe { sys::cuMemRelease(h) }, "cuMemRelease")?;
+            let released = check(unsafe { sys::cuMemRelease(h) }, "cuMemRelease");
+            if first_error.is_ok() {
+                first_error = released;
+            }
         }
-        Ok(())
+        first_error
     }
 
     /// Gives back a reservation with nothing mapped in it.
