@@ -182,6 +182,10 @@ fn a_smaller_device_shows_where_the_run_would_have_run_out_of_memory() {
     let first = &r.what_if.ooms[0];
     assert!(first.reserved <= capacity);
     assert!(first.site.contains("workload"), "{}", first.site);
+    // Why: the new segment it needed, more than the device had left.
+    assert!(first.segment >= first.bytes, "{first:?}");
+    assert!(first.device_free < first.segment, "{first:?}");
+    assert_eq!(first.device_free, capacity - first.reserved, "{first:?}");
     assert!(r.what_if.peak_reserved <= capacity);
     assert!(r.recorded.ooms.is_empty());
 }

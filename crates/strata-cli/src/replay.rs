@@ -106,9 +106,19 @@ pub fn table(r: &ReplayReport) -> String {
         );
     }
     for o in r.what_if.ooms.iter().take(5) {
+        let why = if o.segment > 0 {
+            format!(
+                ": no cached block fits, so it needs a new {} segment and the device has {} free",
+                size(o.segment),
+                size(o.device_free)
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  would run out of memory at entry {}: {} for {} with {} allocated, {} reserved",
+            "  would run out of memory at entry {}: {} for {} with {} allocated, {} \
+             reserved{why}",
             o.entry,
             size(o.bytes),
             o.site,

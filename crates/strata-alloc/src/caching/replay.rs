@@ -9,7 +9,7 @@ use super::config::{AllocatorConfig, ROUNDUP_INTERVALS};
 use super::history::TraceAction;
 use super::snapshot::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
 use super::stats::MemoryStats;
-use super::CachingAllocator;
+use super::{CachingAllocator, CachingError};
 use crate::backing::simulated::WithSimulatedStreams;
 use crate::backing::{Backing, StreamId, VirtualBacking};
 use crate::{Block, DeviceAllocator, Site};
@@ -28,6 +28,11 @@ pub struct ReplayOom {
     pub allocated: u64,
     /// See `allocated`.
     pub reserved: u64,
+    /// Why: the new segment it needed (no cached block fitted), whose bytes the device did
+    /// not have (0 when the request itself was refused).
+    pub segment: u64,
+    /// The device's free bytes then (under its capacity or limit).
+    pub device_free: u64,
     /// Where the request came from (`file:line (op)`), when the trace says.
     pub site: String,
 }
@@ -300,7 +305,7 @@ impl<'t, B: Backing> Run<'t, B> {
                         }
                         self.observe();
                     }
-                    Err(_) => self.ooms.push(self.oom(i)),
+                    Err(e) => self.ooms.push(self.oom(i, &e)),
                 }
             }
             // The run ran out of memory here: the replay asks for the same bytes (the entry
@@ -311,7 +316,7 @@ impl<'t, B: Backing> Run<'t, B> {
                 match self.a.allocate_on_stream(e.size as usize, stream, &unknown) {
                     // SAFETY: `b` came from `a` and nothing holds it.
                     Ok(b) => unsafe { self.a.deallocate(b) },
-                    Err(_) => self.ooms.push(self.oom(i)),
+                    Err(e) => self.ooms.push(self.oom(i, &e)),
                 }
             }
             (TraceAction::FreeRequested, Some(addr)) => {
@@ -367,13 +372,25 @@ impl<'t, B: Backing> Run<'t, B> {
         )
     }
 
-    fn oom(&self, i: usize) -> ReplayOom {
+    fn oom(&self, i: usize, error: &CachingError) -> ReplayOom {
         let e = &self.trace[i];
+        let (segment, device_free) = match error {
+            CachingError::OutOfMemory(r) => {
+                let free = match r.limit {
+                    Some(l) => l.saturating_sub(r.reserved).min(r.device_free),
+                    None => r.device_free,
+                };
+                (r.segment_size as u64, free as u64)
+            }
+            _ => (0, 0),
+        };
         ReplayOom {
             entry: i,
             bytes: e.size,
             allocated: self.a.memory_allocated() as u64,
             reserved: self.a.memory_reserved() as u64,
+            segment,
+            device_free,
             site: site_of(e),
         }
     }
