@@ -106,8 +106,9 @@ pub(crate) fn run(
     }
     let mut ready: BinaryHeap<Ready> = BinaryHeap::new();
     let mut turn = 0u64;
-    // Whether this pass has run a node no earlier backward had freed: reaching a freed node
-    // after that means the graph links this step to an earlier one.
+    // Whether this pass has run a node that saves tensors and that no earlier backward had
+    // freed: reaching a freed node after that means the graph links this step to an earlier
+    // one. Nodes that save nothing are never freed, so running them says nothing.
     let mut ran_intact = false;
     let mut push = |ready: &mut BinaryHeap<Ready>, n: &Arc<Node>| {
         ready.push(Ready(n.seq, std::cmp::Reverse(turn), n.clone()));
@@ -142,12 +143,14 @@ pub(crate) fn run(
                 drop(g);
                 Vec::new()
             }
-            (NodeKind::Function { backward, .. }, Some(g)) => {
+            (NodeKind::Function { backward, saves }, Some(g)) => {
                 let mut slot = backward.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(f) = slot.as_mut() else {
                     return Err(freed_graph_error(node.name, ran_intact));
                 };
-                ran_intact = true;
+                if saves.load(std::sync::atomic::Ordering::Acquire) {
+                    ran_intact = true;
+                }
                 let _site = crate::op::BackwardSite::enter(node.location.map(|l| (l, node.name)));
                 let _scope = crate::scope::restore(node.scope);
                 let out = f(g)?;
@@ -195,9 +198,10 @@ fn freed_graph_error(name: &str, ran_intact: bool) -> Error {
         )
     } else {
         format!(
-            "{name}: backward through this part of the graph ran before and its saved tensors \
-             were freed then. Hint: pass retain_graph = true to the first backward if you \
-             need to run backward twice, or recompute the forward"
+            "{name}: trying to backward through the graph a second time: backward through this \
+             part of the graph ran before and its saved tensors were freed then. Hint: pass \
+             retain_graph = true to the first backward if you need to run backward twice, or \
+             recompute the forward"
         )
     };
     Error::Autograd { message }

@@ -231,7 +231,7 @@ pub(crate) fn check_inplace(op: &'static str, t: &Tensor, recorded: bool) -> Res
         return Err(Error::Autograd {
             message: format!(
                 "{op}: an inference tensor (made inside inference_mode) cannot be modified in \
-                 place outside inference mode. Hint: clone() it first to get a normal tensor"
+                 place outside inference mode. Hint: deep_clone() it first to get a normal tensor"
             ),
         });
     }
@@ -245,7 +245,7 @@ pub(crate) fn check_inplace(op: &'static str, t: &Tensor, recorded: bool) -> Res
                     message: format!(
                         "{op}: this view is one of several outputs of {} and cannot be \
                          modified in place while autograd records. Hint: use the out-of-place \
-                         op, or clone() the view first",
+                         op, or deep_clone() the view first",
                         info.op
                     ),
                 })

@@ -199,7 +199,8 @@ impl SavedTensor {
                         message: format!(
                             "a tensor needed to compute the gradient of {} ({} {:?}) was \
                              modified in place: it was saved at version {}, now it is at \
-                             version {}. Hint: clone() it before modifying it, or use the \
+                             version {}. Hint: deep_clone() it before modifying it (clone() \
+                             copies the handle, which shares the memory), or use the \
                              out-of-place op instead of the in-place one",
                             self.op, self.dtype, self.shape, self.version, now
                         ),

@@ -63,7 +63,7 @@ impl Tensor {
         if flag && self.is_inference() && !is_inference_mode_enabled() {
             return Err(Error::Autograd {
                 message: "requires_grad_: an inference tensor cannot require grad outside \
-                          inference mode. Hint: clone() it outside inference mode first"
+                          inference mode. Hint: deep_clone() it outside inference mode first"
                     .into(),
             });
         }
