@@ -62,7 +62,7 @@ fn segments_come_from_device_memory_and_go_back() {
 #[ignore = "needs a CUDA device: run by scripts/gpu-check"]
 fn expandable_segments_map_and_unmap_device_pages() {
     let a = allocator("expandable_segments:True");
-    let granularity = a.backing().granularity();
+    let granularity = a.backing().granularity().expect("the virtual-memory API");
     assert!(granularity > 0 && (20 * MIB).is_multiple_of(granularity));
     let site = Site::unknown("gpu test");
     let blocks: Vec<_> = [30, 50, 7]

@@ -47,6 +47,30 @@ impl CudaError {
         matches!(self, CudaError::Driver { code, .. }
             if *code == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32)
     }
+
+    /// The error strata raises itself, before or instead of a driver call, with the driver's
+    /// code for it (`CUDA_ERROR_INVALID_VALUE`, ...) and what is wrong.
+    pub(crate) fn refused(
+        call: &'static str,
+        code: sys::CUresult,
+        description: impl Into<String>,
+    ) -> CudaError {
+        CudaError::Driver {
+            call,
+            name: format!("{code:?}"),
+            description: description.into(),
+            code: code as u32,
+        }
+    }
+}
+
+/// A query's answer: `Ok(false)` for `CUDA_ERROR_NOT_READY` (work still queued), `Ok(true)`
+/// for success, else the error naming `call`.
+pub(crate) fn ready(result: sys::CUresult, call: &'static str) -> Result<bool, CudaError> {
+    if result == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(result, call).map(|()| true)
 }
 
 /// Turns a driver result into `Ok` or the error naming `call`.
@@ -197,6 +221,26 @@ mod tests {
         );
         let e = CudaError::NoDevice { index: 1, count: 1 }.to_string();
         assert_eq!(e, "no CUDA device 1: this machine has 1");
+    }
+
+    #[test]
+    fn strata_s_own_refusals_read_as_the_driver_s_and_queries_answer() {
+        let e = CudaError::refused(
+            "cuMemMap",
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            "not a whole page",
+        );
+        assert_eq!(
+            e.to_string(),
+            "CUDA driver call cuMemMap failed: CUDA_ERROR_INVALID_VALUE (not a whole page)"
+        );
+        assert!(!e.is_out_of_memory());
+        // Neither answer calls into the driver.
+        assert_eq!(
+            ready(sys::CUresult::CUDA_ERROR_NOT_READY, "q").ok(),
+            Some(false)
+        );
+        assert_eq!(ready(sys::CUresult::CUDA_SUCCESS, "q").ok(), Some(true));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use cudarc::driver::sys;
 
 use super::{Backing, BackingError, EventId, StreamId};
 pub(crate) use driver::check;
+use driver::ready;
 use driver::Context;
 pub use driver::{device_count, is_available, synchronize_device, CudaError};
 pub(crate) use host::{host_alloc, host_free};
@@ -62,9 +63,10 @@ impl CudaBacking {
         self.index
     }
 
-    /// The device's allocation granularity for mapped pages (2 MiB on current GPUs).
-    pub fn granularity(&self) -> usize {
-        self.vmm.granularity
+    /// The device's allocation granularity for mapped pages (2 MiB on current GPUs), or the
+    /// error saying the device has no virtual-memory API (no expandable segments there).
+    pub fn granularity(&self) -> Result<usize, CudaError> {
+        self.vmm.granularity()
     }
 
     /// Makes the device's primary context current on this thread: every thread that calls
@@ -210,12 +212,11 @@ impl Backing for CudaBacking {
     fn query_event(&self, event: EventId) -> Result<bool, BackingError> {
         self.ctx.bind().map_err(|e| backing(e, 0))?;
         // SAFETY: the event came from `record_event` and was not released.
-        let r = unsafe { sys::cuEventQuery(Self::event(event)) };
-        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check(r, "cuEventQuery").map_err(|e| backing(e, 0))?;
-        Ok(true)
+        ready(
+            unsafe { sys::cuEventQuery(Self::event(event)) },
+            "cuEventQuery",
+        )
+        .map_err(|e| backing(e, 0))
     }
 
     fn synchronize_event(&self, event: EventId) -> Result<(), BackingError> {

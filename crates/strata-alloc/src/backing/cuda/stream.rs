@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 
-use super::driver::{check, driver_version, Context, CudaError};
+use super::driver::{check, driver_version, ready, Context, CudaError};
 use crate::backing::StreamId;
 
 /// The streams alive now (made by [`CudaStream::new`], not yet dropped), as `(device,
@@ -44,15 +44,14 @@ pub(crate) fn handle(device: usize, stream: StreamId) -> Result<sys::CUstream, C
     if is_live(device, stream) {
         return Ok(stream.0 as usize as sys::CUstream);
     }
-    Err(CudaError::Driver {
-        call: "stream",
-        name: "CUDA_ERROR_INVALID_HANDLE".into(),
-        description: format!(
+    Err(CudaError::refused(
+        "stream",
+        sys::CUresult::CUDA_ERROR_INVALID_HANDLE,
+        format!(
             "{stream} is not a live stream of cuda:{device} (dropped, or never made by \
              Stream::new)"
         ),
-        code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE as u32,
-    })
+    ))
 }
 
 thread_local! {
@@ -160,11 +159,10 @@ impl CudaStream {
     pub fn query(&self) -> Result<bool, CudaError> {
         self.ctx.bind()?;
         // SAFETY: as in `synchronize`.
-        let r = unsafe { sys::cuStreamQuery(self.handle()) };
-        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check(r, "cuStreamQuery").map(|()| true)
+        ready(
+            unsafe { sys::cuStreamQuery(self.handle()) },
+            "cuStreamQuery",
+        )
     }
 
     /// Makes work queued on this stream from now on wait for `event`.
@@ -260,11 +258,7 @@ impl CudaEvent {
     pub fn query(&self) -> Result<bool, CudaError> {
         self.ctx.bind()?;
         // SAFETY: the event is alive.
-        let r = unsafe { sys::cuEventQuery(self.handle()) };
-        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check(r, "cuEventQuery").map(|()| true)
+        ready(unsafe { sys::cuEventQuery(self.handle()) }, "cuEventQuery")
     }
 
     /// Waits until the work before the event has finished.
@@ -280,27 +274,25 @@ impl CudaEvent {
     /// Milliseconds between this event and `end`, both recorded with timing and completed.
     pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32, CudaError> {
         if !self.timing || !end.timing {
-            return Err(CudaError::Driver {
-                call: "cuEventElapsedTime",
-                name: "CUDA_ERROR_INVALID_HANDLE".into(),
-                description: "both events must be created with timing enabled".into(),
-                code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE as u32,
-            });
+            return Err(CudaError::refused(
+                "cuEventElapsedTime",
+                sys::CUresult::CUDA_ERROR_INVALID_HANDLE,
+                "both events must be created with timing enabled",
+            ));
         }
         // The only timing call the CUDA 13 bindings load appeared in CUDA 12.8; an older
         // driver lacks it (and loading it would abort).
         let version = driver_version()?;
         if version < 12080 {
-            return Err(CudaError::Driver {
-                call: "cuEventElapsedTime",
-                name: "CUDA_ERROR_NOT_SUPPORTED".into(),
-                description: format!(
+            return Err(CudaError::refused(
+                "cuEventElapsedTime",
+                sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                format!(
                     "the driver supports CUDA {}.{}; event timing needs 12.8 or newer",
                     version / 1000,
                     version % 1000 / 10
                 ),
-                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED as u32,
-            });
+            ));
         }
         self.ctx.bind()?;
         let mut ms = 0f32;

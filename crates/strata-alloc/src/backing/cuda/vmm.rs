@@ -18,11 +18,10 @@ use super::driver::{check, Context, CudaError};
 #[derive(Debug)]
 pub(crate) struct Vmm {
     ctx: Context,
-    /// Bytes per page: the device's minimum allocation granularity.
-    pub granularity: usize,
-    /// Whether the device supports the virtual-memory API at all (some virtualised GPUs do
-    /// not): without it, expandable segments are refused and ordinary ones still work.
-    supported: bool,
+    /// Bytes per page, the device's minimum allocation granularity; `None` where the device
+    /// does not support the virtual-memory API (some virtualised GPUs): there expandable
+    /// segments are refused and ordinary ones still work.
+    granularity: Option<usize>,
     /// Mapped pages: address to physical allocation handle.
     pages: Mutex<BTreeMap<usize, sys::CUmemGenericAllocationHandle>>,
 }
@@ -46,8 +45,7 @@ impl Vmm {
         if supported == 0 {
             return Ok(Vmm {
                 ctx,
-                granularity: 2 << 20,
-                supported: false,
+                granularity: None,
                 pages: Mutex::new(BTreeMap::new()),
             });
         }
@@ -67,8 +65,7 @@ impl Vmm {
         )?;
         Ok(Vmm {
             ctx,
-            granularity: granularity.max(1),
-            supported: true,
+            granularity: Some(granularity.max(1)),
             pages: Mutex::new(BTreeMap::new()),
         })
     }
@@ -84,44 +81,44 @@ impl Vmm {
         prop
     }
 
-    fn aligned(&self, addr: usize, size: usize, what: &str) -> Result<(), CudaError> {
-        if addr.is_multiple_of(self.granularity)
-            && size.is_multiple_of(self.granularity)
-            && size > 0
-        {
-            return Ok(());
-        }
-        Err(CudaError::Driver {
-            call: "cuMemMap",
-            name: "CUDA_ERROR_INVALID_VALUE".into(),
-            description: format!(
-                "{what} of {size} bytes at {addr:#x} is not a multiple of the device's \
-                 {} byte allocation granularity",
-                self.granularity
-            ),
-            code: sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+    /// The device's allocation granularity, or the error saying the device has no
+    /// virtual-memory API.
+    pub fn granularity(&self) -> Result<usize, CudaError> {
+        self.granularity.ok_or_else(|| {
+            CudaError::refused(
+                "cuMemAddressReserve",
+                sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                "this device does not support virtual memory management, so expandable \
+                 segments are unavailable: unset expandable_segments",
+            )
         })
+    }
+
+    /// The granularity, once `[addr, addr + size)` is checked to be a whole number of pages.
+    fn aligned(&self, addr: usize, size: usize, what: &str) -> Result<usize, CudaError> {
+        let g = self.granularity()?;
+        if addr.is_multiple_of(g) && size.is_multiple_of(g) && size > 0 {
+            return Ok(g);
+        }
+        Err(CudaError::refused(
+            "cuMemMap",
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "{what} of {size} bytes at {addr:#x} is not a multiple of the device's {g} \
+                 byte allocation granularity"
+            ),
+        ))
     }
 
     /// Reserves `size` bytes of device address space (a multiple of the granularity).
     pub fn reserve(&self, size: usize) -> Result<usize, CudaError> {
-        if !self.supported {
-            return Err(CudaError::Driver {
-                call: "cuMemAddressReserve",
-                name: "CUDA_ERROR_NOT_SUPPORTED".into(),
-                description: "this device does not support virtual memory management, so \
-                              expandable segments are unavailable: unset expandable_segments"
-                    .into(),
-                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED as u32,
-            });
-        }
-        self.aligned(0, size, "a reservation")?;
+        let granularity = self.aligned(0, size, "a reservation")?;
         self.ctx.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         check(
             // SAFETY: the context is current; `ptr` is a valid out-pointer; no fixed address;
             // aligned to the granularity, as mappings must be.
-            unsafe { sys::cuMemAddressReserve(&mut ptr, size, self.granularity, 0, 0) },
+            unsafe { sys::cuMemAddressReserve(&mut ptr, size, granularity, 0, 0) },
             "cuMemAddressReserve",
         )?;
         Ok(ptr as usize)
@@ -130,16 +127,16 @@ impl Vmm {
     /// Backs `[addr, addr + size)`, inside a reservation and not mapped, with fresh pages.
     /// On failure nothing stays mapped.
     pub fn map(&self, addr: usize, size: usize) -> Result<(), CudaError> {
-        self.aligned(addr, size, "a mapping")?;
+        let granularity = self.aligned(addr, size, "a mapping")?;
         self.ctx.bind()?;
         let prop = Self::prop(self.ctx.device);
         let mut done: Vec<(usize, sys::CUmemGenericAllocationHandle)> = Vec::new();
         let mut result = Ok(());
-        for page in (addr..addr + size).step_by(self.granularity) {
+        for page in (addr..addr + size).step_by(granularity) {
             let mut handle: sys::CUmemGenericAllocationHandle = 0;
             let created = check(
                 // SAFETY: the context is current; `prop` is valid; `handle` is an out-pointer.
-                unsafe { sys::cuMemCreate(&mut handle, self.granularity, &prop, 0) },
+                unsafe { sys::cuMemCreate(&mut handle, granularity, &prop, 0) },
                 "cuMemCreate",
             );
             if let Err(e) = created {
@@ -149,7 +146,7 @@ impl Vmm {
             let mapped = check(
                 // SAFETY: `page` lies in a reservation of this context and is not mapped (the
                 // caller's contract); `handle` is a fresh allocation of exactly this size.
-                unsafe { sys::cuMemMap(page as sys::CUdeviceptr, self.granularity, 0, handle, 0) },
+                unsafe { sys::cuMemMap(page as sys::CUdeviceptr, granularity, 0, handle, 0) },
                 "cuMemMap",
             );
             if let Err(e) = mapped {
@@ -175,7 +172,7 @@ impl Vmm {
             for (page, handle) in done {
                 // SAFETY: each page was mapped above with this handle; nothing uses it yet.
                 unsafe {
-                    sys::cuMemUnmap(page as sys::CUdeviceptr, self.granularity);
+                    sys::cuMemUnmap(page as sys::CUdeviceptr, granularity);
                     sys::cuMemRelease(handle);
                 }
             }
@@ -192,17 +189,16 @@ impl Vmm {
     /// # Safety
     /// No pointer into the range may be used afterwards, and no queued work may still use it.
     pub unsafe fn unmap(&self, addr: usize, size: usize) -> Result<(), CudaError> {
-        self.aligned(addr, size, "an unmapping")?;
+        let granularity = self.aligned(addr, size, "an unmapping")?;
         self.ctx.bind()?;
         let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
         let keys: Vec<usize> = pages.range(addr..addr + size).map(|(&a, _)| a).collect();
-        if keys.len() != size / self.granularity {
-            return Err(CudaError::Driver {
-                call: "cuMemUnmap",
-                name: "CUDA_ERROR_INVALID_VALUE".into(),
-                description: format!("{size} bytes at {addr:#x} are not all mapped"),
-                code: sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-            });
+        if keys.len() != size / granularity {
+            return Err(CudaError::refused(
+                "cuMemUnmap",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("{size} bytes at {addr:#x} are not all mapped"),
+            ));
         }
         // The pages stay recorded as mapped unless the driver unmapped them.
         check(
