@@ -352,12 +352,14 @@ impl<'t, B: Backing> Run<'t, B> {
             // the device is bounded and an allocation follows, when the allocator released
             // them to retry (the replay's allocator makes its own retry).
             (TraceAction::SegmentFree | TraceAction::SegmentUnmap, _) => {
-                let first = i == 0 || !Self::releases(&self.trace[i - 1]);
+                if i > 0 && Self::releases(&self.trace[i - 1]) {
+                    return;
+                }
                 let next = self.trace[i..].iter().find(|n| !Self::releases(n));
                 let retry = self.bounded
                     && next
                         .is_some_and(|n| matches!(n.action, TraceAction::Alloc | TraceAction::Oom));
-                if first && !retry {
+                if !retry {
                     let _ = self.a.empty_cache();
                 }
             }
