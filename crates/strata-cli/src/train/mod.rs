@@ -283,11 +283,11 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
         ));
     }
     if let Device::Cuda(index) = o.device {
-        let why = match strata::core::cuda::device_count() {
+        // The library's own answer (no driver, no such device, no kernels yet).
+        let why = match strata::core::cuda::check(index) {
             Err(strata::core::Error::Unsupported { message, .. }) => message,
             Err(e) => e.to_string(),
-            Ok(count) if index >= count => format!("this machine has {count} CUDA devices"),
-            Ok(_) => "strata has no CUDA kernels yet".to_owned(),
+            Ok(()) => "strata train does not run on a GPU yet".to_owned(),
         };
         return Err(TrainError::Options(format!(
             "--device {} is not available: {why}. Train with --device cpu, or plan the run's \
