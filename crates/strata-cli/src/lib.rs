@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod conform;
 pub mod demo;
+pub mod explain;
 pub mod replay;
 pub mod train;
 pub mod viz;

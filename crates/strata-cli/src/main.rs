@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::cli::args::{
-    BenchArgs, ConformArgs, EvalArgs, PlanArgs, ReplayArgs, SummaryArgs, TrainArgs, VizArgs,
+    BenchArgs, ConformArgs, EvalArgs, ExplainArgs, PlanArgs, ReplayArgs, SummaryArgs, TrainArgs,
+    VizArgs,
 };
 use crate::cli::commands;
 
@@ -35,6 +36,9 @@ enum Command {
     /// Replay a snapshot's recorded history under other allocator settings (strata's or
     /// PyTorch's `_dump_snapshot` pickles, or strata's JSON).
     Replay(ReplayArgs),
+    /// Explain an out-of-memory (or a peak) from a snapshot: the moment's figures,
+    /// fragmentation, who held the memory, and fixes verified by replay.
+    Explain(ExplainArgs),
     /// Write a snapshot as one self-contained HTML page (timeline by category, scope or
     /// site; segments at any moment; the largest holders at the peak).
     Viz(VizArgs),
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
         Command::Train(args) => commands::train::run(args),
         Command::Replay(args) => commands::replay::run(args),
+        Command::Explain(args) => commands::explain::run(args),
         Command::Viz(args) => commands::viz::run(args),
         Command::Plan(args) => commands::plan::run(args),
         Command::Summary(args) => commands::summary::run(args),

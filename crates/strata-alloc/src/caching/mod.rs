@@ -43,6 +43,7 @@
 mod blocks;
 mod config;
 mod expandable;
+mod explain;
 mod hash;
 mod history;
 mod inspect;
@@ -66,6 +67,10 @@ pub use config::{
     allocation_size, AllocatorConfig, Backend, ConfigError, PoolKind, CUDA_ENV_VARS, ENV_VAR,
     LARGE_BUFFER, MAX_REQUEST, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE,
     SMALL_BUFFER, SMALL_SIZE,
+};
+pub use explain::{
+    explain, is_library_frame, Capacity, Change, ExplainOptions, Explanation, Fix, Fragmentation,
+    Holder, Moment, PoolUse, BEFORE_TRACE, NO_STACK,
 };
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};

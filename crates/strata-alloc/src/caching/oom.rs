@@ -74,7 +74,8 @@ impl State {
         v
     }
 
-    /// Counts and records the out-of-memory and builds its report.
+    /// Counts and records the out-of-memory (with the request's site, as PyTorch records the
+    /// failing request's stack) and builds its report.
     pub fn out_of_memory<B: Backing>(
         &mut self,
         b: &B,
@@ -82,10 +83,11 @@ impl State {
         rounded: usize,
         segment_size: usize,
         stream: StreamId,
+        site: Site,
     ) -> OomReport {
         let (device_free, device_total) = b.mem_info();
         self.stats.num_ooms += 1;
-        self.trace(TraceAction::Oom, device_free, rounded, stream, None);
+        self.trace(TraceAction::Oom, device_free, rounded, stream, Some(site));
         let allocated = self.stats.allocated_bytes.all.current.max(0) as usize;
         let mut top = self.live_by_site();
         top.truncate(OOM_TOP_SITES);

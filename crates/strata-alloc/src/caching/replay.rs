@@ -18,7 +18,7 @@ use crate::{Block, DeviceAllocator, Site};
 const UNBOUNDED: usize = 1 << 50;
 
 /// A request the replay could not serve.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ReplayOom {
     /// Index of the `alloc` entry in the trace.
     pub entry: usize,
@@ -46,6 +46,9 @@ pub struct ReplayFigures {
     pub capacity: Option<u64>,
     /// Peak bytes of blocks handed out.
     pub peak_allocated: u64,
+    /// The trace entry after which allocated bytes first reached that peak (`None`: the
+    /// blocks allocated before the trace began already did).
+    pub peak_entry: Option<usize>,
     /// Peak bytes reserved from the device.
     pub peak_reserved: u64,
     /// Peak of the bytes asked for.
@@ -214,8 +217,11 @@ struct Run<'t, B: Backing> {
     next_deferred: u64,
     ooms: Vec<ReplayOom>,
     peak_allocated: u64,
+    peak_entry: Option<usize>,
     reserved_at_peak: u64,
     largest_free: u64,
+    /// Entries the run leaves out (the allocations of holders taken away, and their frees).
+    skip: HashSet<usize>,
 }
 
 /// The virtual device a replay runs on: `capacity` bytes (`None`: unbounded); for a run that
@@ -258,16 +264,20 @@ impl<'t, B: Backing> Run<'t, B> {
             next_deferred: DEFERRED_STREAMS,
             ooms: Vec::new(),
             peak_allocated: 0,
+            peak_entry: None,
             reserved_at_peak: 0,
             largest_free: 0,
+            skip: HashSet::new(),
         }
     }
 
-    /// At each new peak of allocated bytes: what was reserved then and the largest free block.
-    fn observe(&mut self) {
+    /// At each new peak of allocated bytes (after entry `entry`, or before the trace): what
+    /// was reserved then and the largest free block.
+    fn observe(&mut self, entry: Option<usize>) {
         let allocated = self.a.memory_allocated() as u64;
         if allocated > self.peak_allocated {
             self.peak_allocated = allocated;
+            self.peak_entry = entry;
             self.reserved_at_peak = self.a.memory_reserved() as u64;
             self.largest_free = self.a.largest_free_block() as u64;
         }
@@ -286,12 +296,15 @@ impl<'t, B: Backing> Run<'t, B> {
             if let Ok(b) = self.a.allocate(bytes as usize, &unknown) {
                 self.live.insert(addr, b);
             }
-            self.observe();
+            self.observe(None);
         }
     }
 
     /// Replays entry `i`.
     fn step(&mut self, i: usize) {
+        if self.skip.contains(&i) {
+            return;
+        }
         let e = &self.trace[i];
         let unknown = Site::unknown("replay");
         match (e.action, e.addr) {
@@ -303,7 +316,7 @@ impl<'t, B: Backing> Run<'t, B> {
                             // SAFETY: `old` came from `a` and its owner (the trace) freed it.
                             unsafe { self.a.deallocate(old) };
                         }
-                        self.observe();
+                        self.observe(Some(i));
                     }
                     Err(e) => self.ooms.push(self.oom(i, &e)),
                 }
@@ -403,6 +416,7 @@ impl<'t, B: Backing> Run<'t, B> {
             settings: self.a.config().raw,
             capacity,
             peak_allocated: stats.allocated_bytes.all.peak.max(0) as u64,
+            peak_entry: self.peak_entry,
             peak_reserved: stats.reserved_bytes.all.peak.max(0) as u64,
             peak_requested: stats.requested_bytes.all.peak.max(0) as u64,
             peak_segments: stats.segment.all.peak.max(0) as u64,
@@ -651,4 +665,83 @@ pub fn replay_recorded_on<B: Backing>(
         limit,
         Some(observe),
     ))
+}
+
+/// One device's trace made ready for many replays under different settings: what
+/// `strata explain` runs to verify each fix, and to rebuild the allocator's state at a moment.
+pub(super) struct PreparedTrace<'t> {
+    /// The trace.
+    pub(super) trace: &'t [TraceEntrySnapshot],
+    /// Blocks held before it began: `(address, bytes)`.
+    pub(super) missing: Vec<(u64, u64)>,
+    /// Whether the run broke ties by address.
+    ties: bool,
+}
+
+impl<'t> PreparedTrace<'t> {
+    /// Device `device`'s trace of `snapshot`, or why there is none.
+    pub(super) fn new(snapshot: &'t Snapshot, device: usize) -> Result<Self, ReplayError> {
+        let trace = trace_of(snapshot, device)?;
+        Ok(PreparedTrace {
+            trace,
+            missing: missing_blocks(trace, snapshot),
+            ties: snapshot.allocator_settings.ties_by_address,
+        })
+    }
+
+    fn start(
+        &self,
+        config: AllocatorConfig,
+        limit: Option<u64>,
+        skip_missing: &HashSet<u64>,
+    ) -> Run<'t, VirtualBacking> {
+        let mut r = Run::new(
+            self.trace,
+            config,
+            virtual_device(self.trace, None, self.ties),
+            None,
+            limit,
+        );
+        let missing: Vec<(u64, u64)> = self
+            .missing
+            .iter()
+            .filter(|(addr, _)| !skip_missing.contains(addr))
+            .copied()
+            .collect();
+        r.allocate_missing(&missing);
+        r
+    }
+
+    /// The whole trace under `config`, with reserved bytes held under `limit`, leaving out the
+    /// entries in `skip` and the blocks held before the trace at the addresses in
+    /// `skip_missing`.
+    pub(super) fn run(
+        &self,
+        config: AllocatorConfig,
+        limit: Option<u64>,
+        skip: HashSet<usize>,
+        skip_missing: &HashSet<u64>,
+    ) -> ReplayFigures {
+        let mut r = self.start(config, limit, skip_missing);
+        r.skip = skip;
+        for i in 0..self.trace.len() {
+            r.step(i);
+        }
+        r.figures(limit)
+    }
+
+    /// The allocator's state after entries `0..end` under `config` and `limit`, as a
+    /// snapshot without a trace.
+    pub(super) fn state_before(
+        &self,
+        config: AllocatorConfig,
+        limit: Option<u64>,
+        end: usize,
+    ) -> Snapshot {
+        let mut r = self.start(config, limit, &HashSet::new());
+        for i in 0..end.min(self.trace.len()) {
+            r.step(i);
+        }
+        r.a.snapshot()
+    }
 }

@@ -156,6 +156,32 @@ pub(crate) struct ReplayArgs {
     pub(crate) device: usize,
 }
 
+/// `strata explain`'s options.
+#[derive(clap::Args)]
+pub(crate) struct ExplainArgs {
+    /// The snapshot (PyTorch's `_dump_snapshot` pickle, or strata's pickle or JSON).
+    pub(crate) snapshot: PathBuf,
+    /// The bytes the run could hold: the device's memory, or the limit it ran under
+    /// (`set_per_process_memory_fraction`); bytes, or with KiB, MiB, GiB. PyTorch's snapshots
+    /// record neither; without it the limit a strata snapshot records is used, else an
+    /// estimate from the out-of-memory entry.
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) capacity: Option<usize>,
+    /// Also write the explanation as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Which device's trace.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) device: usize,
+    /// Group the live memory by its first frame even in library code (PyTorch's, Python's,
+    /// installed packages), not by the first frame in your own code.
+    #[arg(long)]
+    pub(crate) library_frames: bool,
+    /// How many holders to list.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) top: usize,
+}
+
 /// `strata viz`'s options.
 #[derive(clap::Args)]
 pub(crate) struct VizArgs {

@@ -166,7 +166,7 @@ impl State {
                 Ok(self.heap.blocks[id].addr)
             }
             None => Err(CachingError::OutOfMemory(Box::new(
-                self.out_of_memory(b, n, size, alloc_size, stream),
+                self.out_of_memory(b, n, size, alloc_size, stream, site),
             ))),
         }
     }

@@ -5,6 +5,7 @@ pub(crate) mod bench;
 pub(crate) mod conform;
 pub(crate) mod demo;
 pub(crate) mod eval;
+pub(crate) mod explain;
 pub(crate) mod plan;
 pub(crate) mod replay;
 pub(crate) mod shared;

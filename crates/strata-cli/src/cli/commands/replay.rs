@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use strata::alloc::caching::{replay_with, ReplayOptions};
+use strata::alloc::caching::{replay_with, AllocatorConfig, ReplayOptions};
 
 use crate::cli::args::ReplayArgs;
 use crate::cli::commands::shared::load;
@@ -16,6 +16,11 @@ pub(crate) fn run(args: ReplayArgs) -> ExitCode {
         limit,
         device,
     } = args;
+    // The settings are checked before the snapshot, which may take long to read.
+    if let Err(e) = AllocatorConfig::parse(&alloc_conf) {
+        eprintln!("strata replay: --alloc-conf `{alloc_conf}`: {e}");
+        return ExitCode::FAILURE;
+    }
     let Some(snap) = load(&snapshot, "replay") else {
         return ExitCode::FAILURE;
     };

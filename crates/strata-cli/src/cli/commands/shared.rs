@@ -63,6 +63,28 @@ pub(crate) fn write_json(
     Ok(())
 }
 
+/// Checks, before any long work, that a file can be written at `path` (when there is one):
+/// its folder exists and it is not a folder itself.
+pub(crate) fn check_output(path: Option<&Path>) -> Result<(), String> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if path.is_dir() {
+        return Err(format!("{} is a folder; name a file", path.display()));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(dir) = parent {
+        if !dir.is_dir() {
+            return Err(format!(
+                "cannot write {}: the folder {} does not exist",
+                path.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Loads the snapshot at `path`, telling on stderr (as `strata <command>`) what it skipped
 /// or why it cannot be read.
 pub(crate) fn load(path: &Path, command: &str) -> Option<strata::alloc::Snapshot> {

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use crate::cli::args::VizArgs;
-use crate::cli::commands::shared::load;
+use crate::cli::commands::shared::{check_output, load};
 
 /// Writes the snapshot's page to `--output` and says what it holds.
 pub(crate) fn run(args: VizArgs) -> ExitCode {
@@ -12,6 +12,17 @@ pub(crate) fn run(args: VizArgs) -> ExitCode {
         output,
         png,
     } = args;
+    // Where the page and the image go is checked before the snapshot, which may take long
+    // to read.
+    for (flag, path) in [
+        ("--output", Some(output.as_path())),
+        ("--png", png.as_deref()),
+    ] {
+        if let Err(e) = check_output(path) {
+            eprintln!("strata viz: {flag}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let Some(snap) = load(&snapshot, "viz") else {
         return ExitCode::FAILURE;
     };
