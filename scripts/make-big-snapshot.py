@@ -7,13 +7,13 @@ does), a dict shaped like `torch.cuda.memory._snapshot()` with N trace entries o
 loop: 50 weights allocated once, then steps of 60 activations from 4 KiB to 48 MiB allocated
 in order and freed in reverse (`alloc`, `free_requested`, `free_completed`), each entry with
 the keys PyTorch 2.11 writes (`compile_context`, `user_metadata`) and its own list of stack
-frames drawn from a few dozen frame dicts that entries share, as PyTorch's traceback
-symbolizer shares them. Segments are allocated (`segment_alloc`) the first time a slot needs
+frames (16 C++ frames, as `stacks="all"` records them, then Python's) drawn from a few dozen
+frame dicts that entries share, as PyTorch's traceback symbolizer shares them. Segments are allocated (`segment_alloc`) the first time a slot needs
 one, at the addresses the blocks then keep. With `--oom` the last step's largest request
 runs out of memory on a device of the peak reserved bytes plus 8 MiB. The snapshot's own
 segments are the state at the end. Every number is fixed: equal arguments give equal files.
 
-About 90 bytes of pickle per entry: 5 million entries make roughly 450 MB.
+About 190 bytes of pickle per entry: 5 million entries make roughly 1 GB.
 """
 import argparse
 import pickle
@@ -25,7 +25,7 @@ SITE = "/opt/venv/lib/python3.12/site-packages/torch"
 
 
 def frames_pool():
-    """Shared frame dicts: PyTorch's own, the user's model, the training loop."""
+    """Shared frame dicts: PyTorch's C++ and Python frames, the user's model, the loop."""
     lib = [{"name": n, "filename": f"{SITE}/{f}", "line": l} for n, f, l in [
         ("forward", "nn/modules/linear.py", 125), ("_call_impl", "nn/modules/module.py", 1762),
         ("_wrapped_call_impl", "nn/modules/module.py", 1751), ("relu", "nn/functional.py", 1704),
@@ -34,6 +34,9 @@ def frames_pool():
     ]]
     user = [{"name": "forward", "filename": "/home/user/project/model.py", "line": 20 + 3 * i}
             for i in range(24)]
+    cpp = [{"name": f"at::native::kernel_{i}", "filename": f"/pytorch/aten/src/ATen/native/op{i}.cpp",
+            "line": 100 + i} for i in range(32)]
+    lib = cpp + lib
     loop = [{"name": "train_step", "filename": "/home/user/project/train.py", "line": 88},
             {"name": "main", "filename": "/home/user/project/train.py", "line": 131},
             {"name": "<module>", "filename": "/home/user/project/train.py", "line": 140}]
@@ -41,7 +44,10 @@ def frames_pool():
 
 
 def stack(k, lib, user, loop):
-    return [lib[k % 3], lib[(k % 5) + 3], user[k % len(user)]] + loop
+    """16 C++ frames (as `stacks="all"` records them), two of PyTorch's Python frames, the
+    user's frame and the loop's."""
+    cpp = [lib[(k + i) % 32] for i in range(16)]
+    return cpp + [lib[32 + k % 3], lib[32 + (k % 5) + 3], user[k % len(user)]] + loop
 
 
 def rounded(size):

@@ -26,6 +26,7 @@ mod error;
 mod host;
 mod mapped;
 mod pinned;
+mod read_ahead;
 mod site;
 mod size;
 pub mod trace;

@@ -526,3 +526,54 @@ fn load_tells_pickle_from_json() {
     assert!(matches!(e, SnapshotReadError::Json { .. }), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_snapshot_larger_than_the_read_window_reads_back_whole_and_shares_its_stacks() {
+    // Over 64 MiB, a file is read through a mapping whose pages go back to the kernel behind
+    // the reader; what it reads must be what was written, entry for entry.
+    use strata_alloc::caching::{Frame, TraceAction, TraceEntrySnapshot};
+    let a = CachingAllocator::new(VirtualBacking::new(1 << 30));
+    let mut snap = a.snapshot();
+    let stacks: Vec<Vec<Frame>> = (0..7)
+        .map(|s| {
+            (0..12)
+                .map(|f| Frame {
+                    filename: format!("/home/user/project/models/transformer/layer{s}.py"),
+                    line: 10 + f,
+                    name: format!("forward_{f}"),
+                })
+                .collect()
+        })
+        .collect();
+    let entries = 120_000;
+    let trace: Vec<TraceEntrySnapshot> = (0..entries)
+        .map(|i| TraceEntrySnapshot {
+            action: if i % 2 == 0 {
+                TraceAction::Alloc
+            } else {
+                TraceAction::FreeCompleted
+            },
+            addr: Some(0x7f00_0000_0000 + (i as u64 / 2) * 4096),
+            device_free: None,
+            size: 4096,
+            stream: 0,
+            time_us: 1_700_000_000_000_000 + i as i64,
+            frames: stacks[i % stacks.len()].clone().into(),
+            category: None,
+        })
+        .collect();
+    snap.device_traces = vec![trace];
+    let path = std::env::temp_dir().join(format!("strata-large-{}.pickle", std::process::id()));
+    snap.save_pickle(&path).expect("written");
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        size > 64 << 20,
+        "the file must exceed the read window: {size} bytes"
+    );
+    let read = Snapshot::load(&path).expect("read back");
+    std::fs::remove_file(&path).ok();
+    assert_eq!(read, snap);
+    // Equal stacks are one allocation, however many entries hold them.
+    let t = &read.device_traces[0];
+    assert!(std::sync::Arc::ptr_eq(&t[0].frames, &t[7].frames));
+}

@@ -98,8 +98,9 @@ pub fn table(r: &ReplayReport) -> String {
     {
         let _ = writeln!(
             out,
-            "the trace starts after the run did (a full ring buffer, or recording switched on \
-             late): {missing} blocks ({}) were allocated before it and are replayed first, in \
+            "the trace starts after the run did (a full ring buffer, recording switched on \
+             late, or a --from window): {missing} blocks ({}) were allocated before it and are \
+             replayed first, in \
              address order, so these figures reconstruct the run rather than repeat it; record \
              with a larger max_entries for an exact replay",
             size(missing_bytes)

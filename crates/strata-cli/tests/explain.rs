@@ -111,3 +111,21 @@ fn arguments_are_checked_before_the_snapshot_is_read() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--output"), "{err}");
 }
+
+#[test]
+fn a_window_restricts_every_tool() {
+    let snapshot = fixture("explain/fragmented-oom.pickle");
+    // Before the out-of-memory at entry 150, there is only a peak to explain.
+    let text = stdout(&strata(&["explain", &snapshot, "--to", "100"]));
+    assert!(text.starts_with("no out-of-memory in the trace"), "{text}");
+    let text = stdout(&strata(&["replay", &snapshot, "--from", "60"]));
+    assert!(text.contains("replayed 91 trace entries"), "{text}");
+    let out = strata(&["viz", &snapshot, "--from", "200", "--to", "100", "-o", "/dev/null"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holds no entry"), "{err}");
+    let out = strata(&["explain", &snapshot, "--from", "soon"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected a trace entry"), "{err}");
+}

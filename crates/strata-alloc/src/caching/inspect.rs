@@ -1,11 +1,13 @@
 //! Looking inside: segment layouts, snapshots, and a full consistency check of the bookkeeping
 //! against the statistics.
 
+use std::collections::HashMap;
+
 use super::blocks::BlockId;
 use super::config::{Backend, PoolKind, MIN_BLOCK_SIZE, ROUNDUP_INTERVALS};
 use super::history::{RecordContext, TraceAction};
 use super::snapshot::{
-    AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
+    AllocatorSettings, BlockSnapshot, BlockState, Frame, Frames, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
 use super::state::State;
@@ -166,12 +168,18 @@ impl State {
             }
         }
         segments.sort_by_key(|s| s.address);
+        // One stack per site, shared by its entries.
+        let mut stacks: HashMap<Option<Site>, Frames> = HashMap::new();
         let trace = self
             .history
             .entries
             .iter()
             .map(|e| {
                 let oom = e.action == TraceAction::Oom;
+                let frames = stacks
+                    .entry(e.site)
+                    .or_insert_with(|| Frame::frames(e.site).into())
+                    .clone();
                 TraceEntrySnapshot {
                     action: e.action,
                     addr: (!oom).then_some(e.addr as u64),
@@ -179,7 +187,7 @@ impl State {
                     size: e.size as u64,
                     stream: e.stream.0,
                     time_us: e.time_us,
-                    frames: Frame::frames(e.site),
+                    frames,
                     category: e.category,
                 }
             })

@@ -57,6 +57,7 @@ mod state;
 mod stats;
 mod summary;
 mod unpickle;
+mod window;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -85,6 +86,7 @@ pub use snapshot::{
 pub use snapshot_read::{ReadNotes, SnapshotFormat, SnapshotReadError};
 pub use stats::{CategoryBytes, CategoryMix, MemoryStats, Stat, StatArray};
 pub use unpickle::UnpickleError;
+pub use window::{Cut, TracePoint, WindowError};
 // The report, site usage and size formatting live below the allocators (the plain allocator
 // and the errors use them too); these keep their `caching::` paths.
 pub use crate::error::{OomReport, OOM_TOP_SITES};

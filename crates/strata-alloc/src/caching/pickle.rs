@@ -84,6 +84,15 @@ pub(crate) enum PyValue {
     Tuple(Vec<PyValue>),
     /// A `dict` with `str` keys, in insertion order.
     Dict(Vec<(String, PyValue)>),
+    /// Trace entries the reader mapped while it read them (entries `first..first + len` of
+    /// its table): a trace list that held nothing else, or one such entry inside a list.
+    /// Only the reader makes these; the writer writes them as `None`.
+    Mapped {
+        /// The first entry's index in the reader's table.
+        first: usize,
+        /// How many entries.
+        len: usize,
+    },
 }
 
 impl PyValue {
@@ -106,7 +115,7 @@ pub(crate) fn dumps(value: &PyValue) -> Vec<u8> {
 
 fn write_value(out: &mut Vec<u8>, value: &PyValue) {
     match value {
-        PyValue::None => out.push(NONE),
+        PyValue::None | PyValue::Mapped { .. } => out.push(NONE),
         PyValue::Bool(true) => out.push(NEWTRUE),
         PyValue::Bool(false) => out.push(NEWFALSE),
         PyValue::Int(v) => write_int(out, *v),

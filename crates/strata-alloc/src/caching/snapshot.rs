@@ -3,6 +3,7 @@
 //! PyTorch's memory tools read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +58,11 @@ impl Frame {
         frames
     }
 }
+
+/// A trace entry's stack, innermost frame first. Entries with the same stack share one (a
+/// long trace holds few distinct stacks), so a snapshot's memory grows with its entries, not
+/// with their frames.
+pub type Frames = Arc<[Frame]>;
 
 /// The file name of the frame that carries a scope path.
 pub const SCOPE_FILE: &str = "<scope>";
@@ -138,8 +144,8 @@ pub struct TraceEntrySnapshot {
     pub stream: u64,
     /// Microseconds since the Unix epoch.
     pub time_us: i64,
-    /// Where it came from.
-    pub frames: Vec<Frame>,
+    /// Where it came from (shared with the entries of the same stack).
+    pub frames: Frames,
     /// On a `free_requested` entry, what the block held when it was freed (strata's key;
     /// absent in PyTorch's snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]

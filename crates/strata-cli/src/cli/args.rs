@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use strata::alloc::caching::TracePoint;
+
 use crate::cli::size::{parse_batch_size, parse_device, parse_size, BatchSize};
 
 /// What `train` and `eval` share.
@@ -154,6 +156,26 @@ pub(crate) struct ReplayArgs {
     /// Which device's trace.
     #[arg(long, default_value_t = 0)]
     pub(crate) device: usize,
+    /// The part of the trace to replay.
+    #[command(flatten)]
+    pub(crate) window: WindowArgs,
+}
+
+/// The part of a trace an offline tool looks at.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct WindowArgs {
+    /// Start at this trace entry (1200) or this long after the first entry (2.5s, 300ms,
+    /// 40us); blocks live then count as allocated before the window.
+    #[arg(long, value_parser = parse_point)]
+    pub(crate) from: Option<TracePoint>,
+    /// End before this trace entry or time (the snapshot's own end-of-run segments are then
+    /// left out).
+    #[arg(long, value_parser = parse_point)]
+    pub(crate) to: Option<TracePoint>,
+}
+
+fn parse_point(s: &str) -> Result<TracePoint, String> {
+    s.parse()
 }
 
 /// `strata explain`'s options.
@@ -180,6 +202,9 @@ pub(crate) struct ExplainArgs {
     /// How many holders to list.
     #[arg(long, default_value_t = 10)]
     pub(crate) top: usize,
+    /// The part of the trace to explain.
+    #[command(flatten)]
+    pub(crate) window: WindowArgs,
 }
 
 /// `strata viz`'s options.
@@ -193,6 +218,9 @@ pub(crate) struct VizArgs {
     /// Also draw the timeline as a PNG here.
     #[arg(long)]
     pub(crate) png: Option<PathBuf>,
+    /// The part of the trace to draw.
+    #[command(flatten)]
+    pub(crate) window: WindowArgs,
 }
 
 /// `strata plan`'s options.

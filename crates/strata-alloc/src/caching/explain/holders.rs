@@ -8,9 +8,9 @@ use serde::Serialize;
 use super::super::history::TraceAction;
 use super::super::snapshot::{BlockState, Frame, SegmentSnapshot, TraceEntrySnapshot, SCOPE_FILE};
 
-/// The group of blocks the trace allocated before it began (a full ring buffer, or recording
-/// switched on late), whose stacks it does not have.
-pub const BEFORE_TRACE: &str = "<allocated before the trace began>";
+/// The group of blocks allocated before the trace began (a full ring buffer, recording
+/// switched on late, or a window), whose stacks it does not have.
+pub const BEFORE_TRACE: &str = "<allocated before the trace or window began>";
 
 /// The group of blocks recorded without a stack.
 pub const NO_STACK: &str = "<no stack recorded>";

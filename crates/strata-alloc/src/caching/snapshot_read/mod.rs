@@ -23,7 +23,8 @@
 //! `size` and `state`, a trace entry's `action`, `size` and, except for `oom`, `addr`) is an
 //! error naming the field's path, as is a value of the wrong type.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::fs;
 use std::io;
@@ -37,10 +38,11 @@ use super::config::{PoolKind, ROUNDUP_INTERVALS, SMALL_BUFFER};
 use super::history::TraceAction;
 use super::pickle::PyValue;
 use super::snapshot::{
-    AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
+    AllocatorSettings, BlockSnapshot, BlockState, Frame, Frames, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
-use super::unpickle::{self, describe, UnpickleError};
+use super::unpickle::{self, describe, UnpickleError, PROGRESS_EVERY};
+use crate::read_ahead::ReadAhead;
 use crate::Category;
 
 /// Why a snapshot could not be read. Each message says what went wrong, where (the byte of
@@ -176,14 +178,7 @@ impl Snapshot {
     pub fn from_pickle_with_notes(
         bytes: &[u8],
     ) -> Result<(Snapshot, ReadNotes), SnapshotReadError> {
-        let unpickled = unpickle::loads(bytes)?;
-        let mut notes = ReadNotes {
-            format: SnapshotFormat::Pickle,
-            pickle_protocol: unpickled.protocol,
-            ..ReadNotes::default()
-        };
-        let snapshot = snapshot(&unpickled.value, &mut notes)?;
-        Ok((snapshot, notes))
+        read_pickle(bytes, None)
     }
 
     /// Reads a snapshot file: a pickle (see [`from_pickle`](Self::from_pickle)) or strata's
@@ -200,14 +195,33 @@ impl Snapshot {
         path: impl AsRef<Path>,
     ) -> Result<(Snapshot, ReadNotes), SnapshotReadError> {
         let path = path.as_ref();
-        let bytes = fs::read(path).map_err(|source| SnapshotReadError::Io {
+        let io = |source| SnapshotReadError::Io {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let large = fs::metadata(path).map_err(io)?.len() >= PROGRESS_EVERY as u64;
+        if large {
+            // Read through a mapping whose pages go back to the kernel behind the reader.
+            let file = ReadAhead::open(path).map_err(io)?;
+            let release = |upto: usize| file.release_before(upto);
+            return read_file(file.bytes(), path, Some(&release));
+        }
+        let bytes = fs::read(path).map_err(io)?;
+        read_file(&bytes, path, None)
+    }
+}
+
+/// A snapshot file's bytes: strata's JSON or a pickle (see [`Snapshot::load`]).
+fn read_file(
+    bytes: &[u8],
+    path: &Path,
+    progress: Option<&dyn Fn(usize)>,
+) -> Result<(Snapshot, ReadNotes), SnapshotReadError> {
+    {
         let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'{') {
             let snapshot: Snapshot =
-                serde_json::from_slice(&bytes).map_err(|source| SnapshotReadError::Json {
+                serde_json::from_slice(bytes).map_err(|source| SnapshotReadError::Json {
                     path: path.to_owned(),
                     source,
                 })?;
@@ -217,9 +231,26 @@ impl Snapshot {
             };
             Ok((snapshot, notes))
         } else {
-            Self::from_pickle_with_notes(&bytes)
+            read_pickle(bytes, progress)
         }
     }
+}
+
+/// A pickled snapshot, its trace entries mapped as they are read (see `TraceTable`).
+fn read_pickle(
+    bytes: &[u8],
+    progress: Option<&dyn Fn(usize)>,
+) -> Result<(Snapshot, ReadNotes), SnapshotReadError> {
+    let mut table = TraceTable::default();
+    let unpickled = unpickle::loads_compacting(bytes, Some(&mut table), progress)?;
+    let mut notes = ReadNotes {
+        format: SnapshotFormat::Pickle,
+        pickle_protocol: unpickled.protocol,
+        ..ReadNotes::default()
+    };
+    let snapshot = snapshot(&unpickled.value, &mut notes, &mut table)?;
+    table.merge_notes(&mut notes);
+    Ok((snapshot, notes))
 }
 
 type Result<T, E = SnapshotReadError> = std::result::Result<T, E>;
@@ -278,18 +309,42 @@ fn to_list<'a>(path: &str, v: &'a PyValue) -> Result<&'a [PyValue]> {
 /// A dict of the snapshot with its path (`segments[3]`) and its path without indices
 /// (`segments[]`, for [`ReadNotes::ignored_keys`]).
 struct Dict<'a> {
-    path: String,
-    generic: String,
-    entries: &'a [(String, PyValue)],
+    path: Cow<'a, str>,
+    generic: Cow<'a, str>,
+    entries: Items<'a>,
+}
+
+/// A dict's items: a value tree's, or a trace entry's as the reader still holds them.
+#[derive(Clone, Copy)]
+enum Items<'a> {
+    Tree(&'a [(String, PyValue)]),
+    Read(&'a [(&'a str, &'a PyValue)]),
+}
+
+impl<'a> Items<'a> {
+    fn iter(self) -> impl Iterator<Item = (&'a str, &'a PyValue)> {
+        let (tree, read) = match self {
+            Items::Tree(t) => (t, &[][..]),
+            Items::Read(r) => (&[][..], r),
+        };
+        tree.iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .chain(read.iter().map(|&(k, v)| (k, v)))
+    }
 }
 
 impl<'a> Dict<'a> {
-    fn of(v: &'a PyValue, path: String, generic: String) -> Result<Dict<'a>> {
+    fn of(
+        v: &'a PyValue,
+        path: impl Into<Cow<'a, str>>,
+        generic: impl Into<Cow<'a, str>>,
+    ) -> Result<Dict<'a>> {
+        let path = path.into();
         match v {
             PyValue::Dict(entries) => Ok(Dict {
                 path,
-                generic,
-                entries,
+                generic: generic.into(),
+                entries: Items::Tree(entries),
             }),
             _ => Err(wrong(&path, "a dict", v)),
         }
@@ -300,7 +355,7 @@ impl<'a> Dict<'a> {
     }
 
     fn get(&self, key: &str) -> Option<&'a PyValue> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The value of `key`, `None` when it is missing or Python's `None`.
@@ -347,10 +402,19 @@ impl<'a> Dict<'a> {
             .map_or(Ok(&[][..]), |v| to_list(&self.at(key), v))
     }
 
-    /// Records the keys not in `known` as ignored.
+    /// Records the keys not in `known` as ignored (once: a long trace repeats them).
     fn note_unknown(&self, known: &[&str], notes: &mut ReadNotes) {
-        for (k, _) in self.entries {
-            if !known.contains(&k.as_str()) {
+        for (k, _) in self.entries.iter() {
+            if known.contains(&k) {
+                continue;
+            }
+            let g: &str = &self.generic;
+            let noted = notes.ignored_keys.iter().any(|n| match n.strip_suffix(k) {
+                Some(head) if g.is_empty() => head.is_empty(),
+                Some(head) => head.strip_suffix('.') == Some(g),
+                None => false,
+            });
+            if !noted {
                 notes.ignored_keys.insert(join(&self.generic, k));
             }
         }
@@ -370,17 +434,17 @@ impl<'a> Dict<'a> {
     }
 }
 
-fn snapshot(v: &PyValue, notes: &mut ReadNotes) -> Result<Snapshot> {
+fn snapshot(v: &PyValue, notes: &mut ReadNotes, table: &mut TraceTable) -> Result<Snapshot> {
     match v {
         PyValue::Dict(entries) if entries.iter().any(|(k, _)| k == "segments") => {
-            let top = Dict::of(v, String::new(), String::new())?;
+            let top = Dict::of(v, "", "")?;
             top.note_unknown(&["segments", "device_traces", "allocator_settings"], notes);
             let segments = segments(top.req("segments")?, "segments", notes)?;
             let device_traces = top
                 .list("device_traces")?
                 .iter()
                 .enumerate()
-                .map(|(d, t)| trace(t, d, notes))
+                .map(|(d, t)| trace(t, d, notes, table))
                 .collect::<Result<_>>()?;
             let allocator_settings = match top.present("allocator_settings") {
                 Some(s) => settings(s, notes)?,
@@ -445,13 +509,26 @@ fn segments(v: &PyValue, path: &str, notes: &mut ReadNotes) -> Result<Vec<Segmen
 }
 
 fn frames(d: &Dict<'_>, notes: &mut ReadNotes) -> Result<Vec<Frame>> {
-    let path = d.at("frames");
-    let generic = join(&d.generic, "frames[]");
-    d.list("frames")?
+    frame_list(
+        d.list("frames")?,
+        &d.at("frames"),
+        &join(&d.generic, "frames[]"),
+        notes,
+    )
+}
+
+/// The frames of a stack at `path` (`generic`: the path without indices).
+fn frame_list(
+    items: &[PyValue],
+    path: &str,
+    generic: &str,
+    notes: &mut ReadNotes,
+) -> Result<Vec<Frame>> {
+    items
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let f = Dict::of(f, format!("{path}[{i}]"), generic.clone())?;
+            let f = Dict::of(f, format!("{path}[{i}]"), generic)?;
             f.note_unknown(&["filename", "line", "name"], notes);
             let line = match f.present("line") {
                 None => 0,
@@ -609,55 +686,157 @@ fn block(
     })
 }
 
-fn trace(v: &PyValue, device: usize, notes: &mut ReadNotes) -> Result<Vec<TraceEntrySnapshot>> {
+/// The generic path of a trace entry, for [`ReadNotes::ignored_keys`].
+const ENTRY: &str = "device_traces[][]";
+
+/// Trace entries mapped while the pickle was read (see [`unpickle::Compactor`]): a long
+/// trace goes from the pickle's bytes to entries without a tree of Python values between.
+#[derive(Default)]
+struct TraceTable {
+    /// The entries, in the order they were read; `None` once moved into the snapshot.
+    entries: Option<Vec<TraceEntrySnapshot>>,
+    /// What mapping them noted.
+    notes: ReadNotes,
+    /// Every distinct stack, so that equal ones are one allocation even when the pickle
+    /// repeats their frames rather than referencing them.
+    stacks: HashSet<Frames>,
+}
+
+impl unpickle::Compactor for TraceTable {
+    fn stack(&mut self, frames: &PyValue) -> Option<Frames> {
+        let path = format!("{ENTRY}.frames");
+        let items = to_list(&path, frames).ok()?;
+        let generic = format!("{ENTRY}.frames[]");
+        let frames = frame_list(items, &path, &generic, &mut self.notes).ok()?;
+        if let Some(same) = self.stacks.get(frames.as_slice()) {
+            return Some(same.clone());
+        }
+        let frames = Frames::from(frames);
+        self.stacks.insert(frames.clone());
+        Some(frames)
+    }
+
+    fn entry(&mut self, items: &[(&str, &PyValue)], frames: Frames) -> Option<usize> {
+        let d = Dict {
+            path: Cow::Borrowed(ENTRY),
+            generic: Cow::Borrowed(ENTRY),
+            entries: Items::Read(items),
+        };
+        let entry = trace_entry(&d, Some(frames), &mut self.notes).ok()??;
+        let entries = self.entries.get_or_insert_with(Vec::new);
+        entries.push(entry);
+        Some(entries.len() - 1)
+    }
+}
+
+impl TraceTable {
+    /// Entries `first..first + len`: moved out when they are the whole table (a snapshot's
+    /// one trace), else copied.
+    fn take(&mut self, first: usize, len: usize, path: &str) -> Result<Vec<TraceEntrySnapshot>> {
+        let whole = first == 0 && self.entries.as_ref().is_some_and(|e| e.len() == len);
+        if whole {
+            return Ok(self.entries.take().unwrap_or_default());
+        }
+        self.entries
+            .as_ref()
+            .and_then(|e| e.get(first..first.checked_add(len)?))
+            .map(<[TraceEntrySnapshot]>::to_vec)
+            .ok_or_else(|| SnapshotReadError::WrongType {
+                path: path.to_owned(),
+                expected: "a trace read once".to_owned(),
+                found: "a trace another device's list shares".to_owned(),
+            })
+    }
+
+    /// Adds what mapping the entries noted to `notes`. Entries of unknown actions were
+    /// declined, left to the snapshot's mapping, which counts them.
+    fn merge_notes(self, notes: &mut ReadNotes) {
+        notes.ignored_keys.extend(self.notes.ignored_keys);
+        for (name, n) in self.notes.unknown_categories {
+            *notes.unknown_categories.entry(name).or_default() += n;
+        }
+    }
+}
+
+fn trace(
+    v: &PyValue,
+    device: usize,
+    notes: &mut ReadNotes,
+    table: &mut TraceTable,
+) -> Result<Vec<TraceEntrySnapshot>> {
     let path = format!("device_traces[{device}]");
     let entries = match v {
         PyValue::None => &[][..],
+        PyValue::Mapped { first, len } => return table.take(*first, *len, &path),
         _ => to_list(&path, v)?,
     };
     let mut out = Vec::with_capacity(entries.len());
     for (i, e) in entries.iter().enumerate() {
-        let e = Dict::of(e, format!("{path}[{i}]"), "device_traces[][]".to_owned())?;
-        let name = e.str("action")?;
-        let Some(action) = variant::<TraceAction>(name) else {
-            *notes.skipped_actions.entry(name.to_owned()).or_default() += 1;
+        let at = format!("{path}[{i}]");
+        if let PyValue::Mapped { first, len } = e {
+            out.extend(table.take(*first, *len, &at)?);
             continue;
-        };
-        e.note_unknown(
-            &[
-                "action",
-                "addr",
-                "device_free",
-                "size",
-                "stream",
-                "time_us",
-                "frames",
-                "category",
-            ],
-            notes,
-        );
-        let (addr, device_free) = if action == TraceAction::Oom {
-            // Older writers put the free bytes under `addr`.
-            let free = match e.opt_u64("device_free")? {
-                Some(f) => Some(f),
-                None => e.opt_u64("addr")?,
-            };
-            (None, free)
-        } else {
-            (Some(e.u64("addr")?), e.opt_u64("device_free")?)
-        };
-        out.push(TraceEntrySnapshot {
-            action,
-            addr,
-            device_free,
-            size: e.u64("size")?,
-            stream: e.opt_u64("stream")?.unwrap_or(0),
-            time_us: e.i64_or("time_us", 0)?,
-            frames: frames(&e, notes)?,
-            category: e.category("category", notes)?,
-        });
+        }
+        let e = Dict::of(e, at, ENTRY)?;
+        if let Some(entry) = trace_entry(&e, None, notes)? {
+            out.push(entry);
+        }
     }
     Ok(out)
+}
+
+/// One trace entry, with its stack when it is already mapped; `None` for an action strata
+/// does not know (counted in `notes`).
+fn trace_entry(
+    e: &Dict<'_>,
+    stack: Option<Frames>,
+    notes: &mut ReadNotes,
+) -> Result<Option<TraceEntrySnapshot>> {
+    let name = e.str("action")?;
+    let Some(action) = variant::<TraceAction>(name) else {
+        *notes.skipped_actions.entry(name.to_owned()).or_default() += 1;
+        return Ok(None);
+    };
+    e.note_unknown(
+        &[
+            "action",
+            "addr",
+            "device_free",
+            "size",
+            "stream",
+            "time_us",
+            "frames",
+            "category",
+        ],
+        notes,
+    );
+    let (addr, device_free) = if action == TraceAction::Oom {
+        // Older writers put the free bytes under `addr`.
+        let free = match e.opt_u64("device_free")? {
+            Some(f) => Some(f),
+            None => e.opt_u64("addr")?,
+        };
+        (None, free)
+    } else {
+        (Some(e.u64("addr")?), e.opt_u64("device_free")?)
+    };
+    let size = e.u64("size")?;
+    let stream = e.opt_u64("stream")?.unwrap_or(0);
+    let time_us = e.i64_or("time_us", 0)?;
+    let frames = match stack {
+        Some(f) => f,
+        None => frames(e, notes)?.into(),
+    };
+    Ok(Some(TraceEntrySnapshot {
+        action,
+        addr,
+        device_free,
+        size,
+        stream,
+        time_us,
+        frames,
+        category: e.category("category", notes)?,
+    }))
 }
 
 fn settings(v: &PyValue, notes: &mut ReadNotes) -> Result<AllocatorSettings> {

@@ -17,7 +17,7 @@ fn s(v: &str) -> PyValue {
 
 fn read(v: &PyValue) -> Result<(Snapshot, ReadNotes)> {
     let mut notes = ReadNotes::default();
-    snapshot(v, &mut notes).map(|s| (s, notes))
+    snapshot(v, &mut notes, &mut TraceTable::default()).map(|s| (s, notes))
 }
 
 fn block(state: &str) -> PyValue {

@@ -6,19 +6,32 @@ use std::collections::HashMap;
 use super::opcodes::*;
 use super::*;
 
-pub(super) struct Machine<'a> {
+pub(super) struct Machine<'a, 'c> {
     pub(super) data: &'a [u8],
     /// The next byte to read.
     pub(super) pos: usize,
     pub(super) arena: Vec<Obj>,
+    /// Per slot of the arena: whether the memo or a `DUP` refers to it, so that it may be
+    /// referenced again and is never reused.
+    pub(super) pinned: Vec<bool>,
+    /// Slots of values a compacted trace entry held, free for new objects.
+    pub(super) free: Vec<Id>,
     pub(super) stack: Vec<Id>,
     /// Stack lengths at each open `MARK`.
     pub(super) marks: Vec<usize>,
-    pub(super) memo: HashMap<u64, Id>,
+    pub(super) memo: Memo,
     pub(super) protocol: Option<u8>,
+    /// Who takes trace entries over as they are read.
+    pub(super) compactor: Option<&'c mut dyn Compactor>,
+    /// The stacks mapped so far, by the frame dicts they list.
+    pub(super) stacks: HashMap<Vec<Id>, Frames>,
+    /// Told how far the machine has read, every [`PROGRESS_EVERY`] bytes.
+    pub(super) progress: Option<&'c dyn Fn(usize)>,
+    /// Where it is told next.
+    pub(super) next_progress: usize,
 }
 
-impl<'a> Machine<'a> {
+impl<'a> Machine<'a, '_> {
     fn truncated(&self, reading: String) -> UnpickleError {
         UnpickleError::Truncated {
             offset: self.data.len(),
@@ -88,8 +101,29 @@ impl<'a> Machine<'a> {
     }
 
     fn new_obj(&mut self, obj: Obj) -> Id {
+        if let Some(id) = self.free.pop() {
+            if let Some(slot) = self.arena.get_mut(id) {
+                *slot = obj;
+                return id;
+            }
+        }
         self.arena.push(obj);
+        self.pinned.push(false);
         self.arena.len() - 1
+    }
+
+    /// The text of a dict key (checked to be a str when it was set).
+    fn key(&self, id: Id) -> &str {
+        match self.arena.get(id) {
+            Some(Obj::Atom(PyValue::Str(s))) => s,
+            _ => "",
+        }
+    }
+
+    fn pin(&mut self, id: Id) {
+        if let Some(p) = self.pinned.get_mut(id) {
+            *p = true;
+        }
     }
 
     fn push(&mut self, obj: Obj) {
@@ -139,9 +173,10 @@ impl<'a> Machine<'a> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
-    fn str_key(&self, key: Id, name: &str, at: usize) -> Result<String, UnpickleError> {
+    /// `key`, checked to be a str.
+    fn str_key(&self, key: Id, name: &str, at: usize) -> Result<Id, UnpickleError> {
         match self.arena.get(key) {
-            Some(Obj::Atom(PyValue::Str(s))) => Ok(s.clone()),
+            Some(Obj::Atom(PyValue::Str(_))) => Ok(key),
             Some(Obj::Atom(v)) => Err(Self::malformed(
                 at,
                 format!(
@@ -162,12 +197,7 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn pairs(
-        &self,
-        items: &[Id],
-        name: &str,
-        at: usize,
-    ) -> Result<Vec<(String, Id)>, UnpickleError> {
+    fn pairs(&self, items: &[Id], name: &str, at: usize) -> Result<Vec<(Id, Id)>, UnpickleError> {
         if !items.len().is_multiple_of(2) {
             return Err(Self::malformed(
                 at,
@@ -192,7 +222,7 @@ impl<'a> Machine<'a> {
         id: Id,
         name: &str,
         at: usize,
-    ) -> Result<&mut Vec<(String, Id)>, UnpickleError> {
+    ) -> Result<&mut Vec<(Id, Id)>, UnpickleError> {
         match self.arena.get_mut(id) {
             Some(Obj::Dict(entries)) => Ok(entries),
             Some(other) => {
@@ -208,13 +238,14 @@ impl<'a> Machine<'a> {
 
     fn memo_put(&mut self, index: u64, name: &str, at: usize) -> Result<(), UnpickleError> {
         let id = self.top(name, at)?;
-        self.memo.insert(index, id);
+        self.memo.put(index, id);
+        self.pin(id);
         Ok(())
     }
 
     fn memo_get(&mut self, index: u64, name: &str, at: usize) -> Result<(), UnpickleError> {
-        match self.memo.get(&index) {
-            Some(&id) => {
+        match self.memo.get(index) {
+            Some(id) => {
                 self.stack.push(id);
                 Ok(())
             }
@@ -275,6 +306,12 @@ impl<'a> Machine<'a> {
     pub(super) fn run(&mut self) -> Result<(Id, usize), UnpickleError> {
         loop {
             let at = self.pos;
+            if at >= self.next_progress {
+                if let Some(progress) = self.progress {
+                    progress(at);
+                }
+                self.next_progress = at.saturating_add(PROGRESS_EVERY);
+            }
             let Some(&op) = self.data.get(at) else {
                 let reading = if at == 0 {
                     "the first opcode (the input is empty)".to_owned()
@@ -329,6 +366,7 @@ impl<'a> Machine<'a> {
                 }
                 DUP => {
                     let id = self.top("DUP", at)?;
+                    self.pin(id);
                     self.stack.push(id);
                 }
                 NONE => self.push_atom(PyValue::None),
@@ -547,7 +585,10 @@ impl<'a> Machine<'a> {
         let want_set = name == "ADDITEMS";
         match self.arena.get_mut(target) {
             Some(Obj::List(list)) if !want_set => {
-                list.extend(items);
+                list.extend(items.iter().copied());
+                for item in items {
+                    self.compact(item);
+                }
                 Ok(())
             }
             Some(Obj::Set(set)) if want_set => {
@@ -564,6 +605,126 @@ impl<'a> Machine<'a> {
             }
             None => Err(Self::malformed(at, format!("{name}: dangling reference"))),
         }
+    }
+
+    /// Offers `item`, just appended to a list, to the compactor when it is a trace entry (a
+    /// dict with an `action` key whose values are plain, besides its `frames` list). A kept
+    /// entry's slot becomes [`Obj::Mapped`], its frames list [`Obj::Frames`], and the slots of
+    /// its values are reused.
+    fn compact(&mut self, item: Id) {
+        let Some(compactor) = self.compactor.take() else {
+            return;
+        };
+        self.offer(item, &mut *compactor);
+        self.compactor = Some(compactor);
+    }
+
+    fn offer(&mut self, item: Id, compactor: &mut dyn Compactor) {
+        let Some(Obj::Dict(entries)) = self.arena.get(item) else {
+            return;
+        };
+        if !entries.iter().any(|(k, _)| self.key(*k) == "action") {
+            return;
+        }
+        let mut frames_list = None;
+        let mut plain = 0;
+        for (i, (k, v)) in entries.iter().enumerate() {
+            let k = self.key(*k);
+            if entries[..i].iter().any(|(seen, _)| self.key(*seen) == k) {
+                // A key set twice: the generic reading knows Python's rule.
+                return;
+            }
+            match self.arena.get(*v) {
+                Some(Obj::List(_) | Obj::Frames(_)) if k == "frames" => frames_list = Some(*v),
+                Some(Obj::Atom(a)) if !matches!(a, PyValue::Bytes(_)) => plain += 1,
+                _ => return,
+            }
+        }
+        let frames = match frames_list {
+            None => self
+                .stacks
+                .entry(Vec::new())
+                .or_insert_with(|| Frames::from([]))
+                .clone(),
+            Some(list) => match self.stack_of(list, compactor) {
+                Some(f) => f,
+                None => return,
+            },
+        };
+        let Some(Obj::Dict(entries)) = self.arena.get(item) else {
+            return;
+        };
+        let mut items: Vec<(&str, &PyValue)> = Vec::with_capacity(plain);
+        for (k, v) in entries {
+            if let Some(Obj::Atom(a)) = self.arena.get(*v) {
+                items.push((self.key(*k), a));
+            }
+        }
+        let Some(index) = compactor.entry(&items, frames.clone()) else {
+            return;
+        };
+        let Some(slot) = self.arena.get_mut(item) else {
+            return;
+        };
+        let Obj::Dict(entries) = std::mem::replace(slot, Obj::Mapped(index)) else {
+            return;
+        };
+        for id in entries.into_iter().flat_map(|(k, v)| [k, v]) {
+            if Some(id) == frames_list || self.pinned.get(id).copied().unwrap_or(true) {
+                continue;
+            }
+            if let Some(slot @ Obj::Atom(_)) = self.arena.get_mut(id) {
+                *slot = Obj::Atom(PyValue::None);
+                self.free.push(id);
+            }
+        }
+        if let Some(slot @ Obj::List(_)) = frames_list.and_then(|l| self.arena.get_mut(l)) {
+            *slot = Obj::Frames(frames);
+        }
+    }
+
+    /// The stack of the frames list `list`, mapped by the compactor the first time its frame
+    /// dicts are seen together.
+    fn stack_of(&mut self, list: Id, compactor: &mut dyn Compactor) -> Option<Frames> {
+        let ids = match self.arena.get(list)? {
+            Obj::Frames(f) => return Some(f.clone()),
+            Obj::List(ids) => ids,
+            _ => return None,
+        };
+        if let Some(f) = self.stacks.get(ids) {
+            return Some(f.clone());
+        }
+        // Only frame dicts the memo holds can be referenced again: a stack of others (a
+        // writer that repeats its frames) is mapped at each entry, and shared by content.
+        let shared = ids
+            .iter()
+            .all(|&id| self.pinned.get(id).copied().unwrap_or(false));
+        let key = shared.then(|| ids.clone());
+        let mut budget = expansion_budget(self.data.len());
+        let value = self.build(list, 0, &mut budget, self.pos).ok()?;
+        let frames = compactor.stack(&value)?;
+        if let Some(key) = key {
+            self.stacks.insert(key, frames.clone());
+        }
+        Some(frames)
+    }
+
+    /// A list of compacted entries with consecutive indices, as one [`PyValue::Mapped`] run.
+    fn mapped_run(&self, ids: &[Id]) -> Option<PyValue> {
+        let index = |id: &Id| match self.arena.get(*id) {
+            Some(Obj::Mapped(i)) => Some(*i),
+            _ => None,
+        };
+        let first = index(ids.first()?)?;
+        for (k, id) in ids.iter().enumerate() {
+            if index(id)? != first + k {
+                return None;
+            }
+        }
+        Some(PyValue::Mapped {
+            first,
+            len: ids.len(),
+        })
     }
 
     /// The [`PyValue`] tree of `id`, copying shared objects at each reference.
@@ -606,7 +767,16 @@ impl<'a> Machine<'a> {
         };
         Ok(match obj {
             Obj::Atom(v) => v.clone(),
-            Obj::List(ids) | Obj::Set(ids) => PyValue::List(items(ids, budget)?),
+            Obj::Mapped(first) => PyValue::Mapped {
+                first: *first,
+                len: 1,
+            },
+            Obj::Frames(frames) => frames_value(frames),
+            Obj::List(ids) => match self.mapped_run(ids) {
+                Some(run) => run,
+                None => PyValue::List(items(ids, budget)?),
+            },
+            Obj::Set(ids) => PyValue::List(items(ids, budget)?),
             Obj::Tuple(ids) => PyValue::Tuple(items(ids, budget)?),
             Obj::Dict(entries) => {
                 let mut out: Vec<(String, PyValue)> = Vec::with_capacity(entries.len());
@@ -615,18 +785,19 @@ impl<'a> Machine<'a> {
                 let mut index: Option<HashMap<&str, usize>> =
                     (entries.len() > 16).then(HashMap::new);
                 for (k, v) in entries {
+                    let k = self.key(*k);
                     let v = self.build(*v, depth + 1, budget, stop_at)?;
                     let slot = match &index {
-                        Some(ix) => ix.get(k.as_str()).copied(),
+                        Some(ix) => ix.get(k).copied(),
                         None => out.iter().position(|(seen, _)| seen == k),
                     };
                     match slot.and_then(|i| out.get_mut(i)) {
                         Some(existing) => existing.1 = v,
                         None => {
                             if let Some(ix) = &mut index {
-                                ix.insert(k.as_str(), out.len());
+                                ix.insert(k, out.len());
                             }
-                            out.push((k.clone(), v));
+                            out.push((k.to_owned(), v));
                         }
                     }
                 }
@@ -697,4 +868,20 @@ fn raw_unicode_escape(bytes: &[u8]) -> String {
         i += 1;
     }
     out
+}
+
+/// A mapped stack as the list of frame dicts it was read from.
+fn frames_value(frames: &Frames) -> PyValue {
+    PyValue::List(
+        frames
+            .iter()
+            .map(|f| {
+                PyValue::Dict(vec![
+                    ("filename".to_owned(), PyValue::Str(f.filename.clone())),
+                    ("line".to_owned(), PyValue::Int(i128::from(f.line))),
+                    ("name".to_owned(), PyValue::Str(f.name.clone())),
+                ])
+            })
+            .collect(),
+    )
 }

@@ -37,10 +37,31 @@ const HIGHEST_PROTOCOL: u8 = 5;
 
 mod error;
 mod machine;
+mod memo;
 mod opcodes;
 
 pub use error::UnpickleError;
 use machine::Machine;
+use memo::Memo;
+
+use super::snapshot::Frames;
+
+/// Takes trace entries over while the pickle is read, so that a long trace never exists as
+/// a tree of Python values: each dict with an `action` key is offered as its list receives
+/// it (with its `frames` mapped once per distinct stack), and one the compactor keeps reads
+/// back as [`PyValue::Mapped`]. What it declines stays a dict, for the caller to map (and to
+/// report, with the value's path, whatever is wrong with it).
+///
+/// A stack is mapped when the first entry holding it is read: a frame dict changed after
+/// that (which no snapshot writer does) keeps its first contents for later entries.
+pub(crate) trait Compactor {
+    /// Maps one distinct stack (a list of frame dicts); `None` declines the entries holding
+    /// it.
+    fn stack(&mut self, frames: &PyValue) -> Option<Frames>;
+    /// Takes an entry (its items other than `frames`, all plain values) with its stack;
+    /// `Some(index)` when it keeps it, at that index of its table.
+    fn entry(&mut self, items: &[(&str, &PyValue)], frames: Frames) -> Option<usize>;
+}
 
 /// What [`loads`] found besides the value.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,15 +75,36 @@ pub(crate) struct Unpickled {
 
 /// Reads one pickled value from the start of `data` (bytes after its `STOP` are ignored, as
 /// `pickle.loads` ignores them).
+#[cfg(test)]
 pub(crate) fn loads(data: &[u8]) -> Result<Unpickled, UnpickleError> {
+    loads_compacting(data, None, None)
+}
+
+/// How far the machine reads between two calls of its progress callback.
+pub(crate) const PROGRESS_EVERY: usize = 64 << 20;
+
+/// [`loads`], handing trace entries to `compactor` as they are read (see [`Compactor`]), and
+/// telling `progress` every [`PROGRESS_EVERY`] bytes how far it has read (no byte before
+/// that is read again).
+pub(crate) fn loads_compacting<'c>(
+    data: &[u8],
+    compactor: Option<&'c mut dyn Compactor>,
+    progress: Option<&'c dyn Fn(usize)>,
+) -> Result<Unpickled, UnpickleError> {
     let mut m = Machine {
         data,
         pos: 0,
         arena: Vec::new(),
+        pinned: Vec::new(),
+        free: Vec::new(),
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: HashMap::new(),
+        memo: Memo::default(),
         protocol: None,
+        compactor,
+        stacks: HashMap::new(),
+        progress,
+        next_progress: PROGRESS_EVERY,
     };
     let (root, stop_at) = m.run()?;
     let mut budget = expansion_budget(data.len());
@@ -83,10 +125,14 @@ pub(super) enum Obj {
     Atom(PyValue),
     List(Vec<Id>),
     Tuple(Vec<Id>),
-    /// Keys are checked to be strings when the item is set.
-    Dict(Vec<(String, Id)>),
+    /// Keys (the ids of str atoms) are checked to be strings when the item is set.
+    Dict(Vec<(Id, Id)>),
     /// A `set` or `frozenset`; read as a list.
     Set(Vec<Id>),
+    /// A trace entry the [`Compactor`] took over: the index in its table.
+    Mapped(usize),
+    /// A list of frame dicts already mapped into a stack (it reads back as that list).
+    Frames(Frames),
 }
 
 impl Obj {
@@ -97,6 +143,8 @@ impl Obj {
             Obj::Tuple(_) => "a tuple",
             Obj::Dict(_) => "a dict",
             Obj::Set(_) => "a set",
+            Obj::Mapped(_) => "a trace entry already read",
+            Obj::Frames(_) => "a stack already read",
         }
     }
 }
@@ -113,6 +161,7 @@ pub(crate) fn type_name(v: &PyValue) -> &'static str {
         PyValue::List(_) => "a list",
         PyValue::Tuple(_) => "a tuple",
         PyValue::Dict(_) => "a dict",
+        PyValue::Mapped { .. } => "trace entries",
     }
 }
 
@@ -144,6 +193,7 @@ pub(crate) fn describe(v: &PyValue) -> String {
             };
             format!("a dict with keys {}{more}", keys.join(", "))
         }
+        PyValue::Mapped { len, .. } => format!("{len} trace entries"),
     }
 }
 

@@ -16,12 +16,13 @@ pub(crate) fn run(args: ExplainArgs) -> ExitCode {
         device,
         library_frames,
         top,
+        window,
     } = args;
     if let Err(e) = check_output(json.as_deref()) {
         eprintln!("strata explain: --json: {e}");
         return ExitCode::FAILURE;
     }
-    let Some(snap) = load(&snapshot, "explain") else {
+    let Some(snap) = load(&snapshot, "explain", window) else {
         return ExitCode::FAILURE;
     };
     let options = ExplainOptions {

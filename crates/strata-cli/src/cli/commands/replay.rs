@@ -15,13 +15,14 @@ pub(crate) fn run(args: ReplayArgs) -> ExitCode {
         capacity,
         limit,
         device,
+        window,
     } = args;
     // The settings are checked before the snapshot, which may take long to read.
     if let Err(e) = AllocatorConfig::parse(&alloc_conf) {
         eprintln!("strata replay: --alloc-conf `{alloc_conf}`: {e}");
         return ExitCode::FAILURE;
     }
-    let Some(snap) = load(&snapshot, "replay") else {
+    let Some(snap) = load(&snapshot, "replay", window) else {
         return ExitCode::FAILURE;
     };
     let options = ReplayOptions {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use strata_cli::train::{Fit, TrainOptions};
 
-use crate::cli::args::{CommonArgs, StepArgs};
+use crate::cli::args::{CommonArgs, StepArgs, WindowArgs};
 
 /// The options `common` sets (one epoch; batch size 128 where it is `auto`).
 pub(crate) fn options(common: &CommonArgs) -> TrainOptions {
@@ -85,10 +85,14 @@ pub(crate) fn check_output(path: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads the snapshot at `path`, telling on stderr (as `strata <command>`) what it skipped
-/// or why it cannot be read.
-pub(crate) fn load(path: &Path, command: &str) -> Option<strata::alloc::Snapshot> {
-    match strata::alloc::Snapshot::load_with_notes(path) {
+/// Loads the snapshot at `path` and keeps `window` of its traces, telling on stderr (as
+/// `strata <command>`) what it skipped or why it cannot be read.
+pub(crate) fn load(
+    path: &Path,
+    command: &str,
+    window: WindowArgs,
+) -> Option<strata::alloc::Snapshot> {
+    let mut snap = match strata::alloc::Snapshot::load_with_notes(path) {
         Ok((snap, notes)) => {
             if notes.skipped_trace_entries() > 0 {
                 eprintln!(
@@ -96,11 +100,18 @@ pub(crate) fn load(path: &Path, command: &str) -> Option<strata::alloc::Snapshot
                     notes.skipped_trace_entries()
                 );
             }
-            Some(snap)
+            snap
         }
         Err(e) => {
             eprintln!("strata {command}: {}: {e}", path.display());
-            None
+            return None;
+        }
+    };
+    if window.from.is_some() || window.to.is_some() {
+        if let Err(e) = snap.restrict(window.from, window.to) {
+            eprintln!("strata {command}: {e}");
+            return None;
         }
     }
+    Some(snap)
 }

@@ -11,6 +11,7 @@ pub(crate) fn run(args: VizArgs) -> ExitCode {
         snapshot,
         output,
         png,
+        window,
     } = args;
     // Where the page and the image go is checked before the snapshot, which may take long
     // to read.
@@ -23,7 +24,7 @@ pub(crate) fn run(args: VizArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let Some(snap) = load(&snapshot, "viz") else {
+    let Some(snap) = load(&snapshot, "viz", window) else {
         return ExitCode::FAILURE;
     };
     let title = snapshot
