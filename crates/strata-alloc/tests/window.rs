@@ -61,7 +61,10 @@ fn windows_by_time_count_from_the_first_entry() {
         e.time_us = t0 + 1000 * i as i64;
     }
     let cuts = s
-        .restrict(Some(TracePoint::Micros(2500)), Some(TracePoint::Micros(5000)))
+        .restrict(
+            Some(TracePoint::Micros(2500)),
+            Some(TracePoint::Micros(5000)),
+        )
         .unwrap();
     // Entries at 3 ms and 4 ms: the first at or after 2.5 ms, up to the first at 5 ms.
     assert_eq!((cuts[0].start, cuts[0].end), (3, 5));

@@ -120,7 +120,16 @@ fn a_window_restricts_every_tool() {
     assert!(text.starts_with("no out-of-memory in the trace"), "{text}");
     let text = stdout(&strata(&["replay", &snapshot, "--from", "60"]));
     assert!(text.contains("replayed 91 trace entries"), "{text}");
-    let out = strata(&["viz", &snapshot, "--from", "200", "--to", "100", "-o", "/dev/null"]);
+    let out = strata(&[
+        "viz",
+        &snapshot,
+        "--from",
+        "200",
+        "--to",
+        "100",
+        "-o",
+        "/dev/null",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("holds no entry"), "{err}");

@@ -188,3 +188,36 @@ fn a_pytorch_snapshot_renders_too() {
     let out = strata(&["replay", fixture.to_str().expect("a path")]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("recorded run"));
 }
+
+#[test]
+fn every_pytorch_cuda_golden_is_drawn_and_explained() {
+    // PyTorch's own CUDA runs (crates/strata-alloc/tests/fixtures/pytorch-cuda/): every
+    // offline command reads them; the transformer's page is rendered.
+    let goldens =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../strata-alloc/tests/fixtures/pytorch-cuda");
+    let d = dir();
+    for program in ["mixed", "frag", "streams", "mlp", "gpt", "oom"] {
+        for setting in ["default", "expandable"] {
+            let name = format!("{program}.{setting}");
+            let snapshot = goldens.join(format!("{name}.pickle"));
+            let snapshot = snapshot.to_str().expect("a path");
+            let page = d.join(format!("cuda-{name}.html"));
+            let out = strata(&["viz", snapshot, "-o", page.to_str().expect("a path")]);
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("allocations"),
+                "{name}"
+            );
+            let out = strata(&["explain", snapshot]);
+            assert!(!out.stdout.is_empty(), "{name}");
+            let out = strata(&["replay", snapshot]);
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("recorded run"),
+                "{name}"
+            );
+        }
+    }
+    render(
+        &d.join("cuda-gpt.default.html"),
+        &d.join("cuda-gpt-page.png"),
+    );
+}

@@ -187,11 +187,7 @@ pub fn explain(snapshot: &Snapshot, options: &ExplainOptions) -> Explanation {
     };
     let trace = prepared.trace;
     let recorded = recorded_config(&snapshot.allocator_settings);
-    let known = match (options.capacity, snapshot.allocator_settings.memory_limit) {
-        (Some(bytes), _) => Capacity::Given { bytes },
-        (None, Some(bytes)) => Capacity::Recorded { bytes },
-        (None, None) => Capacity::Unknown,
-    };
+    let known = known_capacity(snapshot, options);
     let oom = trace.iter().position(|e| e.action == TraceAction::Oom);
     // Where the moment ends (exclusive), and the moment.
     let (end, moment) = match oom {
@@ -293,13 +289,18 @@ fn judge(fixes: &mut [Fix], moment: &Moment) {
     }
 }
 
-/// A snapshot without a trace: its segments as they are.
-fn from_segments(snapshot: &Snapshot, options: &ExplainOptions) -> Explanation {
-    let capacity = match (options.capacity, snapshot.allocator_settings.memory_limit) {
+/// The capacity given, else the limit the snapshot records (no estimate yet).
+fn known_capacity(snapshot: &Snapshot, options: &ExplainOptions) -> Capacity {
+    match (options.capacity, snapshot.allocator_settings.memory_limit) {
         (Some(bytes), _) => Capacity::Given { bytes },
         (None, Some(bytes)) => Capacity::Recorded { bytes },
         (None, None) => Capacity::Unknown,
-    };
+    }
+}
+
+/// A snapshot without a trace: its segments as they are.
+fn from_segments(snapshot: &Snapshot, options: &ExplainOptions) -> Explanation {
+    let capacity = known_capacity(snapshot, options);
     let segments: Vec<SegmentSnapshot> = snapshot
         .segments
         .iter()
