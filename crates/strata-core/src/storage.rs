@@ -62,6 +62,9 @@ pub struct Storage {
     device: Device,
     owner: Mutex<Owner>,
     version: AtomicU32,
+    /// The op behind the last in-place write ("" before any): what a saved tensor modified
+    /// since it was saved names.
+    last_write: Mutex<&'static str>,
     inference: bool,
     lock: RwLock<()>,
     roles: Mutex<Roles>,
@@ -152,6 +155,7 @@ impl Storage {
             device,
             owner: Mutex::new(owner),
             version: AtomicU32::new(0),
+            last_write: Mutex::new(""),
             inference: crate::mode::is_inference_mode_enabled(),
             lock: RwLock::new(()),
             roles: Mutex::new(Roles::default()),
@@ -214,11 +218,25 @@ impl Storage {
         self.version.load(Ordering::Acquire)
     }
 
-    /// Records one in-place modification (inference storages have no counter: it stays 0).
-    pub fn bump_version(&self) {
+    /// Records one in-place modification by `op` (inference storages have no counter: it
+    /// stays 0).
+    pub fn bump_version(&self, op: &'static str) {
         if !self.inference {
             self.version.fetch_add(1, Ordering::AcqRel);
+            self.note_write(op);
         }
+    }
+
+    /// Records `op` as the last in-place writer, without counting a version.
+    pub(crate) fn note_write(&self, op: &'static str) {
+        if let Ok(mut w) = self.last_write.lock() {
+            *w = op;
+        }
+    }
+
+    /// The op behind the last in-place write ("" before any).
+    pub fn last_write(&self) -> &'static str {
+        self.last_write.lock().map_or("", |w| *w)
     }
 
     /// Forgets the in-place writes an op made to an output it has just allocated and not yet
@@ -479,9 +497,10 @@ mod tests {
         let alloc = Arc::new(HostAllocator::new());
         let (a, b) = (storage(&alloc, 8), storage(&alloc, 8));
         assert_ne!(a.id(), b.id());
-        a.bump_version();
-        a.bump_version();
+        a.bump_version("add_");
+        a.bump_version("mul_");
         assert_eq!(a.version(), 2);
         assert_eq!(b.version(), 0);
+        assert_eq!((a.last_write(), b.last_write()), ("mul_", ""));
     }
 }

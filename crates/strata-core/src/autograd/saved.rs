@@ -195,10 +195,14 @@ impl SavedTensor {
             Content::Plain(t) => {
                 let now = t.version();
                 if now != self.version {
+                    let by = match t.last_write() {
+                        "" => String::new(),
+                        op => format!(" (last by `{op}`)"),
+                    };
                     return Err(Error::Autograd {
                         message: format!(
                             "a tensor needed to compute the gradient of {} ({} {:?}) was \
-                             modified in place: it was saved at version {}, now it is at \
+                             modified in place{by}: it was saved at version {}, now it is at \
                              version {}. Hint: deep_clone() it before modifying it (clone() \
                              copies the handle, which shares the memory), or use the \
                              out-of-place op instead of the in-place one",

@@ -328,6 +328,24 @@ fn saved_tensors_are_version_checked_and_freed_after_backward() {
     // `clone()` copies the handle in strata: the hint names the copy that helps.
     assert!(err.contains("deep_clone() it before modifying it"), "{err}");
     assert!(err.contains("ExpBackward0"), "{err}");
+    // It names the op that modified the tensor.
+    assert!(err.contains("modified in place (last by `add_`)"), "{err}");
+    // An optimizer step between forward and backward, the usual way this happens.
+    let p = x(&[3], 27);
+    let loss = p.mul(&p).unwrap().sum(None, false).unwrap();
+    let step = crate::SgdStep {
+        lr: 0.1,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+        maximize: false,
+        first_step: true,
+    };
+    let g = Tensor::ones(&[3], DType::F64).unwrap();
+    no_grad(|| p.sgd_(&g, None, &step)).unwrap();
+    let err = loss.backward().unwrap_err().to_string();
+    assert!(err.contains("(last by `sgd_step_`)"), "{err}");
 
     let y = a.mul(&a).unwrap().sum(None, false).unwrap();
     y.backward_with(None, true).unwrap();

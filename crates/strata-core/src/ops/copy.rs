@@ -18,7 +18,7 @@ fn is_self_copy(x: &Tensor, src: &Tensor) -> bool {
 /// Copies `src` (broadcast to `x`'s shape, converted to its dtype) into `x`.
 pub(crate) fn copy_(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Result<Tensor> {
     if is_self_copy(x, src) {
-        x.bump_version();
+        x.bump_version(ctx.op());
         return Ok(x.clone());
     }
     let backend = for_device(x.device())?;
@@ -45,7 +45,7 @@ pub(crate) fn copy_unversioned(ctx: &OpContext, x: &Tensor, src: &Tensor) -> Res
 /// inference tensor, which has no version counter.
 fn count_inference_copy(src: &Tensor, copy: Tensor) -> Tensor {
     if src.is_inference() && !copy.is_inference() {
-        copy.bump_version();
+        copy.bump_version("copy_");
     }
     copy
 }

@@ -122,7 +122,7 @@ fn softmax_op(
     }
     match out {
         None => Ok(target),
-        Some(o) if target.is_same(o) => Ok(written(o)),
+        Some(o) if target.is_same(o) => Ok(written(ctx.op(), o)),
         Some(o) => {
             // SAFETY: `execute` locks the storages and passes a plan valid for them; it counts
             // the copy as the op's one write.

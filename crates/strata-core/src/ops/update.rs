@@ -189,10 +189,10 @@ fn apply(
     };
     drop(guards);
     for _ in 1..rule.param_writes() {
-        pb.storage.bump_version();
+        pb.storage.bump_version(op);
     }
     for t in &written {
-        t.body().storage.bump_version();
+        t.body().storage.bump_version(op);
     }
     Ok(())
 }

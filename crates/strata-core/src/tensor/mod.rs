@@ -380,14 +380,21 @@ impl Tensor {
         base_handles <= views && storage_holders <= views + 1
     }
 
-    pub(crate) fn bump_version(&self) {
+    /// Counts one in-place write by `op`.
+    pub(crate) fn bump_version(&self, op: &'static str) {
         if let Some(own) = &self.0.own_version {
             if !crate::mode::is_inference_mode_enabled() {
                 own.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                self.read_body().storage.note_write(op);
             }
             return;
         }
-        self.read_body().storage.bump_version();
+        self.read_body().storage.bump_version(op);
+    }
+
+    /// The op behind the last in-place write to this tensor's memory ("" before any).
+    pub(crate) fn last_write(&self) -> &'static str {
+        self.read_body().storage.last_write()
     }
 
     /// Sets the version counter of an output an op has just allocated, and filled in parts

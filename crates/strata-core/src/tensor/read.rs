@@ -77,6 +77,20 @@ impl Tensor {
     }
 
     /// The single element of a one-element tensor, converted to `T`.
+    ///
+    /// A floating-point value read as an integer must be a whole number: PyTorch's `.item()`
+    /// returns a Python float, which a program rounds as it means to, so `item::<i64>()` of
+    /// 0.73 is an error rather than a silent 0. Read it as `f32` or `f64` and round it.
+    /// ([`to_vec`](Self::to_vec) keeps PyTorch's element casts, which truncate.)
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let t = Tensor::full(&[1], 0.73, DType::F32)?;
+    /// assert!(t.item::<i64>().is_err());
+    /// assert_eq!(t.item::<f64>()?.round() as i64, 1);
+    /// assert_eq!(Tensor::full(&[1], 3.0, DType::F32)?.item::<i64>()?, 3);
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
     pub fn item<T: Element>(&self) -> Result<T> {
         let n = self.numel();
         if n != 1 {
@@ -89,6 +103,25 @@ impl Tensor {
                 vec![self.shape().to_vec()],
             )
             .with_hint("select one element first, or reduce the tensor (sum, mean)"));
+        }
+        if self.dtype().is_floating() && T::DTYPE.is_integral() {
+            let value = read_elements::<f64>("item", self)?[0];
+            if !(value.is_finite() && value.fract() == 0.0) {
+                return Err(Error::dtype(
+                    "item",
+                    format!(
+                        "item::<{}>() of a {} tensor holding {value} would truncate it; an \
+                         integer can only hold a whole number",
+                        T::DTYPE.name(),
+                        self.dtype().name()
+                    ),
+                    Some(
+                        "read it as a float (item::<f32>() or item::<f64>()) and round it as \
+                         you mean to (.round(), .floor(), .trunc()), as PyTorch's .item() \
+                         returns a float here",
+                    ),
+                ));
+            }
         }
         Ok(read_elements::<T>("item", self)?[0])
     }

@@ -192,7 +192,7 @@ pub(crate) fn index_add_(
     ElementwiseSpec::new(Output::Existing(x), vec![]).infer(op)?;
     index_add_rows(ctx, x, d, &idx, source, alpha)?;
     // One op, one version step, however many rows were written.
-    x.bump_version();
+    x.bump_version(ctx.op());
     Ok(x.clone())
 }
 

@@ -41,7 +41,7 @@ pub(crate) fn index_select_out(
         &out,
         parallel_writes(&out),
     );
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }
 
 /// `x.gather(dim, index)` written into `out`.
@@ -70,7 +70,7 @@ pub(crate) fn gather_out(
         &out,
         parallel_writes(&out),
     );
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }
 
 /// `x.scatter_add(dim, index, src)` written into `out` (which may be `x` itself).
@@ -96,5 +96,5 @@ pub(crate) fn scatter_add_out(
     .resize(ctx)?;
     let is_self = out.storage_id() == x.storage_id() && out.layout() == x.layout();
     sc.execute(for_device(x.device())?, x, index, src, &out, !is_self);
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }

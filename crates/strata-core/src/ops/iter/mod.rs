@@ -626,7 +626,7 @@ impl Prepared {
             kernel(&plan);
         }
         if existing && self.bump_version {
-            out.bump_version();
+            out.bump_version(ctx.op());
         }
         Ok(out)
     }

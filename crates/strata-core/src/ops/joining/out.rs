@@ -33,7 +33,7 @@ pub(crate) fn cat_out(
         &c.regions(&out.stride()),
         parallel_writes(&out),
     );
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }
 
 /// `stack(tensors, dim)` written into `out`: each input copied into its slice along `dim`.
@@ -70,5 +70,5 @@ pub(crate) fn stack_out(
         &regions,
         parallel_writes(&out),
     );
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }

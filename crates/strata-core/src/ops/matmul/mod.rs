@@ -181,7 +181,7 @@ pub(crate) fn matmul(ctx: &OpContext, a: &Tensor, b: &Tensor) -> Result<Tensor> 
     if a.dim() == 1 && b.dim() == 2 {
         // PyTorch computes a vector times a matrix as a `[1, p]` product that it squeezes in
         // place, so the result starts at version 1.
-        out.bump_version();
+        out.bump_version(ctx.op());
     }
     Ok(out)
 }

@@ -69,7 +69,7 @@ fn product_out(
         alpha,
         beta,
     )?;
-    Ok(written(&out))
+    Ok(written(ctx.op(), &out))
 }
 
 /// `a.matmul(b)` written into `out`.
@@ -158,10 +158,10 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
         ONE,
         ZERO,
     )?;
-    out.bump_version();
+    out.bump_version(ctx.op());
     if let Some(l) = squeeze_to {
         out.set_layout(l);
-        out.bump_version();
+        out.bump_version(ctx.op());
     }
     Ok(out.clone())
 }

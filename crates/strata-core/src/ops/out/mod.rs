@@ -106,9 +106,9 @@ impl OutTarget {
     }
 }
 
-/// Counts an `out=` op's one write to `out` (its version goes up by one) and returns it.
-pub(crate) fn written(out: &Tensor) -> Tensor {
-    out.bump_version();
+/// Counts `op`'s one write to `out` (its version goes up by one) and returns it.
+pub(crate) fn written(op: &'static str, out: &Tensor) -> Tensor {
+    out.bump_version(op);
     out.clone()
 }
 

@@ -398,7 +398,7 @@ pub(crate) fn finish<A: Element>(
         }
         Dest::Out(out) => {
             write_values(values, &out)?;
-            Ok(written(&out))
+            Ok(written(ctx.op(), &out))
         }
     }
 }

@@ -359,7 +359,7 @@ pub(crate) fn cumsum(
         scan_sum(ctx, backend, x, &result, d, dtype)?;
     }
     Ok(match dest {
-        Dest::Out(o) => written(&o),
+        Dest::Out(o) => written(ctx.op(), &o),
         Dest::New => result,
     })
 }
