@@ -579,8 +579,8 @@ pub fn replay_with(
         settings: options.what_if.clone(),
         message: e.to_string(),
     })?;
-    let trace = trace_of(snapshot, options.device)?;
-    let missing = missing_blocks(trace, snapshot);
+    let prepared = PreparedTrace::new(snapshot, options.device)?;
+    let (trace, missing) = (prepared.trace, &prepared.missing);
     let coverage = if missing.is_empty() {
         Coverage::Complete
     } else {
@@ -589,12 +589,12 @@ pub fn replay_with(
             missing_bytes: missing.iter().map(|(_, b)| b).sum(),
         }
     };
-    let (traced_peak_requested, traced_peak_reserved, traced_ooms) = traced_peaks(trace, &missing);
+    let (traced_peak_requested, traced_peak_reserved, traced_ooms) = traced_peaks(trace, missing);
     let limit = options.limit.or(snapshot.allocator_settings.memory_limit);
-    let ties = snapshot.allocator_settings.ties_by_address;
+    let ties = prepared.ties;
     let recorded = run(
         trace,
-        &missing,
+        missing,
         recorded_config(&snapshot.allocator_settings),
         virtual_device(trace, None, ties),
         None,
@@ -604,7 +604,7 @@ pub fn replay_with(
     let capacity = options.capacity.or(limit);
     let what_if = run(
         trace,
-        &missing,
+        missing,
         config,
         virtual_device(trace, capacity, ties),
         capacity,
@@ -653,12 +653,11 @@ pub fn replay_recorded_on<B: Backing>(
     backing: B,
     observe: &mut dyn FnMut(usize, &MemoryStats),
 ) -> Result<ReplayFigures, ReplayError> {
-    let trace = trace_of(snapshot, device)?;
-    let missing = missing_blocks(trace, snapshot);
+    let prepared = PreparedTrace::new(snapshot, device)?;
     let limit = limit.or(snapshot.allocator_settings.memory_limit);
     Ok(run(
-        trace,
-        &missing,
+        prepared.trace,
+        &prepared.missing,
         recorded_config(&snapshot.allocator_settings),
         backing,
         None,
