@@ -35,6 +35,7 @@ pub(crate) fn expansion_budget(input_len: usize) -> usize {
 /// The highest protocol this reader knows.
 const HIGHEST_PROTOCOL: u8 = 5;
 
+mod compact;
 mod error;
 mod machine;
 mod memo;
