@@ -25,8 +25,8 @@ mod category;
 mod error;
 mod host;
 mod mapped;
+pub mod offline;
 mod pinned;
-mod read_ahead;
 mod site;
 mod size;
 pub mod trace;
@@ -37,12 +37,12 @@ pub use backing::CudaBacking;
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
 pub use caching::{
     AllocatorConfig, CachingAllocator, CachingError, CategoryBytes, CategoryMix, ConfigError,
-    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, SnapshotReadError, Stat,
-    VirtualCachingAllocator,
+    HostCachingAllocator, MemoryStats, RecordContext, Snapshot, Stat, VirtualCachingAllocator,
 };
 pub use category::Category;
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
 pub use mapped::MappedBytes;
+pub use offline::SnapshotReadError;
 pub use pinned::{HostEvent, HostStats, PinnedHostAllocator, Timing};
 pub use site::{GroupUsage, Grouping, Site, SiteUsage};

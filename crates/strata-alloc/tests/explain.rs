@@ -6,7 +6,7 @@ mod goldens;
 
 use std::path::PathBuf;
 
-use strata_alloc::caching::{
+use strata_alloc::offline::{
     explain, Capacity, Change, ExplainOptions, Explanation, Moment, BEFORE_TRACE, NO_STACK,
 };
 use strata_alloc::{
@@ -22,7 +22,7 @@ fn fixture(name: &str) -> Snapshot {
     Snapshot::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn fix<'e>(e: &'e Explanation, label: &str) -> &'e strata_alloc::caching::Fix {
+fn fix<'e>(e: &'e Explanation, label: &str) -> &'e strata_alloc::offline::Fix {
     e.fixes
         .iter()
         .find(|f| f.change.label() == label)

@@ -10,7 +10,8 @@
 mod goldens;
 
 use strata_alloc::backing::cuda::{device_count, CudaBacking};
-use strata_alloc::caching::{replay_recorded_on, TraceAction};
+use strata_alloc::caching::TraceAction;
+use strata_alloc::offline::replay_recorded_on;
 use strata_alloc::{AllocatorConfig, Backing, CachingAllocator, DeviceAllocator, Site, StreamId};
 
 const MIB: usize = 1 << 20;

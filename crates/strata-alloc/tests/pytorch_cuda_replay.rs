@@ -13,9 +13,8 @@
 mod goldens;
 
 use goldens::{golden, stat, PROGRAMS, SETTINGS};
-use strata_alloc::caching::{
-    replay_recorded, replay_with, MemoryStats, ReplayOptions, TraceAction,
-};
+use strata_alloc::caching::{MemoryStats, TraceAction};
+use strata_alloc::offline::{replay_recorded, replay_with, ReplayOptions};
 
 /// `(allocated, allocated peak, reserved, reserved peak)`.
 type State = [u64; 4];

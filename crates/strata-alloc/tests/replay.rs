@@ -1,7 +1,7 @@
 //! Replaying a recorded history: under the recorded settings it reproduces the run's peaks
 //! exactly; under other settings and capacities it reports what they would change.
 
-use strata_alloc::caching::{replay, Coverage, ReplayError};
+use strata_alloc::offline::{replay, Coverage, ReplayError};
 use strata_alloc::{
     Backing, Block, CachingAllocator, DeviceAllocator, HostBacking, RecordContext, Site, Snapshot,
     VirtualBacking,

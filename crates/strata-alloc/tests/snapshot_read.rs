@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use strata_alloc::caching::{BlockState, ReadNotes, SnapshotFormat, TraceAction, UnpickleError};
+use strata_alloc::caching::{BlockState, TraceAction};
+use strata_alloc::offline::{ReadNotes, SnapshotFormat, UnpickleError};
 use strata_alloc::{
     AllocatorConfig, CachingAllocator, Category, DeviceAllocator, RecordContext, Site, Snapshot,
     SnapshotReadError, StreamId, VirtualBacking,

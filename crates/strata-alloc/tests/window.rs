@@ -1,7 +1,7 @@
 //! Windows of a trace (`Snapshot::restrict`, `--from`/`--to`): the offline tools look at part
 //! of a long run, by trace entry or by time.
 
-use strata_alloc::caching::{
+use strata_alloc::offline::{
     explain, replay, Coverage, ExplainOptions, Moment, TracePoint, WindowError,
 };
 use strata_alloc::{CachingAllocator, DeviceAllocator, RecordContext, Site, VirtualBacking};

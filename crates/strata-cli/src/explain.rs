@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use strata::alloc::caching::{format_size, Explanation, Fix, Moment};
+use strata::alloc::caching::format_size;
+use strata::alloc::offline::{Explanation, Fix, Moment};
 
 fn size(bytes: u64) -> String {
     format_size(usize::try_from(bytes).unwrap_or(usize::MAX))
@@ -142,7 +143,7 @@ pub fn report(e: &Explanation, top: usize) -> String {
     );
     for f in &e.fixes {
         let helps = match f.change {
-            strata::alloc::caching::Change::Recorded => "",
+            strata::alloc::offline::Change::Recorded => "",
             _ if f.helps => "yes",
             _ => "no",
         };

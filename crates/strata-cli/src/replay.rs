@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use strata::alloc::caching::{format_size, Coverage, ReplayFigures, ReplayReport};
+use strata::alloc::caching::format_size;
+use strata::alloc::offline::{Coverage, ReplayFigures, ReplayReport};
 
 fn row(out: &mut String, name: &str, a: &str, b: &str) {
     let _ = writeln!(out, "{name:<34} {a:>22} {b:>22}");

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use strata::alloc::caching::{replay, Coverage};
+use strata::alloc::offline::{replay, Coverage};
 use strata::alloc::Snapshot;
 
 fn strata(args: &[&str]) -> Output {

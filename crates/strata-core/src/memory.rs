@@ -210,8 +210,8 @@ pub fn record_memory_history(
 
 /// What-if replay of a recorded history (a [`Snapshot`]'s trace, strata's or PyTorch's)
 /// under other allocator settings and capacities: see
-/// [`strata_alloc::caching::replay`]. `Snapshot::load` reads the file.
-pub use strata_alloc::caching::{
+/// [`strata_alloc::offline::replay`]. `Snapshot::load` reads the file.
+pub use strata_alloc::offline::{
     replay, Coverage, ReplayError, ReplayFigures, ReplayOom, ReplayReport,
 };
 

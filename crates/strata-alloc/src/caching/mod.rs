@@ -43,21 +43,15 @@
 mod blocks;
 mod config;
 mod expandable;
-mod explain;
 mod hash;
 mod history;
 mod inspect;
 mod oom;
-mod pickle;
 mod release;
-mod replay;
 mod snapshot;
-mod snapshot_read;
 mod state;
 mod stats;
 mod summary;
-mod unpickle;
-mod window;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,24 +63,13 @@ pub use config::{
     LARGE_BUFFER, MAX_REQUEST, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE,
     SMALL_BUFFER, SMALL_SIZE,
 };
-pub use explain::{
-    explain, is_library_frame, Capacity, Change, ExplainOptions, Explanation, Fix, Fragmentation,
-    Holder, Moment, PoolUse, BEFORE_TRACE, NO_STACK,
-};
 pub use history::{RecordContext, TraceAction, TraceEntry};
 pub use inspect::{BlockLayout, SegmentLayout};
-pub use replay::{
-    recorded_config, replay, replay_recorded, replay_recorded_on, replay_with, Coverage,
-    ReplayError, ReplayFigures, ReplayOom, ReplayOptions, ReplayReport,
-};
 pub use snapshot::{
-    AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
+    AllocatorSettings, BlockSnapshot, BlockState, Frame, Frames, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot, SCOPE_FILE,
 };
-pub use snapshot_read::{ReadNotes, SnapshotFormat, SnapshotReadError};
 pub use stats::{CategoryBytes, CategoryMix, MemoryStats, Stat, StatArray};
-pub use unpickle::UnpickleError;
-pub use window::{Cut, TracePoint, WindowError};
 // The report, site usage and size formatting live below the allocators (the plain allocator
 // and the errors use them too); these keep their `caching::` paths.
 pub use crate::error::{OomReport, OOM_TOP_SITES};
@@ -370,13 +353,6 @@ impl<B: Backing> CachingAllocator<B> {
     /// `torch.cuda.memory._snapshot()`. Records a `snapshot` trace entry.
     pub fn snapshot(&self) -> Snapshot {
         self.lock().snapshot(self.backing.orders_by_address())
-    }
-
-    /// Takes a [`snapshot`](Self::snapshot) and writes it to `path` as a pickle, as PyTorch's
-    /// `torch.cuda.memory._dump_snapshot(filename)` does: the file PyTorch's memory tools
-    /// (`python -m torch.cuda._memory_viz`, `pytorch.org/memory_viz`) read.
-    pub fn dump_snapshot(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
-        self.snapshot().save_pickle(path)
     }
 
     /// Every segment with its blocks, in creation order: the allocator's exact layout.

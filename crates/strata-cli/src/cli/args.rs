@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use strata::alloc::caching::TracePoint;
+use strata::alloc::offline::TracePoint;
 
 use crate::cli::size::{parse_batch_size, parse_device, parse_size, BatchSize};
 

@@ -10,7 +10,8 @@ mod png;
 use std::collections::HashMap;
 
 use serde::Serialize;
-use strata::alloc::caching::{BlockState, Frame, Snapshot, TraceAction, TraceEntrySnapshot};
+use strata::alloc::caching::{BlockState, Frame, Snapshot, TraceEntrySnapshot};
+use strata::alloc::offline::{FreeAt, Step, TraceWalk};
 
 pub use page::html;
 #[cfg(feature = "png")]
@@ -149,42 +150,56 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
             }
         }
     }
-    let mut open: HashMap<u64, (usize, u64, String, String)> = HashMap::new();
     let mut lives = Vec::new();
     let mut early = 0usize;
     let group = |names: &mut [Names; 3], category: &str, scope: &str, site: &str| {
         [names[0].id(category), names[1].id(scope), names[2].id(site)]
     };
+    // One walk gives the allocation lives and the reserved bytes' changes.
+    let mut walk = TraceWalk::new(FreeAt::Requested);
+    let mut open_ranges: Vec<Range> = Vec::new();
+    let mut ranges: Vec<Range> = Vec::new();
+    let mut reserved = Vec::new();
     for (i, e) in trace.iter().enumerate() {
-        let Some(addr) = e.addr else { continue };
-        match e.action {
-            TraceAction::Alloc => {
-                let (site, scope) = site_and_scope(&e.frames);
-                open.insert(addr, (i, e.size, site, scope));
-            }
-            TraceAction::FreeRequested => {
+        match walk.step(i, e) {
+            Step::Free { addr, bytes, since } => {
                 let category = e.category.map_or("unknown", |c| c.as_str());
-                let (s, b, site, scope) = match open.remove(&addr) {
-                    Some(o) => o,
-                    None => {
-                        early += 1;
-                        let (site, scope) = site_and_scope(&e.frames);
-                        (0, e.size, site, scope)
-                    }
-                };
+                let s = since.unwrap_or_else(|| {
+                    early += 1;
+                    0
+                });
+                let (site, scope) = site_and_scope(&trace[since.unwrap_or(i)].frames);
                 let g = group(&mut names, category, &scope, &site);
                 lives.push(Life {
                     s,
                     e: i,
-                    b,
+                    b: bytes,
                     a: addr,
                     g,
                 });
             }
+            Step::Reserve { delta } => {
+                reserved.push((i, walk.reserved()));
+                let Some(addr) = e.addr else { continue };
+                if delta > 0 {
+                    open_ranges.push(Range {
+                        a: addr,
+                        b: e.size,
+                        s: i,
+                        e: 0,
+                    });
+                } else {
+                    unmap(&mut open_ranges, &mut ranges, addr, e.size, i);
+                }
+            }
             _ => {}
         }
     }
-    for (addr, (s, b, site, scope)) in open {
+    let level = walk.reserved();
+    let mut open: Vec<(u64, (usize, u64))> = walk.into_open().into_iter().collect();
+    open.sort_unstable();
+    for (addr, (s, b)) in open {
+        let (site, scope) = site_and_scope(&trace[s].frames);
         let category = live_at_end
             .get(&addr)
             .and_then(|blk| blk.category)
@@ -227,33 +242,7 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
              {early} blocks were allocated before its first entry and are drawn from the start"
         ));
     }
-    // Reserved memory and ranges from the segment events; what the trace does not explain
-    // was reserved before it.
-    let mut open_ranges: Vec<Range> = Vec::new();
-    let mut ranges: Vec<Range> = Vec::new();
-    let mut reserved = Vec::new();
-    let mut level: i128 = 0;
-    for (i, e) in trace.iter().enumerate() {
-        let Some(addr) = e.addr else { continue };
-        match e.action {
-            TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
-                level += i128::from(e.size);
-                open_ranges.push(Range {
-                    a: addr,
-                    b: e.size,
-                    s: i,
-                    e: 0,
-                });
-                reserved.push((i, level));
-            }
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                level -= i128::from(e.size);
-                unmap(&mut open_ranges, &mut ranges, addr, e.size, i);
-                reserved.push((i, level));
-            }
-            _ => {}
-        }
-    }
+    // What the trace's segment events do not explain was reserved before it.
     let before = i128::from(snapshot.total_reserved()) - level;
     let before = before.max(0);
     if before > 0 {

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use strata_alloc::caching::{TraceAction, TraceEntry};
+use strata_alloc::caching::TraceEntry;
+use strata_alloc::offline::{FreeAt, Step, TraceWalk};
 
 /// One allocation or free of the planned step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ pub(crate) struct Walk {
 }
 
 fn groups(
-    live: &HashMap<usize, (usize, strata_alloc::Site)>,
+    live: &HashMap<u64, (usize, strata_alloc::Site)>,
     key: impl Fn(&strata_alloc::Site) -> String,
 ) -> Vec<LiveGroup> {
     let mut by: BTreeMap<String, (usize, usize)> = BTreeMap::new();
@@ -65,53 +66,39 @@ fn groups(
 /// Replays `entries`: the timeline, and the blocks live when the requested bytes peaked
 /// (the first time they reached their highest).
 pub(crate) fn walk(entries: &[TraceEntry]) -> Walk {
-    let mut live: HashMap<usize, (usize, strata_alloc::Site)> = HashMap::new();
+    let site_of = |i: usize| {
+        entries[i]
+            .site
+            .unwrap_or_else(|| strata_alloc::Site::unknown("?"))
+    };
+    let mut walk = TraceWalk::new(FreeAt::Requested);
     let mut timeline = Vec::new();
-    let (mut total, mut peak, mut peak_at) = (0usize, 0usize, None);
     for (i, e) in entries.iter().enumerate() {
-        let site = e.site.unwrap_or_else(|| strata_alloc::Site::unknown("?"));
-        match e.action {
-            TraceAction::Alloc => {
-                live.insert(e.addr, (e.size, site));
-                total += e.size;
-                timeline.push(TimelinePoint {
-                    action: "alloc",
-                    bytes: e.size,
-                    live: total,
-                    site: site.to_string(),
-                });
-                if total > peak {
-                    (peak, peak_at) = (total, Some(i));
-                }
-            }
-            TraceAction::FreeRequested => {
-                if let Some((bytes, site)) = live.remove(&e.addr) {
-                    total -= bytes;
-                    timeline.push(TimelinePoint {
-                        action: "free",
-                        bytes,
-                        live: total,
-                        site: site.to_string(),
-                    });
-                }
-            }
-            _ => {}
-        }
+        let (action, bytes, site) = match walk.step(i, e) {
+            Step::Alloc { bytes, .. } => ("alloc", bytes, site_of(i)),
+            Step::Free {
+                bytes,
+                since: Some(s),
+                ..
+            } => ("free", bytes, site_of(s)),
+            _ => continue,
+        };
+        timeline.push(TimelinePoint {
+            action,
+            bytes: bytes as usize,
+            live: walk.live().max(0) as usize,
+            site: site.to_string(),
+        });
     }
-    // Replay up to the peak for the live set there.
-    let mut at_peak: HashMap<usize, (usize, strata_alloc::Site)> = HashMap::new();
-    if let Some(end) = peak_at {
-        for e in &entries[..=end] {
-            let site = e.site.unwrap_or_else(|| strata_alloc::Site::unknown("?"));
-            match e.action {
-                TraceAction::Alloc => {
-                    at_peak.insert(e.addr, (e.size, site));
-                }
-                TraceAction::FreeRequested => {
-                    at_peak.remove(&e.addr);
-                }
-                _ => {}
-            }
+    // Walk again up to the peak for the blocks live there.
+    let mut at_peak: HashMap<u64, (usize, strata_alloc::Site)> = HashMap::new();
+    if let Some(end) = walk.peak_live_at() {
+        let mut upto = TraceWalk::new(FreeAt::Requested);
+        for (i, e) in entries[..=end].iter().enumerate() {
+            upto.step(i, e);
+        }
+        for (addr, (since, bytes)) in upto.into_open() {
+            at_peak.insert(addr, (bytes as usize, site_of(since)));
         }
     }
     Walk {

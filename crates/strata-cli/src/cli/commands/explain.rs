@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use strata::alloc::caching::{explain, ExplainOptions};
+use strata::alloc::offline::{explain, ExplainOptions};
 
 use crate::cli::args::ExplainArgs;
 use crate::cli::commands::shared::{check_output, load, write_json};

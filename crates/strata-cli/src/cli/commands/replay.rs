@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use strata::alloc::caching::{replay_with, AllocatorConfig, ReplayOptions};
+use strata::alloc::caching::AllocatorConfig;
+use strata::alloc::offline::{replay_with, ReplayOptions};
 
 use crate::cli::args::ReplayArgs;
 use crate::cli::commands::shared::load;

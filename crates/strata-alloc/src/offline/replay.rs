@@ -5,13 +5,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::config::{AllocatorConfig, ROUNDUP_INTERVALS};
-use super::history::TraceAction;
-use super::snapshot::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
-use super::stats::MemoryStats;
-use super::{CachingAllocator, CachingError};
 use crate::backing::simulated::WithSimulatedStreams;
 use crate::backing::{Backing, StreamId, VirtualBacking};
+use crate::caching::MemoryStats;
+use crate::caching::TraceAction;
+use crate::caching::{AllocatorConfig, ROUNDUP_INTERVALS};
+use crate::caching::{AllocatorSettings, Frame, Snapshot, TraceEntrySnapshot};
+use crate::caching::{CachingAllocator, CachingError};
+
+use super::walk::{FreeAt, TraceWalk};
 use crate::{Block, DeviceAllocator, Site};
 
 /// The capacity of the replay's device when none is given: larger than any real one.
@@ -185,7 +187,7 @@ fn missing_blocks(trace: &[TraceEntrySnapshot], snapshot: &Snapshot) -> Vec<(u64
     }
     for seg in &snapshot.segments {
         for b in &seg.blocks {
-            if b.state != super::snapshot::BlockState::Inactive && !seen.contains(&b.address) {
+            if b.state != crate::caching::BlockState::Inactive && !seen.contains(&b.address) {
                 missing.entry(b.address).or_insert(b.requested_size.max(1));
             }
         }
@@ -462,31 +464,16 @@ fn run<B: Backing>(
 /// The peaks the trace records by itself: requested bytes from its `alloc` and
 /// `free_completed` entries, reserved bytes from its segment events.
 fn traced_peaks(trace: &[TraceEntrySnapshot], missing: &[(u64, u64)]) -> (u64, u64, usize) {
-    let mut requested: i128 = missing.iter().map(|(_, b)| i128::from(*b)).sum();
-    let mut sizes: HashMap<u64, u64> = HashMap::new();
-    let (mut reserved, mut peak_req, mut peak_res, mut ooms) = (0i128, requested, 0i128, 0);
-    for e in trace {
-        match (e.action, e.addr) {
-            (TraceAction::Alloc, Some(addr)) => {
-                sizes.insert(addr, e.size);
-                requested += i128::from(e.size);
-                peak_req = peak_req.max(requested);
-            }
-            (TraceAction::FreeCompleted, Some(addr)) => {
-                requested -= i128::from(sizes.remove(&addr).unwrap_or(e.size));
-            }
-            (TraceAction::SegmentAlloc | TraceAction::SegmentMap, _) => {
-                reserved += i128::from(e.size);
-                peak_res = peak_res.max(reserved);
-            }
-            (TraceAction::SegmentFree | TraceAction::SegmentUnmap, _) => {
-                reserved -= i128::from(e.size);
-            }
-            (TraceAction::Oom, _) => ooms += 1,
-            _ => {}
-        }
+    let before: u64 = missing.iter().map(|(_, b)| *b).sum();
+    let mut walk = TraceWalk::new(FreeAt::Completed).with_live_before(before);
+    for (i, e) in trace.iter().enumerate() {
+        walk.step(i, e);
     }
-    (peak_req.max(0) as u64, peak_res.max(0) as u64, ooms)
+    (
+        walk.peak_live().max(0) as u64,
+        walk.peak_reserved().max(0) as u64,
+        walk.ooms(),
+    )
 }
 
 /// What to replay and under what: the device whose trace runs, the what-if settings and
@@ -522,7 +509,7 @@ impl ReplayOptions {
 /// run.
 ///
 /// ```
-/// use strata_alloc::caching::replay;
+/// use strata_alloc::offline::replay;
 /// use strata_alloc::{CachingAllocator, DeviceAllocator, RecordContext, Site, VirtualBacking};
 /// let a = CachingAllocator::new(VirtualBacking::new(1 << 34));
 /// a.record_memory_history(true, RecordContext::All, 10_000);
@@ -559,7 +546,7 @@ fn trace_of(snapshot: &Snapshot, device: usize) -> Result<&[TraceEntrySnapshot],
             reserved: snapshot.total_reserved(),
             allocated: snapshot.total_allocated(),
             largest_free: blocks
-                .filter(|b| b.state == super::snapshot::BlockState::Inactive)
+                .filter(|b| b.state == crate::caching::BlockState::Inactive)
                 .map(|b| b.size)
                 .max()
                 .unwrap_or(0),

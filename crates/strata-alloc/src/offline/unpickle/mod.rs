@@ -45,7 +45,7 @@ pub use error::UnpickleError;
 use machine::Machine;
 use memo::Memo;
 
-use super::snapshot::Frames;
+use crate::caching::Frames;
 
 /// Takes trace entries over while the pickle is read, so that a long trace never exists as
 /// a tree of Python values: each dict with an `action` key is offered as its list receives

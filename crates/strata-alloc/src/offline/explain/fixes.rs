@@ -6,9 +6,9 @@ use std::thread;
 
 use serde::Serialize;
 
-use super::super::config::{AllocatorConfig, ROUNDUP_INTERVALS};
 use super::super::replay::{PreparedTrace, ReplayOom};
 use super::holders::{Holder, Lifetime};
+use crate::caching::{AllocatorConfig, ROUNDUP_INTERVALS};
 
 /// `max_split_size_mb` values tried.
 const MAX_SPLIT_MB: [usize; 3] = [32, 128, 512];

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::snapshot::Snapshot;
+use crate::caching::Snapshot;
 
 /// A point of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +93,7 @@ impl Snapshot {
     /// the [module](self). Returns where each trace was cut.
     ///
     /// ```
-    /// use strata_alloc::caching::TracePoint;
+    /// use strata_alloc::offline::TracePoint;
     /// use strata_alloc::{CachingAllocator, DeviceAllocator, RecordContext, Site, VirtualBacking};
     /// let a = CachingAllocator::new(VirtualBacking::new(1 << 30));
     /// a.record_memory_history(true, RecordContext::All, 1000);

@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use super::super::config::PoolKind;
-use super::super::snapshot::{BlockState, SegmentSnapshot};
+use crate::caching::PoolKind;
+use crate::caching::{BlockState, SegmentSnapshot};
 
 /// The segments of one pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

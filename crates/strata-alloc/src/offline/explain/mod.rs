@@ -16,9 +16,9 @@ mod verdict;
 
 use serde::Serialize;
 
-use super::history::TraceAction;
 use super::replay::{recorded_config, PreparedTrace};
-use super::snapshot::{SegmentSnapshot, Snapshot};
+use crate::caching::TraceAction;
+use crate::caching::{SegmentSnapshot, Snapshot};
 
 pub use fixes::{Change, Fix};
 pub use fragmentation::{Fragmentation, PoolUse};
@@ -167,7 +167,7 @@ impl Explanation {
 /// Explains device `options.device`'s memory in `snapshot`; see the [module](self).
 ///
 /// ```
-/// use strata_alloc::caching::{explain, ExplainOptions, Moment};
+/// use strata_alloc::offline::{explain, ExplainOptions, Moment};
 /// use strata_alloc::{CachingAllocator, DeviceAllocator, RecordContext, Site, VirtualBacking};
 /// let a = CachingAllocator::new(VirtualBacking::new(1 << 30));
 /// a.set_memory_limit(Some(100 << 20));

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::super::history::TraceAction;
-use super::super::snapshot::{BlockState, Frame, SegmentSnapshot, TraceEntrySnapshot, SCOPE_FILE};
+use crate::caching::TraceAction;
+use crate::caching::{BlockState, Frame, SegmentSnapshot, TraceEntrySnapshot, SCOPE_FILE};
 
 /// The group of blocks allocated before the trace began (a full ring buffer, recording
 /// switched on late, or a window), whose stacks it does not have.

@@ -34,15 +34,15 @@ use serde::de::value::StrDeserializer;
 use serde::de::IntoDeserializer;
 use serde::Deserialize;
 
-use super::config::{PoolKind, ROUNDUP_INTERVALS, SMALL_BUFFER};
-use super::history::TraceAction;
 use super::pickle::PyValue;
-use super::snapshot::{
+use super::read_ahead::ReadAhead;
+use super::unpickle::{self, describe, UnpickleError, PROGRESS_EVERY};
+use crate::caching::TraceAction;
+use crate::caching::{
     AllocatorSettings, BlockSnapshot, BlockState, Frame, Frames, SegmentSnapshot, Snapshot,
     TraceEntrySnapshot,
 };
-use super::unpickle::{self, describe, UnpickleError, PROGRESS_EVERY};
-use crate::read_ahead::ReadAhead;
+use crate::caching::{PoolKind, ROUNDUP_INTERVALS, SMALL_BUFFER};
 use crate::Category;
 
 /// Why a snapshot could not be read. Each message says what went wrong, where (the byte of

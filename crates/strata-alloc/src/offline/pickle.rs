@@ -24,9 +24,10 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use super::snapshot::{
-    AllocatorSettings, BlockSnapshot, BlockState, Frame, SegmentSnapshot, Snapshot,
-    TraceEntrySnapshot,
+use crate::backing::Backing;
+use crate::caching::{
+    AllocatorSettings, BlockSnapshot, BlockState, CachingAllocator, Frame, SegmentSnapshot,
+    Snapshot, TraceEntrySnapshot,
 };
 
 const PROTO: u8 = 0x80;
@@ -421,6 +422,16 @@ impl Snapshot {
     /// any file there.
     pub fn save_pickle(&self, path: impl AsRef<Path>) -> io::Result<()> {
         fs::write(path, self.to_pickle())
+    }
+}
+
+impl<B: Backing> CachingAllocator<B> {
+    /// Takes a [`snapshot`](Self::snapshot) and writes it to `path` as a pickle, as PyTorch's
+    /// `torch.cuda.memory._dump_snapshot(filename)` does: the file PyTorch's memory tools
+    /// (`python -m torch.cuda._memory_viz`, `pytorch.org/memory_viz`) read. (It is written
+    /// here, beside the pickle writer, so that the allocator itself never depends on it.)
+    pub fn dump_snapshot(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        self.snapshot().save_pickle(path)
     }
 }
 
