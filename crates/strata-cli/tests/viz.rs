@@ -3,11 +3,14 @@
 //! page rendered in headless Chromium (Debian's `chromium`, which the test command
 //! installs), with a screenshot saved.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use strata::alloc::offline::{replay, Coverage};
 use strata::alloc::Snapshot;
+use strata_cli::viz::{viz_window, VizOptions};
 
 fn strata(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_strata"))
@@ -53,7 +56,11 @@ fn chromium(profile: &Path, args: &[String]) -> Output {
 /// Renders `page`: fails without the page's marker or with its error element, then saves
 /// a screenshot to `shot`.
 fn render(page: &Path, shot: &Path) {
-    let url = format!("file://{}", page.display());
+    render_url(format!("file://{}", page.display()), shot);
+}
+
+/// [`render`] for the page at `url`.
+fn render_url(url: String, shot: &Path) {
     // One profile per page: tests render in parallel, and a profile admits one browser.
     let stem = shot
         .file_stem()
@@ -220,4 +227,114 @@ fn every_pytorch_cuda_golden_is_drawn_and_explained() {
         &d.join("cuda-gpt.default.html"),
         &d.join("cuda-gpt-page.png"),
     );
+}
+
+/// `GET path` from the server at `addr`: the status and the body.
+fn get(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut stream = TcpStream::connect(addr).expect("the server accepts");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("a request");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("a response");
+    let head_end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, response[head_end + 4..].to_vec())
+}
+
+/// Ends the server when the test does, whether it passes or not.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_long_trace_is_drawn_from_its_summary_and_served_in_exact_windows() {
+    let gpt = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../strata-alloc/tests/fixtures/pytorch-cuda/gpt.default.pickle");
+    let gpt = gpt.to_str().expect("a path");
+    let d = dir();
+    // Written to a file with too many allocations to hold: the summary is drawn.
+    let page = d.join("summary.html");
+    let out = strata(&[
+        "viz",
+        gpt,
+        "--exact-lives",
+        "10",
+        "-o",
+        page.to_str().expect("a path"),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("drawn from its summary"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = std::fs::read_to_string(&page).expect("the page");
+    assert!(text.contains("\"complete\":false"));
+    render(&page, &d.join("summary-page.png"));
+
+    // Served: a window holds exactly the allocations of the whole trace that overlap it,
+    // those allocated before it among them, and peaks where the whole trace does there.
+    let snap = Snapshot::load(gpt).expect("the golden reads");
+    let exact = VizOptions {
+        exact_lives: usize::MAX,
+    };
+    let whole = viz_window(&snap, 0, "whole", None, &exact);
+    assert!(whole.complete && whole.total_lives > 10);
+    let (from, to) = (whole.entries / 4, whole.entries / 2);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["viz", gpt, "--serve", "--exact-lives", "10"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let stdout = child.stdout.take().expect("its output");
+    let server = Server(child);
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the address");
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .expect("the page's address")
+        .to_owned();
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let (status, body) = get(addr, &format!("/window?from={from}&to={to}"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let window: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(window["offset"], from);
+    assert_eq!(window["entries"], to - from);
+    let overlapping: Vec<_> = whole
+        .lives
+        .iter()
+        .filter(|l| l.s < to && l.e > from)
+        .collect();
+    assert_eq!(window["total_lives"], overlapping.len());
+    assert!(
+        overlapping.iter().any(|l| l.s < from),
+        "no block crosses the window's start"
+    );
+    let live_at = |t: usize| -> u64 {
+        overlapping
+            .iter()
+            .filter(|l| l.s <= t && t < l.e)
+            .map(|l| l.b)
+            .sum()
+    };
+    let peak = (from..to).map(live_at).max().unwrap_or(0);
+    assert_eq!(window["peak_bytes"], peak);
+    assert_eq!(get(addr, "/nothing").0, 404);
+    assert_eq!(get(addr, "/window?from=9&to=3").0, 400);
+    render_url(url, &d.join("served-page.png"));
+    drop(server);
 }

@@ -122,6 +122,15 @@ impl TraceWalk {
         self
     }
 
+    /// Continues from blocks already live (`address → (entry that allocated it, bytes)`), as
+    /// [`into_open`](Self::into_open) returns them: a window's walk resumes the walk of the
+    /// entries before it.
+    pub fn with_open(mut self, open: HashMap<u64, (usize, u64)>) -> TraceWalk {
+        let bytes: u64 = open.values().map(|(_, b)| *b).sum();
+        self.open.extend(open);
+        self.with_live_before(bytes)
+    }
+
     /// Takes entry `index` of the trace.
     pub fn step(&mut self, index: usize, entry: &impl TraceRecord) -> Step {
         let bytes = entry.bytes();

@@ -218,6 +218,14 @@ pub(crate) struct VizArgs {
     /// Also draw the timeline as a PNG here.
     #[arg(long)]
     pub(crate) png: Option<PathBuf>,
+    /// Serve the page on this loopback address (127.0.0.1:0 picks a free port) instead of
+    /// writing it, so that zooming into a long trace reads that window's exact blocks.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub(crate) serve: Option<std::net::SocketAddr>,
+    /// Up to this many allocations the page holds every one; beyond, it draws a summary of
+    /// the timeline and the blocks live at the peak.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub(crate) exact_lives: usize,
     /// The part of the trace to draw.
     #[command(flatten)]
     pub(crate) window: WindowArgs,

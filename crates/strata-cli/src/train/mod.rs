@@ -419,7 +419,8 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
         }
         if let Some(path) = &o.html {
             let title = format!("strata train --model {}", o.model.name());
-            crate::viz::write(&snap, &title, path, None).map_err(TrainError::Options)?;
+            crate::viz::write(&snap, &title, path, None, &Default::default())
+                .map_err(TrainError::Options)?;
         }
     }
     let (profile_table, trace_error) = match profiler.map(Profiler::finish) {

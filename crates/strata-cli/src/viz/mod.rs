@@ -3,19 +3,23 @@
 //! segments and their blocks at any moment, and the largest holders at the peak. With
 //! `--png`, the timeline as a bitmap.
 
+mod lod;
 mod page;
 #[cfg(feature = "png")]
 mod png;
+mod serve;
 
 use std::collections::HashMap;
 
 use serde::Serialize;
-use strata::alloc::caching::{BlockState, Frame, Snapshot, TraceEntrySnapshot};
+use strata::alloc::caching::{BlockState, Frame, Snapshot, TraceAction, TraceEntrySnapshot};
 use strata::alloc::offline::{FreeAt, Step, TraceWalk};
 
+pub use lod::{Summary, COLUMNS};
 pub use page::html;
 #[cfg(feature = "png")]
 pub use png::timeline_png;
+pub use serve::{serve, ServeError};
 
 /// One allocation's life: from trace entry `s` to entry `e` (the number of entries when it
 /// is still live at the end), `b` bytes requested at address `a`, and its category, scope
@@ -56,8 +60,17 @@ pub struct VizData {
     pub entries: usize,
     /// Category, scope and site names.
     pub names: [Vec<String>; 3],
-    /// Every allocation of the trace, and those live at the snapshot that it did not see.
+    /// The entry of the whole trace that entry 0 here is (the start of a window).
+    pub offset: usize,
+    /// Every allocation of the trace, and those live at the snapshot that it did not see;
+    /// when there are more than [`VizOptions::exact_lives`], only those live at the peak.
     pub lives: Vec<Life>,
+    /// Whether `lives` holds every allocation.
+    pub complete: bool,
+    /// How many allocations there are.
+    pub total_lives: usize,
+    /// The timeline in columns, for drawing it whole.
+    pub summary: lod::Summary,
     /// Reserved bytes after each change: `(entry, bytes)`.
     pub reserved: Vec<(usize, u64)>,
     /// Reserved ranges (segments; the mapped ranges of expandable ones).
@@ -131,22 +144,97 @@ fn unmap(open: &mut Vec<Range>, done: &mut Vec<Range>, a: u64, b: u64, i: usize)
     *open = kept;
 }
 
-/// The page's data for device `device` of `snapshot`.
+/// How much a page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VizOptions {
+    /// Up to this many allocations, the page holds every one of them and draws the timeline
+    /// exactly at any zoom; beyond it, it holds the [summary](lod::Summary) and the blocks
+    /// live at the peak, and zooming in asks `strata viz --serve` for the window.
+    pub exact_lives: usize,
+}
+
+impl Default for VizOptions {
+    fn default() -> Self {
+        VizOptions {
+            exact_lives: 200_000,
+        }
+    }
+}
+
+/// The page's data for device `device` of `snapshot`, the whole trace.
 pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
-    let trace: &[TraceEntrySnapshot] = snapshot
+    viz_window(snapshot, device, title, None, &VizOptions::default())
+}
+
+/// Segment events up to `end`: reserved ranges (absolute entries, `e` 0 while open) and the
+/// reserved level after each change, relative to the start of the trace.
+fn segment_events(trace: &[TraceEntrySnapshot]) -> (Vec<Range>, Vec<Range>, Vec<(usize, i128)>) {
+    let mut open_ranges: Vec<Range> = Vec::new();
+    let mut ranges: Vec<Range> = Vec::new();
+    let mut reserved = Vec::new();
+    let mut walk = TraceWalk::new(FreeAt::Requested);
+    for (i, e) in trace.iter().enumerate() {
+        // Only segment events: the walk need not follow the blocks here.
+        if !matches!(
+            e.action,
+            TraceAction::SegmentAlloc
+                | TraceAction::SegmentMap
+                | TraceAction::SegmentFree
+                | TraceAction::SegmentUnmap
+        ) {
+            continue;
+        }
+        let Step::Reserve { delta } = walk.step(i, e) else {
+            continue;
+        };
+        reserved.push((i, walk.reserved()));
+        let Some(addr) = e.addr else { continue };
+        if delta > 0 {
+            open_ranges.push(Range {
+                a: addr,
+                b: e.size,
+                s: i,
+                e: 0,
+            });
+        } else {
+            unmap(&mut open_ranges, &mut ranges, addr, e.size, i);
+        }
+    }
+    (open_ranges, ranges, reserved)
+}
+
+/// The page's data for entries `window` of device `device`'s trace (all of it when `None`;
+/// entries in the data count from the window's start, [`VizData::offset`]). Blocks live
+/// when the window opens are drawn from its start.
+pub fn viz_window(
+    snapshot: &Snapshot,
+    device: usize,
+    title: &str,
+    window: Option<std::ops::Range<usize>>,
+    options: &VizOptions,
+) -> VizData {
+    let full: &[TraceEntrySnapshot] = snapshot
         .device_traces
         .get(device)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
+    let (start, end) = window.map_or((0, full.len()), |w| {
+        let end = w.end.min(full.len());
+        (w.start.min(end), end)
+    });
+    let trace = &full[start..end];
     let n = trace.len();
     let mut names: [Names; 3] = Default::default();
     let mut notes = Vec::new();
-    // Categories of blocks live at the end, by address (strata's snapshots say).
+    // Categories of blocks live at the end, by address (strata's snapshots say); they describe
+    // the end of the whole trace only.
     let mut live_at_end: HashMap<u64, &strata::alloc::caching::BlockSnapshot> = HashMap::new();
-    for seg in &snapshot.segments {
-        for b in &seg.blocks {
-            if b.state != BlockState::Inactive {
-                live_at_end.insert(b.address, b);
+    if end == full.len() {
+        for seg in &snapshot.segments {
+            for b in &seg.blocks {
+                if b.state != BlockState::Inactive {
+                    live_at_end.insert(b.address, b);
+                }
             }
         }
     }
@@ -155,58 +243,42 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
     let group = |names: &mut [Names; 3], category: &str, scope: &str, site: &str| {
         [names[0].id(category), names[1].id(scope), names[2].id(site)]
     };
-    // One walk gives the allocation lives and the reserved bytes' changes.
-    let mut walk = TraceWalk::new(FreeAt::Requested);
-    let mut open_ranges: Vec<Range> = Vec::new();
-    let mut ranges: Vec<Range> = Vec::new();
-    let mut reserved = Vec::new();
-    for (i, e) in trace.iter().enumerate() {
-        match walk.step(i, e) {
-            Step::Free { addr, bytes, since } => {
-                let category = e.category.map_or("unknown", |c| c.as_str());
-                let s = since.unwrap_or_else(|| {
-                    early += 1;
-                    0
-                });
-                let (site, scope) = site_and_scope(&trace[since.unwrap_or(i)].frames);
-                let g = group(&mut names, category, &scope, &site);
-                lives.push(Life {
-                    s,
-                    e: i,
-                    b: bytes,
-                    a: addr,
-                    g,
-                });
-            }
-            Step::Reserve { delta } => {
-                reserved.push((i, walk.reserved()));
-                let Some(addr) = e.addr else { continue };
-                if delta > 0 {
-                    open_ranges.push(Range {
-                        a: addr,
-                        b: e.size,
-                        s: i,
-                        e: 0,
-                    });
-                } else {
-                    unmap(&mut open_ranges, &mut ranges, addr, e.size, i);
-                }
-            }
-            _ => {}
-        }
+    // The blocks live when the window opens, then the window's own allocations and frees.
+    let mut before = TraceWalk::new(FreeAt::Requested);
+    for (i, e) in full[..start].iter().enumerate() {
+        before.step(i, e);
     }
-    let level = walk.reserved();
+    let mut walk = TraceWalk::new(FreeAt::Requested).with_open(before.into_open());
+    for (i, e) in trace.iter().enumerate() {
+        let Step::Free { addr, bytes, since } = walk.step(start + i, e) else {
+            continue;
+        };
+        let category = e.category.map_or("unknown", |c| c.as_str());
+        if since.is_none() {
+            early += 1;
+        }
+        let since = since.unwrap_or(start + i);
+        let (site, scope) = site_and_scope(&full[since].frames);
+        let g = group(&mut names, category, &scope, &site);
+        lives.push(Life {
+            s: since.saturating_sub(start),
+            e: i,
+            b: bytes,
+            a: addr,
+            g,
+        });
+    }
     let mut open: Vec<(u64, (usize, u64))> = walk.into_open().into_iter().collect();
     open.sort_unstable();
     for (addr, (s, b)) in open {
-        let (site, scope) = site_and_scope(&trace[s].frames);
+        let (site, scope) = site_and_scope(&full[s].frames);
         let category = live_at_end
             .get(&addr)
             .and_then(|blk| blk.category)
             .map_or("unknown", |c| c.as_str());
         let g = group(&mut names, category, &scope, &site);
         lives.push(Life {
-            s,
+            s: s.saturating_sub(start),
             e: n,
             b,
             a: addr,
@@ -242,13 +314,21 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
              {early} blocks were allocated before its first entry and are drawn from the start"
         ));
     }
-    // What the trace's segment events do not explain was reserved before it.
-    let before = i128::from(snapshot.total_reserved()) - level;
-    let before = before.max(0);
-    if before > 0 {
+    // Reserved memory and ranges from the segment events; what the trace does not explain
+    // was reserved before it.
+    let (mut open_ranges, mut ranges, steps) = segment_events(&full[..end]);
+    let level_at_end = steps.last().map_or(0, |s| s.1);
+    let whole_level = if end == full.len() {
+        level_at_end
+    } else {
+        segment_events(full).2.last().map_or(0, |s| s.1)
+    };
+    let before_trace = (i128::from(snapshot.total_reserved()) - whole_level).max(0);
+    if before_trace > 0 {
         for seg in &snapshot.segments {
             let covered = open_ranges
                 .iter()
+                .chain(&ranges)
                 .any(|r| r.a <= seg.address && seg.address < r.a + r.b);
             if !covered {
                 open_ranges.push(Range {
@@ -260,14 +340,30 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
             }
         }
     }
-    let reserved: Vec<(usize, u64)> = std::iter::once((0, before as u64))
+    let at_start = steps
+        .iter()
+        .take_while(|s| s.0 < start)
+        .last()
+        .map_or(0, |s| s.1);
+    let level = |l: i128| (l + before_trace).max(0) as u64;
+    let reserved: Vec<(usize, u64)> = std::iter::once((0, level(at_start)))
         .chain(
-            reserved
-                .into_iter()
-                .map(|(i, l)| (i, (l + before).max(0) as u64)),
+            steps
+                .iter()
+                .filter(|s| s.0 >= start)
+                .map(|&(i, l)| (i - start, level(l))),
         )
         .collect();
-    ranges.extend(open_ranges.into_iter().map(|r| Range { e: n, ..r }));
+    ranges.extend(open_ranges.into_iter().map(|r| Range { e: end, ..r }));
+    let mut ranges: Vec<Range> = ranges
+        .into_iter()
+        .filter(|r| r.e > start || start == end)
+        .map(|r| Range {
+            s: r.s.saturating_sub(start),
+            e: r.e.min(end).saturating_sub(start),
+            ..r
+        })
+        .collect();
     ranges.sort_by_key(|r| (r.a, r.s));
     // The peak of live requested bytes and who held it.
     let mut deltas: Vec<(usize, i128)> = Vec::with_capacity(lives.len() * 2);
@@ -300,11 +396,28 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
         .collect();
     top_holders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     top_holders.truncate(10);
+    let groups = [categories.len(), scopes.len(), sites.len()];
+    let summary = lod::summarise(&lives, n, &reserved, groups, peak_entry);
+    let total_lives = lives.len();
+    let complete = total_lives <= options.exact_lives;
+    if !complete {
+        // The page keeps the blocks live at the peak, for the segments drawn there.
+        lives.retain(|l| l.s <= peak_entry && peak_entry < l.e);
+        lives.shrink_to_fit();
+        notes.push(format!(
+            "{total_lives} allocations are too many to draw one by one: the timeline is drawn              in {} columns, each at the moment its bytes peak; the segments show the peak.              To zoom into the exact blocks of a window, run `strata viz --serve` on the              snapshot and open the page it prints.",
+            summary.at.len()
+        ));
+    }
     VizData {
         title: title.to_owned(),
         entries: n,
+        offset: start,
         names: [categories, scopes, sites],
         lives,
+        complete,
+        total_lives,
+        summary,
         reserved,
         ranges,
         peak_entry,
@@ -320,8 +433,9 @@ pub fn write(
     title: &str,
     html_path: &std::path::Path,
     png: Option<&std::path::Path>,
+    options: &VizOptions,
 ) -> Result<VizData, String> {
-    let data = viz_data(snapshot, 0, title);
+    let data = viz_window(snapshot, 0, title, None, options);
     std::fs::write(html_path, html(&data))
         .map_err(|e| format!("cannot write {}: {e}", html_path.display()))?;
     if let Some(path) = png {

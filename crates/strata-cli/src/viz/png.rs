@@ -36,6 +36,9 @@ fn register() -> Result<(), String> {
 
 /// Bytes of each category live at `cols` evenly spaced moments, and reserved bytes there.
 fn columns(data: &VizData, cols: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
+    if !data.complete {
+        return summary_columns(data, cols);
+    }
     let n = data.entries.max(1);
     let k = data.names[0].len();
     let mut diff = vec![vec![0f64; cols + 1]; k];
@@ -68,6 +71,35 @@ fn columns(data: &VizData, cols: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
             next += 1;
         }
         reserved.push(level as f64);
+    }
+    (stacks, reserved)
+}
+
+/// [`columns`] from the summary, when the data does not hold every allocation: each pixel
+/// column shows the summary column under it whose bytes peak highest. Categories beyond the
+/// summary's colours are drawn as the first of them not coloured.
+fn summary_columns(data: &VizData, cols: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let s = &data.summary;
+    let (m, k) = (s.at.len().max(1), data.names[0].len());
+    let shown = &s.shown[0];
+    let other = (0..k).find(|g| !shown.contains(g));
+    let mut stacks = vec![vec![0f64; cols]; k];
+    let mut reserved = vec![0f64; cols];
+    let stacks_of = &s.stacks[0];
+    for x in 0..cols {
+        let c0 = x * m / cols;
+        let c1 = ((x + 1) * m / cols).max(c0 + 1).min(s.at.len());
+        let total = |c: usize| stacks_of.iter().map(|col| col[c]).sum::<u64>();
+        let Some(best) = (c0..c1).max_by_key(|&c| (total(c), std::cmp::Reverse(c))) else {
+            continue;
+        };
+        reserved[x] = (c0..c1).map(|c| s.reserved[c]).max().unwrap_or(0) as f64;
+        for (slot, col) in stacks_of.iter().enumerate() {
+            let g = shown.get(slot).copied().or(other);
+            if let Some(g) = g {
+                stacks[g][x] += col[best] as f64;
+            }
+        }
     }
     (stacks, reserved)
 }

@@ -1,6 +1,9 @@
 //! `strata viz`: write a snapshot as the memory page (and, with `--png`, a timeline image).
 
+use std::io::Write as _;
 use std::process::ExitCode;
+
+use strata_cli::viz::VizOptions;
 
 use crate::cli::args::VizArgs;
 use crate::cli::commands::shared::{check_output, load};
@@ -11,8 +14,11 @@ pub(crate) fn run(args: VizArgs) -> ExitCode {
         snapshot,
         output,
         png,
+        serve,
+        exact_lives,
         window,
     } = args;
+    let options = VizOptions { exact_lives };
     // Where the page and the image go is checked before the snapshot, which may take long
     // to read.
     for (flag, path) in [
@@ -30,12 +36,31 @@ pub(crate) fn run(args: VizArgs) -> ExitCode {
     let title = snapshot
         .file_name()
         .map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
-    match strata_cli::viz::write(&snap, &title, &output, png.as_deref()) {
+    if let Some(addr) = serve {
+        let ready = |at: std::net::SocketAddr| {
+            println!("serving the page on http://{at}/ (stop with Ctrl-C)");
+            // The address goes out at once, for whoever waits on it.
+            let _ = std::io::stdout().flush();
+        };
+        return match strata_cli::viz::serve(&snap, &title, addr, &options, ready) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("strata viz: --serve: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match strata_cli::viz::write(&snap, &title, &output, png.as_deref(), &options) {
         Ok(data) => {
             println!(
-                "wrote {} ({} allocations, peak {} at entry {})",
+                "wrote {} ({} allocations{}, peak {} at entry {})",
                 output.display(),
-                data.lives.len(),
+                data.total_lives,
+                if data.complete {
+                    ""
+                } else {
+                    "; the timeline drawn from its summary"
+                },
                 strata::alloc::caching::format_size(data.peak_bytes as usize),
                 data.peak_entry
             );
