@@ -49,6 +49,15 @@ fn shown_groups(lives: &[Life], groups: [usize; 3], peak_entry: usize) -> [Vec<u
     })
 }
 
+/// `bytes` after a life of `b` bytes starts or ends.
+fn apply(bytes: u64, starts: bool, b: u64) -> u64 {
+    if starts {
+        bytes + b
+    } else {
+        bytes.saturating_sub(b)
+    }
+}
+
 /// Summarises `lives` over `entries` entries, with `reserved` the `(entry, bytes)` steps of
 /// reserved memory and `groups` the number of names of each grouping.
 pub fn summarise(
@@ -79,12 +88,7 @@ pub fn summarise(
         let i = events[k].0;
         while k < events.len() && events[k].0 == i {
             let (_, starts, life) = events[k];
-            let b = lives[life].b;
-            total = if starts {
-                total + b
-            } else {
-                total.saturating_sub(b)
-            };
+            total = apply(total, starts, lives[life].b);
             k += 1;
         }
         if i < n {
@@ -103,12 +107,7 @@ pub fn summarise(
         // Bytes live at the column's first entry.
         while k < events.len() && events[k].0 <= from[c] {
             let (_, starts, life) = events[k];
-            let b = lives[life].b;
-            running = if starts {
-                running + b
-            } else {
-                running.saturating_sub(b)
-            };
+            running = apply(running, starts, lives[life].b);
             k += 1;
         }
         let start = (from[c], running);
@@ -136,11 +135,7 @@ pub fn summarise(
             let l = &lives[life];
             for kind in 0..3 {
                 let s = &mut sums[kind][slot[kind][l.g[kind]]];
-                *s = if starts {
-                    *s + l.b
-                } else {
-                    s.saturating_sub(l.b)
-                };
+                *s = apply(*s, starts, l.b);
             }
             k += 1;
         }
