@@ -127,3 +127,33 @@ fn fit_reaches_ninety_percent_of_the_largest_batch_that_really_fits() {
         found.batch_size
     );
 }
+
+#[test]
+fn a_plan_under_a_limit_answers_no_with_the_numbers() {
+    let _serial = serial();
+    let mut o = options(ModelKind::Mlp, 256);
+    let unlimited = plan(&o).expect("planned");
+    assert!(unlimited.limit.is_none());
+    o.memory_limit = Some(1 << 20);
+    let tight = plan(&o).expect("a step that does not fit is still planned");
+    let check = tight.limit.expect("a limit was given");
+    assert!(!check.fits());
+    // The same step as without the limit, and what it needs is at least the step itself.
+    assert_eq!(tight.peak_reserved, unlimited.peak_reserved);
+    assert!(check.needs_reserved >= tight.peak_reserved);
+    let first = tight.text().lines().next().unwrap_or_default().to_owned();
+    assert!(
+        first.starts_with("does not fit: the step needs ")
+            && first.contains("and holds under a limit of ")
+            && first.contains("; the limit is 1024.00 KiB ("),
+        "{first}"
+    );
+    o.memory_limit = Some(check.needs_reserved);
+    let exact = plan(&o).expect("planned");
+    assert!(exact.limit.is_some_and(|c| c.fits()));
+    // The real run (with its loader and evaluation) holds under the limit the plan names,
+    // and not under half of what the plan says it allocates.
+    o.memory_limit = None;
+    assert!(holds(&o, 256, check.needed()));
+    assert!(!holds(&o, 256, check.needs_allocated / 2));
+}

@@ -24,6 +24,7 @@ const BASE: usize = 1 << 40;
 #[derive(Debug)]
 pub struct VirtualBacking {
     capacity: usize,
+    name: &'static str,
     state: Mutex<VirtualState>,
     streams: SimulatedStreams,
 }
@@ -67,6 +68,7 @@ impl VirtualBacking {
     pub fn new(capacity: usize) -> Self {
         VirtualBacking {
             capacity,
+            name: "virtual",
             state: Mutex::new(VirtualState {
                 next_addr: BASE,
                 mapped: 0,
@@ -74,6 +76,13 @@ impl VirtualBacking {
             }),
             streams: SimulatedStreams::default(),
         }
+    }
+
+    /// The same backing, named `name` in messages (an out-of-memory report says "out of
+    /// memory on meta" for the meta device's allocators instead of "virtual").
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
     }
 
     /// A backing of `capacity` bytes that hands out the segment addresses a recorded run got:
@@ -155,7 +164,7 @@ impl VirtualBacking {
 
 impl Backing for VirtualBacking {
     fn device_name(&self) -> &str {
-        "virtual"
+        self.name
     }
 
     fn addresses_are_memory(&self) -> bool {

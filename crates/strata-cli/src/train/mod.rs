@@ -264,8 +264,9 @@ fn measured_step(
     let step = |after: &mut dyn FnMut()| stepper.step(model, x, y, after);
     match o.device {
         Device::Meta => {
-            let fresh = VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY))
-                .map_err(settings)?;
+            let fresh =
+                VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY).named("meta"))
+                    .map_err(settings)?;
             measure(Arc::new(fresh), o.device, &held, step)
         }
         _ => {

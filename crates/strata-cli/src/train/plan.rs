@@ -20,8 +20,8 @@ fn batch_inputs(b: usize) -> [InputSpec; 2] {
 }
 
 /// Plans the step that `train(o)` measures (the second step, on a fresh allocator), with
-/// the same model, checkpointing, autocast, optimizer and out-of-memory policy. The
-/// planning allocators take `o.memory_limit` as their device's capacity.
+/// the same model, checkpointing, autocast, optimizer and out-of-memory policy. With
+/// `o.memory_limit`, the report says whether the run fits under it, and by how much.
 pub fn plan(o: &TrainOptions) -> Result<PlanReport> {
     super::check(o)?;
     let options = PlanOptions {
@@ -67,6 +67,22 @@ pub struct PlanJson {
     /// `--fit`'s answer, when asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<Fit>,
+    /// Whether the step fits `--memory-limit`, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitJson>,
+}
+
+/// Whether a planned step fits the memory limit, as `--report-json` writes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitJson {
+    /// The limit.
+    pub limit: usize,
+    /// Whether the reserved bytes the run needs fit under it.
+    pub fits: bool,
+    /// Bytes allocated at the run's highest point (held plus the step's peak).
+    pub needs_allocated: usize,
+    /// Bytes reserved at the run's highest point.
+    pub needs_reserved: usize,
 }
 
 fn rows(groups: &[LiveGroup]) -> Vec<(String, usize, usize)> {
@@ -90,6 +106,12 @@ impl PlanJson {
             sites_at_peak: rows(&report.sites_at_peak),
             scopes_at_peak: rows(&report.scopes_at_peak),
             fit,
+            limit: report.limit.map(|c| LimitJson {
+                limit: c.limit,
+                fits: c.fits(),
+                needs_allocated: c.needs_allocated,
+                needs_reserved: c.needs_reserved,
+            }),
         }
     }
 }

@@ -62,7 +62,8 @@ pub fn default_meta_allocator() -> Result<&'static Arc<VirtualCachingAllocator>>
     static META: OnceLock<std::result::Result<Arc<VirtualCachingAllocator>, ConfigError>> =
         OnceLock::new();
     META.get_or_init(|| {
-        VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY)).map(Arc::new)
+        VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY).named("meta"))
+            .map(Arc::new)
     })
     .as_ref()
     .map_err(config_error)

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use strata_alloc::offline::{replay_with, ReplayOptions};
 use strata_alloc::{
     AllocatorConfig, Category, DeviceAllocator, RecordContext, VirtualBacking,
     VirtualCachingAllocator,
@@ -51,8 +52,9 @@ impl InputSpec {
 /// How the planning allocators are configured.
 #[derive(Debug, Clone, Default)]
 pub struct PlanOptions {
-    /// Capacity of the dedicated allocator's device (`None`: unbounded); setting up the
-    /// model, the optimizer and the batch beyond it is an out-of-memory error.
+    /// The device's capacity to check the plan against (`None`: no check). The plan itself
+    /// runs unbounded, so a step that does not fit is still planned in full, and the report
+    /// says by how much it misses ([`PlanReport::limit`]). The check runs one more step.
     pub capacity: Option<usize>,
     /// Allocator settings in `STRATA_ALLOC_CONF`'s syntax (`None`: that variable's).
     pub alloc_conf: Option<String>,
@@ -83,11 +85,97 @@ pub struct PlanReport {
     pub sites_at_peak: Vec<LiveGroup>,
     /// Live blocks at the requested peak, by scope path, largest first.
     pub scopes_at_peak: Vec<LiveGroup>,
+    /// The answer to "does it fit?", when a capacity was given.
+    pub limit: Option<LimitCheck>,
     /// Wall time of `setup` (building the replicas).
     pub setup_time: Duration,
     /// Wall time of the planning itself: the warm-up and planned steps on meta and reading
     /// the history back.
     pub plan_time: Duration,
+}
+
+/// Whether a planned step fits a device of a given capacity, and what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitCheck {
+    /// The capacity checked against.
+    pub limit: usize,
+    /// Peak bytes allocated by the setup and the first steps (the warm-up, the planned step
+    /// and one more) on one allocator, as they would run under the limit.
+    pub needs_allocated: usize,
+    /// Peak bytes reserved, counted the same way, without a limit.
+    pub needs_reserved: usize,
+    /// The smallest limit the same allocations hold under (found by replaying them): below
+    /// `needs_reserved`, since under a limit the allocator frees its cache before failing.
+    /// `None` when the replay could not run; then `needs_reserved` is the measure.
+    pub smallest_limit: Option<usize>,
+}
+
+impl LimitCheck {
+    /// The least limit the run holds under.
+    pub fn needed(&self) -> usize {
+        self.smallest_limit.unwrap_or(self.needs_reserved)
+    }
+
+    /// Whether the run holds under the limit.
+    pub fn fits(&self) -> bool {
+        self.needed() <= self.limit
+    }
+
+    /// One line: "fits: ..." or "does not fit: ...", with the numbers.
+    pub fn verdict(&self) -> String {
+        let size = strata_alloc::caching::format_size;
+        let needs = format!(
+            "the step needs {} allocated and {} reserved without a limit, and holds under a \
+             limit of {} or more",
+            size(self.needs_allocated),
+            size(self.needs_reserved),
+            size(self.needed())
+        );
+        if self.fits() {
+            format!(
+                "fits: {needs}; the limit is {} ({} spare)",
+                size(self.limit),
+                size(self.limit - self.needed())
+            )
+        } else {
+            format!(
+                "does not fit: {needs}; the limit is {} ({} short)",
+                size(self.limit),
+                size(self.needed() - self.limit)
+            )
+        }
+    }
+}
+
+/// The smallest device the recorded run holds in: its trace replayed under capacities
+/// between what it allocated and what it reserved without a limit (under a limit, the
+/// allocator frees its cached segments and retries before failing, so it can hold in
+/// less than it reserved). `None` when the trace cannot be replayed.
+fn smallest_limit(snapshot: &strata_alloc::Snapshot, low: usize, high: usize) -> Option<usize> {
+    let settings = snapshot.allocator_settings.conf.clone();
+    let holds = |capacity: usize| -> Option<bool> {
+        let options = ReplayOptions {
+            capacity: Some(capacity as u64),
+            ..ReplayOptions::new(0, &settings)
+        };
+        replay_with(snapshot, &options)
+            .ok()
+            .map(|r| r.what_if.ooms.is_empty())
+    };
+    if !holds(high)? {
+        return None;
+    }
+    // Bisect on 512-byte steps: `lo` fails (or is below what is allocated), `hi` holds.
+    let (mut lo, mut hi) = (low.saturating_sub(1) / 512, high.div_ceil(512));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid * 512)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some((hi * 512).min(high))
 }
 
 fn config(options: &PlanOptions) -> strata_core::Result<AllocatorConfig> {
@@ -106,7 +194,7 @@ fn config(options: &PlanOptions) -> strata_core::Result<AllocatorConfig> {
 
 fn meta_allocator(capacity: usize, config: AllocatorConfig) -> Arc<VirtualCachingAllocator> {
     Arc::new(VirtualCachingAllocator::with_config(
-        VirtualBacking::new(capacity),
+        VirtualBacking::new(capacity).named("meta"),
         config,
     ))
 }
@@ -125,7 +213,11 @@ where
     E: From<Error>,
 {
     let config = config(options)?;
-    let dedicated = meta_allocator(options.capacity.unwrap_or(META_CAPACITY), config.clone());
+    let dedicated = meta_allocator(META_CAPACITY, config.clone());
+    if options.capacity.is_some() {
+        // Its history is replayed under limits to find the smallest one the run holds in.
+        dedicated.record_memory_history(true, RecordContext::State, usize::MAX);
+    }
     let routed: Arc<dyn DeviceAllocator> = dedicated.clone();
     with_device_allocator(Device::Meta, &routed, || {
         let _meta = DefaultDevice::set(Device::Meta);
@@ -152,6 +244,25 @@ where
         let stats = fresh.memory_stats();
         let categories_at_peak = stats.categories_at_peak_with(&held);
         let walk = history::walk(&fresh.history());
+        // Against a limit: one more step on the dedicated allocator, so that its peaks are
+        // those of the setup and the first steps on one allocator, as under a real limit.
+        let limit = match options.capacity {
+            Some(limit) => {
+                step(&mut state, &batch)?;
+                let run = dedicated.memory_stats();
+                let needs_allocated = run.allocated_bytes.all.peak.max(0) as usize;
+                let needs_reserved = run.reserved_bytes.all.peak.max(0) as usize;
+                let smallest_limit =
+                    smallest_limit(&dedicated.snapshot(), needs_allocated, needs_reserved);
+                Some(LimitCheck {
+                    limit,
+                    needs_allocated,
+                    needs_reserved,
+                    smallest_limit,
+                })
+            }
+            None => None,
+        };
         Ok(PlanReport {
             peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
             peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
@@ -161,6 +272,7 @@ where
             timeline: walk.timeline,
             sites_at_peak: walk.sites_at_peak,
             scopes_at_peak: walk.scopes_at_peak,
+            limit,
             setup_time,
             plan_time: started.elapsed(),
         })
@@ -173,6 +285,9 @@ impl PlanReport {
         use std::fmt::Write;
         let size = strata_alloc::caching::format_size;
         let mut out = String::new();
+        if let Some(check) = &self.limit {
+            let _ = writeln!(out, "{}", check.verdict());
+        }
         let _ = writeln!(
             out,
             "planned step: peak allocated {}, reserved {}, requested {}",

@@ -186,7 +186,8 @@ fn autocast_and_stepping_in_backward_change_the_plan() {
     });
     assert!(in_backward.categories_at_peak["gradient"] < plain.categories_at_peak["gradient"]);
     assert_ne!(bf16.peak_requested, plain.peak_requested);
-    // A tighter device than the model needs fails while setting up.
+    // A tighter device than the model needs: the plan says no, with the numbers, instead of
+    // failing while setting up.
     let tight = plan(
         model.as_ref(),
         &opt,
@@ -200,6 +201,33 @@ fn autocast_and_stepping_in_backward_change_the_plan() {
             },
             ..StepOptions::default()
         },
-    );
-    assert!(tight.is_err());
+    )
+    .expect("a step that does not fit is planned in full");
+    let check = tight.limit.expect("a capacity was given");
+    assert!(!check.fits());
+    assert_eq!(check.limit, 64 << 10);
+    assert!(check.needs_allocated >= tight.held_allocated);
+    assert!(check.needs_reserved >= check.needs_allocated);
+    let needed = check.needed();
+    assert!(check.needs_allocated <= needed && needed <= check.needs_reserved);
+    let text = tight.text();
+    assert!(text.starts_with("does not fit: the step needs "), "{text}");
+    assert!(text.contains("; the limit is 64.00 KiB ("), "{text}");
+    let roomy = plan(
+        model.as_ref(),
+        &opt,
+        || net(512),
+        &inputs(64),
+        loss,
+        &StepOptions {
+            allocators: PlanOptions {
+                capacity: Some(1 << 40),
+                ..PlanOptions::default()
+            },
+            ..StepOptions::default()
+        },
+    )
+    .expect("planned");
+    assert!(roomy.limit.is_some_and(|c| c.fits()));
+    assert_eq!(roomy.peak_reserved, tight.peak_reserved);
 }
