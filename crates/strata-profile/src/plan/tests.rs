@@ -188,21 +188,24 @@ fn autocast_and_stepping_in_backward_change_the_plan() {
     assert_ne!(bf16.peak_requested, plain.peak_requested);
     // A tighter device than the model needs: the plan says no, with the numbers, instead of
     // failing while setting up.
-    let tight = plan(
-        model.as_ref(),
-        &opt,
-        || net(512),
-        &inputs(64),
-        loss,
-        &StepOptions {
-            allocators: PlanOptions {
-                capacity: Some(64 << 10),
-                ..PlanOptions::default()
+    let under = |capacity: usize| {
+        plan(
+            model.as_ref(),
+            &opt,
+            || net(512),
+            &inputs(64),
+            loss,
+            &StepOptions {
+                allocators: PlanOptions {
+                    capacity: Some(capacity),
+                    ..PlanOptions::default()
+                },
+                ..StepOptions::default()
             },
-            ..StepOptions::default()
-        },
-    )
-    .expect("a step that does not fit is planned in full");
+        )
+        .expect("a step that does not fit is planned in full")
+    };
+    let tight = under(64 << 10);
     let check = tight.limit.expect("a capacity was given");
     assert!(!check.fits());
     assert_eq!(check.limit, 64 << 10);
@@ -213,21 +216,9 @@ fn autocast_and_stepping_in_backward_change_the_plan() {
     let text = tight.text();
     assert!(text.starts_with("does not fit: the step needs "), "{text}");
     assert!(text.contains("; the limit is 64.00 KiB ("), "{text}");
-    let roomy = plan(
-        model.as_ref(),
-        &opt,
-        || net(512),
-        &inputs(64),
-        loss,
-        &StepOptions {
-            allocators: PlanOptions {
-                capacity: Some(1 << 40),
-                ..PlanOptions::default()
-            },
-            ..StepOptions::default()
-        },
-    )
-    .expect("planned");
+    let roomy = under(1 << 40);
     assert!(roomy.limit.is_some_and(|c| c.fits()));
     assert_eq!(roomy.peak_reserved, tight.peak_reserved);
+    // At exactly the limit it names, it fits.
+    assert!(under(needed).limit.is_some_and(|c| c.fits()));
 }
