@@ -166,8 +166,9 @@ pub fn viz_data(snapshot: &Snapshot, device: usize, title: &str) -> VizData {
     viz_window(snapshot, device, title, None, &VizOptions::default())
 }
 
-/// Segment events up to `end`: reserved ranges (absolute entries, `e` 0 while open) and the
-/// reserved level after each change, relative to the start of the trace.
+/// A trace's segment events: the reserved ranges still open at its end and those closed
+/// (absolute entries, `e` 0 while open), and the reserved level after each change, relative
+/// to the start of the trace.
 fn segment_events(trace: &[TraceEntrySnapshot]) -> (Vec<Range>, Vec<Range>, Vec<(usize, i128)>) {
     let mut open_ranges: Vec<Range> = Vec::new();
     let mut ranges: Vec<Range> = Vec::new();
@@ -316,13 +317,10 @@ pub fn viz_window(
     }
     // Reserved memory and ranges from the segment events; what the trace does not explain
     // was reserved before it.
-    let (mut open_ranges, mut ranges, steps) = segment_events(&full[..end]);
-    let level_at_end = steps.last().map_or(0, |s| s.1);
-    let whole_level = if end == full.len() {
-        level_at_end
-    } else {
-        segment_events(full).2.last().map_or(0, |s| s.1)
-    };
+    // One pass over the whole trace: its final level says what was reserved before it, and
+    // the window takes its part of the ranges and steps.
+    let (mut open_ranges, mut ranges, steps) = segment_events(full);
+    let whole_level = steps.last().map_or(0, |s| s.1);
     let before_trace = (i128::from(snapshot.total_reserved()) - whole_level).max(0);
     if before_trace > 0 {
         for seg in &snapshot.segments {
@@ -350,14 +348,18 @@ pub fn viz_window(
         .chain(
             steps
                 .iter()
-                .filter(|s| s.0 >= start)
+                .filter(|s| start <= s.0 && s.0 < end)
                 .map(|&(i, l)| (i - start, level(l))),
         )
         .collect();
-    ranges.extend(open_ranges.into_iter().map(|r| Range { e: end, ..r }));
+    ranges.extend(
+        open_ranges
+            .into_iter()
+            .map(|r| Range { e: full.len(), ..r }),
+    );
     let mut ranges: Vec<Range> = ranges
         .into_iter()
-        .filter(|r| r.e > start || start == end)
+        .filter(|r| (r.e > start && r.s < end) || start == end)
         .map(|r| Range {
             s: r.s.saturating_sub(start),
             e: r.e.min(end).saturating_sub(start),
