@@ -9,7 +9,7 @@ use strata::core::{memory, DType, Device, Tensor};
 use strata::nn::module::shared;
 use strata::nn::{Linear, Module, ReLU, Sequential};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let model = Sequential::new();
     model.push(shared(Linear::new(256, 512, true)?))?;
     model.push(shared(ReLU::new()))?;
@@ -48,6 +48,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

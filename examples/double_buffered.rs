@@ -9,7 +9,7 @@ use std::sync::Arc;
 use strata::core::{DType, Tensor};
 use strata::data::{Batch, DataLoader, LoaderOptions, Prefetch, TensorDataset};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let x = Tensor::randn(&[1024, 64], DType::F32)?;
     let y = Tensor::arange(1024, DType::I64)?;
     let data = Arc::new(TensorDataset::new(vec![x, y])?);
@@ -47,6 +47,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

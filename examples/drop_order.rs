@@ -6,7 +6,7 @@
 
 use strata::core::{memory, DType, Device, Tensor};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let mib = 1 << 20;
     let base = memory::memory_allocated(Device::Cpu)?;
     let now = || -> strata::Result<usize> { Ok(memory::memory_allocated(Device::Cpu)? - base) };
@@ -38,6 +38,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

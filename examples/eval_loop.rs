@@ -11,7 +11,7 @@ use strata::nn::module::shared;
 use strata::nn::{Linear, Module, ReLU, Sequential};
 use strata::profile::MemoryTracker;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let model = Sequential::new();
     for i in 0..4 {
         model.push(shared(Linear::new(
@@ -44,6 +44,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

@@ -6,7 +6,7 @@
 
 use strata::core::{memory, DType, Device, Tensor};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let a = Tensor::randn(&[256, 256], DType::F32)?;
     let b = Tensor::randn(&[256, 256], DType::F32)?;
     let count = || -> strata::Result<i64> {
@@ -40,6 +40,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

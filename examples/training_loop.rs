@@ -11,7 +11,7 @@ use strata::nn::optim::{Adam, Optimizer};
 use strata::nn::{Linear, Module, ReLU, Sequential};
 use strata::profile::LeakWatch;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> strata::Result<()> {
     let model = Sequential::new();
     model.push(shared(Linear::new(64, 256, true)?))?;
     model.push(shared(ReLU::new()))?;
@@ -40,6 +40,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// `cargo test` runs the example (`test = true` in Cargo.toml): it holds when `main` does.
 #[test]
-fn holds() -> Result<(), Box<dyn std::error::Error>> {
+fn holds() -> strata::Result<()> {
     main()
 }

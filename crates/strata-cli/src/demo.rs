@@ -16,11 +16,11 @@ fn kib(bytes: usize) -> String {
 }
 
 /// Writes the demo to `out`.
-pub fn run(out: &mut impl Write) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(out: &mut impl Write) -> strata::Result<()> {
     // The demo uses its own caching allocator so the byte counts below are exactly its own.
     let cache = Arc::new(HostCachingAllocator::new(HostBacking::new()));
     let host: Arc<dyn DeviceAllocator> = cache.clone();
-    with_allocator(&host, || -> Result<(), Box<dyn std::error::Error>> {
+    with_allocator(&host, || -> strata::Result<()> {
         writeln!(out, "strata demo: views, versions and memory\n")?;
 
         let x = Tensor::arange(12, DType::F32)?.view(&[3, 4])?;

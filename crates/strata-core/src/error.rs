@@ -1,4 +1,9 @@
 //! strata's one error type. Every variant names the op, what went wrong, and how to fix it.
+//! The errors of the crates above the core (data, state dicts, diagnostics) and of a
+//! program's own code convert into it, so one `Result` serves a whole program.
+
+use std::fmt;
+use std::sync::Arc;
 
 use strata_alloc::AllocError;
 
@@ -140,6 +145,88 @@ pub enum Error {
         /// What is not supported.
         message: String,
     },
+    /// An error of a crate above the core (a dataset or the loader, a state-dict file, a
+    /// plan), of the allocator used directly, or of the program's own code, converted by
+    /// `?`. Its text is the original's; [`Error::downcast_ref`] gives the original back.
+    #[error(transparent)]
+    Other(Wrapped),
+}
+
+/// Another error held inside an [`Error`], shared so that the error stays `Clone`. Two are
+/// equal when they hold the same error.
+#[derive(Clone)]
+pub struct Wrapped(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Wrapped {
+    /// The original error.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Wrapped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Wrapped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for Wrapped {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Wrapped {
+    fn eq(&self, other: &Wrapped) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Error {
+    /// Wraps another error (a crate's own error type converts through this in its `From`).
+    pub fn wrap(error: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Other(Wrapped(Arc::new(error)))
+    }
+
+    /// The original error of type `E`, if this error wraps one: how a program that
+    /// recovers from, say, a missing dataset file looks at its
+    /// `strata::data::DataError` after `?` converted it.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Other(w) => w.get().downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync + 'static>> for Error {
+    fn from(error: Box<dyn std::error::Error + Send + Sync + 'static>) -> Error {
+        Error::Other(Wrapped(Arc::from(error)))
+    }
+}
+
+impl From<String> for Error {
+    fn from(message: String) -> Error {
+        Box::<dyn std::error::Error + Send + Sync>::from(message).into()
+    }
+}
+
+impl From<&str> for Error {
+    fn from(message: &str) -> Error {
+        Box::<dyn std::error::Error + Send + Sync>::from(message).into()
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(error: std::io::Error) -> Error {
+        Error::wrap(error)
+    }
 }
 
 impl Error {
@@ -183,3 +270,30 @@ impl Error {
         self
     }
 }
+
+/// The allocator crate's errors, for programs that use an allocator, a snapshot or a replay
+/// directly; each keeps its text and is given back by [`Error::downcast_ref`].
+macro_rules! wrap_from {
+    ($($ty:ty),* $(,)?) => {$(
+        impl From<$ty> for Error {
+            fn from(error: $ty) -> Error {
+                Error::wrap(error)
+            }
+        }
+    )*};
+}
+
+wrap_from!(
+    AllocError,
+    crate::device::ParseDeviceError,
+    strata_alloc::ConfigError,
+    strata_alloc::CachingError,
+    strata_alloc::BackingError,
+    strata_alloc::SnapshotReadError,
+    strata_alloc::offline::ReplayError,
+    strata_alloc::offline::WindowError,
+    strata_alloc::offline::UnpickleError,
+);
+
+#[cfg(feature = "cuda")]
+wrap_from!(strata_alloc::backing::cuda::CudaError);

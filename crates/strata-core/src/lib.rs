@@ -40,9 +40,9 @@ pub use api::autocast;
 pub use backend::cpu::gemm::bf16_dot_products;
 pub use backend::cpu::threads::{num_threads, pool as thread_pool};
 pub use backend::kernel::{AdamStep, SgdStep};
-pub use device::{DefaultDevice, Device};
+pub use device::{DefaultDevice, Device, ParseDeviceError};
 pub use dtype::{DType, Element};
-pub use error::{Error, Result};
+pub use error::{Error, Result, Wrapped};
 pub use memory::{
     empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
     memory_summary, reset_peak_memory_stats,

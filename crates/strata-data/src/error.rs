@@ -70,3 +70,14 @@ impl DataError {
         }
     }
 }
+
+/// `?` turns a data error into the program's one error type; a tensor op's error inside it
+/// comes out as itself, anything else as `Error::Other` (`downcast_ref::<DataError>()`).
+impl From<DataError> for strata_core::Error {
+    fn from(error: DataError) -> strata_core::Error {
+        match error {
+            DataError::Tensor(e) => e,
+            e => strata_core::Error::wrap(e),
+        }
+    }
+}

@@ -19,7 +19,7 @@ use crate::{ProfileError, Result};
 /// let x = Tensor::on(Device::Meta).zeros(&[1, 4], DType::F32)?;
 /// let err = check_devices(&layer, &[("x", &x)]).unwrap_err();
 /// assert!(err.to_string().contains("input `x` is on meta"));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # Ok::<(), strata_core::Error>(())
 /// ```
 pub fn check_devices(module: &dyn Module, inputs: &[(&str, &Tensor)]) -> Result<()> {
     let params = module.named_parameters();

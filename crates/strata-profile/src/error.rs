@@ -37,3 +37,15 @@ fn list(m: &[(String, Device)]) -> String {
 
 /// The diagnostics' result.
 pub type Result<T> = std::result::Result<T, ProfileError>;
+
+/// `?` turns a diagnostic's error into the program's one error type; a tensor op's error
+/// inside it comes out as itself, anything else as `Error::Other`
+/// (`downcast_ref::<ProfileError>()`).
+impl From<ProfileError> for strata_core::Error {
+    fn from(error: ProfileError) -> strata_core::Error {
+        match error {
+            ProfileError::Core(e) => e,
+            e => strata_core::Error::wrap(e),
+        }
+    }
+}

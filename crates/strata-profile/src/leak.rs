@@ -51,7 +51,7 @@ struct Usage {
 /// }
 /// assert_eq!(found.len(), 1);
 /// assert!(found[0].message.contains("+4.0 KiB per step"));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # Ok::<(), strata_core::Error>(())
 /// ```
 pub struct LeakWatch {
     device: Device,

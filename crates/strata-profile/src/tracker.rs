@@ -65,7 +65,7 @@ struct Open {
 /// assert!(phase.peak >= 2 * 4 * 1024 * 1024); // x and exp(x) at once
 /// assert!(phase.end - phase.start < 4096);       // only the sum outlives the phase
 /// # drop(y);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # Ok::<(), strata_core::Error>(())
 /// ```
 pub struct MemoryTracker {
     device: Device,

@@ -105,13 +105,13 @@ impl StateError {
 }
 
 impl From<StateError> for strata_core::Error {
-    /// A state-dict error as a tensor library error (so `?` works in functions that return
-    /// `strata_core::Result`): tensor errors pass through, the others become
-    /// `Error::Argument` with the full message.
+    /// A state-dict error as the program's one error type (so `?` works in functions that
+    /// return `strata::Result`): tensor errors pass through, the others become
+    /// `Error::Other`, whose `downcast_ref::<StateError>()` gives them back.
     fn from(e: StateError) -> Self {
         match e {
             StateError::Tensor(e) => e,
-            other => strata_core::Error::argument("state dict", other.to_string(), None),
+            other => strata_core::Error::wrap(other),
         }
     }
 }

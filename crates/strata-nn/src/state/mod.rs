@@ -14,7 +14,7 @@
 //! b.load(&path, LoadOptions::default())?;       // copies into b's parameters
 //! assert_eq!(a.state_dict().keys(), b.state_dict().keys());
 //! # std::fs::remove_dir_all(&dir).ok();
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # Ok::<(), strata_core::Error>(())
 //! ```
 
 mod error;
