@@ -12,6 +12,7 @@
 
 pub mod amp;
 pub mod container;
+mod derive;
 pub mod init;
 pub mod layers;
 pub mod module;
@@ -20,5 +21,11 @@ pub mod prune;
 pub mod state;
 
 pub use container::{checkpoint_sequential, ModuleDict, ModuleList, Sequential};
+#[doc(hidden)]
+pub use derive::__derive;
+pub use derive::{Forward, ModuleField};
 pub use layers::*;
 pub use module::{Module, ModuleCore, TensorSlot};
+/// `#[derive(Module)]`: registers every field that is a module, a `Vec` or `Option` of
+/// modules, or a [`TensorSlot`]; see the [`module`] docs.
+pub use strata_derive::Module;

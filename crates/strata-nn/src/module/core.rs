@@ -2,7 +2,7 @@
 //! training flag, behind one `Arc` so that clones of a module share all of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use strata_core::{scope, Category, Error, Result, Tensor};
 
@@ -15,7 +15,9 @@ use super::Module;
 pub struct TensorSlot(Arc<RwLock<Tensor>>);
 
 impl TensorSlot {
-    fn new(t: Tensor) -> Self {
+    /// A slot holding `t`, for a parameter or buffer field of a `#[derive(Module)]` struct
+    /// (the derive registers it under the field's name).
+    pub fn new(t: Tensor) -> Self {
         TensorSlot(Arc::new(RwLock::new(t)))
     }
 
@@ -49,6 +51,8 @@ struct Inner {
     name: RwLock<Arc<str>>,
     training: AtomicBool,
     entries: RwLock<Entries>,
+    /// Set once a derived module has registered its fields: `Ok`, or why it could not.
+    fields: OnceLock<Result<()>>,
 }
 
 /// The registry behind every module: its parameters, buffers and children in registration
@@ -88,6 +92,7 @@ impl ModuleCore {
             name: RwLock::new(Arc::from("")),
             training: AtomicBool::new(true),
             entries: RwLock::new(Entries::default()),
+            fields: OnceLock::new(),
         }))
     }
 
@@ -153,6 +158,39 @@ impl ModuleCore {
         let slot = TensorSlot::new(t);
         e.params.push((name.to_owned(), slot.clone()));
         Ok(slot)
+    }
+
+    /// Registers the parameter in `slot` as `name`, keeping the slot (a field of a derived
+    /// module holds the same one, so an `assign` load or a reparametrisation is seen there).
+    pub fn register_parameter_slot(&self, name: &str, slot: &TensorSlot) -> Result<()> {
+        let mut e = self.entries_mut();
+        self.check_name(&e, name)?;
+        slot.set(as_parameter(slot.get())?);
+        e.params.push((name.to_owned(), slot.clone()));
+        Ok(())
+    }
+
+    /// Registers the buffer in `slot` as `name`, keeping the slot (see
+    /// [`register_buffer`](ModuleCore::register_buffer)).
+    pub fn register_buffer_slot(
+        &self,
+        name: &str,
+        slot: &TensorSlot,
+        persistent: bool,
+    ) -> Result<()> {
+        let mut e = self.entries_mut();
+        self.check_name(&e, name)?;
+        slot.get().mark_category(Category::Other);
+        e.buffers.push((name.to_owned(), slot.clone(), persistent));
+        Ok(())
+    }
+
+    /// Runs `register` on this registry the first time it is called for it (any clone),
+    /// and keeps its outcome: how `#[derive(Module)]` registers a struct's fields on first
+    /// use, so no field can be forgotten. An error is returned by every later
+    /// [`scoped`](ModuleCore::scoped) call (each forward), naming the module.
+    pub fn register_fields_once(&self, register: impl FnOnce(&ModuleCore) -> Result<()>) {
+        self.0.fields.get_or_init(|| register(self));
     }
 
     /// Registers `t` as the buffer `name` (state that is not trained: running statistics,
@@ -295,6 +333,13 @@ impl ModuleCore {
     /// appended to the caller's scope, so a child's memory is reported under its dotted path
     /// such as `features.3`), after the pre-forward hooks.
     pub fn scoped<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        if let Some(Err(e)) = self.0.fields.get() {
+            return Err(Error::argument(
+                OP,
+                format!("the fields of {} could not be registered: {e}", self.0.kind),
+                Some("a derived module's field names must not be registered again by hand"),
+            ));
+        }
         let name = self.name();
         let _scope = scope::enter(&name);
         let hooks: Vec<PreForwardHook> = self

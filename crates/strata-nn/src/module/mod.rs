@@ -1,8 +1,12 @@
 //! The `Module` trait: PyTorch's `nn.Module` as a Rust trait over a shared registry
 //! ([`ModuleCore`]).
 //!
-//! An author implements [`Module::core`] and [`Module::forward`] and registers parameters,
-//! buffers and children on the core in the constructor; users run a module with
+//! Most modules are structs with `#[derive(Module)]` (re-exported beside the trait): the
+//! derive registers every field that is a module, a `Vec` or `Option` of modules, or a
+//! [`TensorSlot`] under its name on first use, and the struct implements `Forward`. By
+//! hand, as below (for children known only at run time), an author implements
+//! [`Module::core`] and [`Module::forward`] and registers parameters, buffers and children
+//! on the core in the constructor; users run a module with
 //! [`Module::call`], which enters the module's scope (so memory reports name the part of
 //! the model that allocated) and runs the pre-forward hooks before `forward`.
 //!
