@@ -20,6 +20,7 @@ use crate::{Device, Error, Result};
 
 thread_local! {
     static BACKWARD_SITE: Cell<Option<ForwardSite>> = const { Cell::new(None) };
+    static OUTER_SITE: Cell<Option<ForwardSite>> = const { Cell::new(None) };
 }
 
 /// A forward op's source location and name.
@@ -50,10 +51,50 @@ impl Drop for BackwardSite {
     }
 }
 
+/// The public op the program called that is running on this thread (its line and name),
+/// if any: ops it runs inside itself (`cross_entropy`'s `div`, `linear`'s transpose) are
+/// attributed to it, so every allocation, graph node and finding names a line the program
+/// wrote.
+pub(crate) fn outer_site() -> Option<ForwardSite> {
+    OUTER_SITE.with(|s| s.get())
+}
+
+/// Attributes the ops this thread runs, until dropped, to `location` (a program's line
+/// that called a library module, such as `model.call(&x)`), unless an op or an earlier
+/// call site already holds the thread: the ops a built-in layer runs then name the line
+/// the program wrote, and the module scope names the layer.
+pub struct CallSite(bool);
+
+impl CallSite {
+    /// Marks `location` (and the module kind `name`) as this thread's call site, if none is.
+    pub fn enter(location: &'static Location<'static>, name: &'static str) -> CallSite {
+        if backward_site().is_some() {
+            return CallSite(false);
+        }
+        CallSite(OUTER_SITE.with(|s| {
+            if s.get().is_some() {
+                return false;
+            }
+            s.set(Some((location, name)));
+            true
+        }))
+    }
+}
+
+impl Drop for CallSite {
+    fn drop(&mut self) {
+        if self.0 {
+            OUTER_SITE.with(|s| s.set(None));
+        }
+    }
+}
+
 /// Everything an op knows about the call that started it.
 pub struct OpContext {
     op: &'static str,
     location: &'static Location<'static>,
+    /// Whether this op is the outermost on its thread (it clears the outer site on drop).
+    outermost: bool,
     observer: Option<Arc<dyn OpObserver>>,
 }
 
@@ -70,10 +111,16 @@ impl OpContext {
     #[track_caller]
     #[inline]
     pub fn enter_described(op: &'static str, describe: impl FnOnce() -> Vec<OpInput>) -> Self {
-        // Inside backward, allocations belong to the forward op the node was recorded for.
-        let location = match backward_site() {
-            Some((forward, _)) => forward,
-            None => Location::caller(),
+        // Inside backward, allocations belong to the forward op the node was recorded for;
+        // inside another op, to the outermost op the program called.
+        let (location, outermost) = match (backward_site(), outer_site()) {
+            (Some((forward, _)), _) => (forward, false),
+            (None, Some((outer, _))) => (outer, false),
+            (None, None) => {
+                let caller = Location::caller();
+                OUTER_SITE.with(|s| s.set(Some((caller, op))));
+                (caller, true)
+            }
         };
         let observer = observer();
         if let Some(o) = &observer {
@@ -82,6 +129,7 @@ impl OpContext {
         OpContext {
             op,
             location,
+            outermost,
             observer,
         }
     }
@@ -91,7 +139,7 @@ impl OpContext {
         self.op
     }
 
-    /// The user's source location.
+    /// The user's source location (of the outermost op the program called).
     pub fn location(&self) -> &'static Location<'static> {
         self.location
     }
@@ -137,6 +185,9 @@ impl OpContext {
 
 impl Drop for OpContext {
     fn drop(&mut self) {
+        if self.outermost {
+            OUTER_SITE.with(|s| s.set(None));
+        }
         if let Some(o) = &self.observer {
             o.op_end(self.op);
         }

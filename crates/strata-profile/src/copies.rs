@@ -54,13 +54,8 @@ fn kind_of(event: &AllocEvent) -> Option<CopyKind> {
     match s.op {
         "reshape" | "flatten" | "reshape_as" => Some(CopyKind::Reshape),
         "contiguous" => Some(CopyKind::Contiguous),
-        "to" | "type_as" | "cast" => {
-            if s.file.contains("autocast") {
-                Some(CopyKind::AutocastCast)
-            } else {
-                Some(CopyKind::Cast)
-            }
-        }
+        "to" | "type_as" | "cast" => Some(CopyKind::Cast),
+        "autocast_to" => Some(CopyKind::AutocastCast),
         _ => None,
     }
 }

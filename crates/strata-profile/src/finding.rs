@@ -32,13 +32,29 @@ pub enum FindingKind {
 pub struct Finding {
     /// The pitfall.
     pub kind: FindingKind,
-    /// What, where, and what to do.
+    /// What, where, and what to do (one line for a reminder).
     pub message: String,
+    /// True for a one-line reminder that a finding reported in full earlier still holds
+    /// (the watch's `report()` gives the full text again).
+    pub reminder: bool,
 }
 
 impl Finding {
     pub(crate) fn new(kind: FindingKind, message: String) -> Finding {
-        Finding { kind, message }
+        Finding {
+            kind,
+            message,
+            reminder: false,
+        }
+    }
+
+    /// A one-line reminder of a finding of `kind` reported earlier.
+    pub(crate) fn reminder(kind: FindingKind, message: String) -> Finding {
+        Finding {
+            kind,
+            message,
+            reminder: true,
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use strata_nn::Module;
 use crate::finding::{Finding, FindingKind};
 use crate::format::{bytes, place};
 use crate::growth::Growth;
+use crate::repeat::{Repeats, Say};
 
 #[derive(Debug, Clone, Default)]
 struct Usage {
@@ -25,6 +26,10 @@ struct Usage {
 ///   tensor carried over (an RNN's hidden state) links every step to the last and backward
 ///   runs with `retain_graph`: detach the carried state at the start of each step.
 ///
+/// A finding is given in full once, when it first appears; while the graph keeps growing,
+/// `step` gives a one-line reminder 10, 20, 40, ... steps later and nothing in between.
+/// [`GraphWatch::report`] gives the last step's full finding on demand.
+///
 /// ```
 /// use strata_profile::{FindingKind, GraphWatch};
 /// use strata_core::{DType, Tensor};
@@ -36,7 +41,7 @@ struct Usage {
 ///     let loss = w.mul(&w)?.sum(None, false)?;
 ///     loss.backward()?;
 ///     losses.push(loss); // keeps its graph: keep `loss.item()` instead
-///     found = watch.step();
+///     found.extend(watch.step());
 /// }
 /// assert_eq!(found[0].kind, FindingKind::GraphKept);
 /// # Ok::<(), strata_core::Error>(())
@@ -45,6 +50,8 @@ pub struct GraphWatch {
     warmup: usize,
     steps: usize,
     growth: Growth<Usage>,
+    repeats: Repeats,
+    last: Vec<Finding>,
 }
 
 impl Default for GraphWatch {
@@ -65,15 +72,65 @@ impl GraphWatch {
             warmup,
             steps: 0,
             growth: Growth::new(window),
+            repeats: Repeats::default(),
+            last: Vec::new(),
         }
     }
 
-    /// Records the end of an iteration; gives what grew in every one of the last steps.
+    /// The full finding of the last step, if graphs grew then (whether or not `step` gave it).
+    pub fn report(&self) -> Vec<Finding> {
+        self.last.clone()
+    }
+
+    /// Records the end of an iteration; gives what grew in every one of the last steps when
+    /// it is first found, then one-line reminders (see the type's docs).
     pub fn step(&mut self) -> Vec<Finding> {
         self.steps += 1;
         if self.steps <= self.warmup {
             return Vec::new();
         }
+        self.last = self.measure();
+        let mut said = Vec::new();
+        for full in &self.last {
+            match self.repeats.say(&format!("{:?}", full.kind), self.steps) {
+                Say::Full => said.push(full.clone()),
+                Say::Reminder { since } => {
+                    let what = match full.kind {
+                        FindingKind::CarriedState => "autograd graphs and their saved tensors",
+                        _ => "autograd graph nodes",
+                    };
+                    let (nodes, saved) = self.growth_per_step();
+                    said.push(Finding::reminder(
+                        full.kind,
+                        format!(
+                            "{what} still growing, +{nodes} nodes and +{} saved per step since \
+                             step {since} (GraphWatch::report() repeats the finding)",
+                            bytes(saved)
+                        ),
+                    ));
+                }
+                Say::Quiet => {}
+            }
+        }
+        said
+    }
+
+    /// Nodes and saved bytes added per step over the window, all sites together.
+    fn growth_per_step(&self) -> (usize, usize) {
+        let window = self.growth.window();
+        self.growth
+            .grown(|u| u.nodes)
+            .iter()
+            .fold((0, 0), |(n, b), (_, then, now)| {
+                (
+                    n + now.nodes.saturating_sub(then.nodes) / window,
+                    b + now.saved_bytes.saturating_sub(then.saved_bytes) / window,
+                )
+            })
+    }
+
+    /// Records this step's graphs and gives the full finding when they grew.
+    fn measure(&mut self) -> Vec<Finding> {
         let mut now: BTreeMap<String, Usage> = BTreeMap::new();
         for g in live_graph() {
             let e = now.entry(place(&g.site)).or_default();

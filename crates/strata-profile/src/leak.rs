@@ -7,6 +7,7 @@ use strata_core::{memory, Device};
 use crate::finding::{Finding, FindingKind};
 use crate::format::{bytes, place};
 use crate::growth::Growth;
+use crate::repeat::{Repeats, Say};
 use crate::Result;
 
 /// When the leak watch speaks.
@@ -39,6 +40,11 @@ struct Usage {
 /// allocation sites (source line, op and scope) whose live bytes grew in every one of the
 /// last `window` steps, with the growth per step and the tensors alive there.
 ///
+/// A site is reported in full once, when it is first found; while it keeps growing, `step`
+/// gives a one-line reminder ("still growing: +X per step since step N") 10, 20, 40, ...
+/// steps later, and nothing in between. [`LeakWatch::report`] gives the full findings of
+/// the last step on demand.
+///
 /// ```
 /// use strata_profile::{LeakOptions, LeakWatch};
 /// use strata_core::{DType, Device, Tensor};
@@ -47,7 +53,7 @@ struct Usage {
 /// let mut found = Vec::new();
 /// for _ in 0..6 {
 ///     kept.push(Tensor::on(Device::Meta).zeros(&[1024], DType::F32)?); // one kept per step
-///     found = watch.step()?;
+///     found.extend(watch.step()?);
 /// }
 /// assert_eq!(found.len(), 1);
 /// assert!(found[0].message.contains("+4.0 KiB per step"));
@@ -58,6 +64,8 @@ pub struct LeakWatch {
     options: LeakOptions,
     steps: usize,
     growth: Growth<Usage>,
+    repeats: Repeats,
+    last: Vec<Finding>,
 }
 
 impl LeakWatch {
@@ -73,11 +81,19 @@ impl LeakWatch {
             options,
             steps: 0,
             growth: Growth::new(options.window),
+            repeats: Repeats::default(),
+            last: Vec::new(),
         }
     }
 
-    /// Records the end of an iteration; gives the sites that grew in every one of the last
-    /// `window` steps (empty during the warm-up and when nothing grew).
+    /// The full findings of the last step: every site growing now, reminders or not.
+    pub fn report(&self) -> Vec<Finding> {
+        self.last.clone()
+    }
+
+    /// Records the end of an iteration; gives the sites newly found growing in every one of
+    /// the last `window` steps, and reminders for those found before (empty during the
+    /// warm-up, when nothing grew, and between reminders).
     pub fn step(&mut self) -> Result<Vec<Finding>> {
         self.steps += 1;
         if self.steps <= self.options.warmup {
@@ -91,7 +107,7 @@ impl LeakWatch {
         }
         self.growth.push(now);
         let window = self.growth.window();
-        let mut found: Vec<(usize, Finding)> = self
+        let mut found: Vec<(usize, String, Finding)> = self
             .growth
             .grown(|u| u.bytes)
             .into_iter()
@@ -105,10 +121,26 @@ impl LeakWatch {
                     now.count,
                     bytes(now.bytes)
                 );
-                (per_step, Finding::new(FindingKind::Leak, message))
+                (per_step, place, Finding::new(FindingKind::Leak, message))
             })
             .collect();
         found.sort_by_key(|f| std::cmp::Reverse(f.0));
-        Ok(found.into_iter().map(|(_, f)| f).collect())
+        let mut said = Vec::new();
+        for (per_step, place, full) in &found {
+            match self.repeats.say(place, self.steps) {
+                Say::Full => said.push(full.clone()),
+                Say::Reminder { since } => said.push(Finding::reminder(
+                    FindingKind::Leak,
+                    format!(
+                        "{place}: still growing, +{} per step since step {since} \
+                         (LeakWatch::report() repeats the finding)",
+                        bytes(*per_step)
+                    ),
+                )),
+                Say::Quiet => {}
+            }
+        }
+        self.last = found.into_iter().map(|(.., f)| f).collect();
+        Ok(said)
     }
 }

@@ -36,6 +36,7 @@ mod leak;
 mod monitor;
 pub mod plan;
 mod profiler;
+mod repeat;
 mod tracker;
 mod views;
 

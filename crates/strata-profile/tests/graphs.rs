@@ -36,7 +36,7 @@ fn losses_kept_with_their_graphs() -> Res {
         loss.backward()?;
         m.zero_grad()?;
         losses.push(loss); // the pitfall: each loss holds its step's graph
-        found = watch.step();
+        found.extend(watch.step());
     }
     // As the pitfall really behaves: the allocator grows only by each loss (one 512-byte
     // block a step), but the graph's nodes grow every step.
@@ -112,7 +112,7 @@ fn an_rnn_state_carried_without_detach() -> Res {
     for _ in 0..6 {
         h = cell(&batch()?, &h, &wx, &wh)?;
         h.sum(None, false)?.backward_with(None, true)?;
-        found = watch.step();
+        found.extend(watch.step());
     }
     println!("{}", found[0]);
     assert_eq!(found[0].kind, FindingKind::CarriedState);

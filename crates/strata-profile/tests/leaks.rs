@@ -34,7 +34,7 @@ fn one_tensor_kept_per_step_is_caught_with_its_site() -> Res {
     for step in 0..10 {
         let pred = m.call(&x)?;
         kept.push(pred.detach()); // the pitfall: a tensor from every step, kept
-        found = watch.step()?;
+        found.extend(watch.step()?);
         if step < 7 {
             assert!(found.is_empty(), "step {step}: {found:?}");
         }
@@ -75,7 +75,7 @@ fn a_hook_that_captures_its_own_tensor_is_caught() -> Res {
         t.sum(None, false)?.backward()?;
         w.zero_grad(true)?;
         drop(t);
-        found = watch.step()?;
+        found.extend(watch.step()?);
     }
     assert!(
         found

@@ -369,7 +369,8 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
                 memory::max_memory_allocated(o.device)?,
             );
             for f in leaks.step()?.into_iter().chain(graphs.step()) {
-                if !findings.contains(&f.message) {
+                // The report lists each finding once, in full; reminders add nothing to it.
+                if !f.reminder && !findings.contains(&f.message) {
                     findings.push(f.message);
                 }
             }

@@ -59,7 +59,19 @@ impl Tensor {
     /// that keeps a dense layout's strides (and any other layout's memory order).
     #[track_caller]
     pub fn to(&self, dtype: DType) -> Result<Tensor> {
-        Entry::new("to", &[self])?.run(
+        self.to_by("to", dtype)
+    }
+
+    /// [`to`](Tensor::to) made by autocast or a cast policy at an op's entry: the op name
+    /// `autocast_to` tells these casts apart in memory reports and the profiler.
+    #[track_caller]
+    pub(crate) fn autocast_to(&self, dtype: DType) -> Result<Tensor> {
+        self.to_by("autocast_to", dtype)
+    }
+
+    #[track_caller]
+    fn to_by(&self, op: &'static str, dtype: DType) -> Result<Tensor> {
+        Entry::new(op, &[self])?.run(
             |ctx, x| fwd::to(ctx, x[0], dtype),
             |ctx, x, out| {
                 if out.is_same(x[0]) {

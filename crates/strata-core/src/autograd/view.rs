@@ -219,7 +219,7 @@ impl Tensor {
                     vec![Some(meta)],
                     backward,
                     false,
-                    None,
+                    crate::op::outer_site().map(|(line, _)| line),
                 );
                 let meta = out.autograd_meta();
                 let mut st = meta.state();

@@ -17,7 +17,7 @@ impl ModuleDict {
     /// An empty dictionary.
     pub fn new() -> Self {
         ModuleDict {
-            core: ModuleCore::new("ModuleDict"),
+            core: ModuleCore::library("ModuleDict"),
         }
     }
 

@@ -9,7 +9,7 @@ macro_rules! indexed_container {
             #[doc = concat!("An empty `", stringify!($name), "`.")]
             pub fn new() -> Self {
                 $name {
-                    core: ModuleCore::new(stringify!($name)),
+                    core: ModuleCore::library(stringify!($name)),
                 }
             }
 

@@ -17,7 +17,7 @@ macro_rules! elementwise {
             impl $name {
                 #[doc = concat!("A new `", stringify!($name), "` layer.")]
                 pub fn new() -> Self {
-                    $name { core: ModuleCore::new(stringify!($name)) }
+                    $name { core: ModuleCore::library(stringify!($name)) }
                 }
             }
 
@@ -61,7 +61,7 @@ macro_rules! along_dim {
             impl $name {
                 #[doc = concat!("A new `", stringify!($name), "` along `dim` (negative counts from the end).")]
                 pub fn new(dim: i64) -> Self {
-                    $name { core: ModuleCore::new(stringify!($name)), dim }
+                    $name { core: ModuleCore::library(stringify!($name)), dim }
                 }
 
                 /// The dimension it normalises along.

@@ -47,7 +47,7 @@ impl<const D: usize> BatchNorm<D> {
 
     /// A layer with `eps` and `momentum` (`None`: a cumulative average of all batches).
     pub fn with_options(num_features: usize, eps: f64, momentum: Option<f64>) -> Result<Self> {
-        let core = ModuleCore::new(Self::kind());
+        let core = ModuleCore::library(Self::kind());
         let c = [num_features];
         let weight = core.register_parameter("weight", Tensor::ones(&c, DType::F32)?)?;
         let bias = core.register_parameter("bias", Tensor::zeros(&c, DType::F32)?)?;

@@ -70,7 +70,7 @@ impl Conv2d {
                 None,
             ));
         }
-        let core = ModuleCore::new("Conv2d");
+        let core = ModuleCore::library("Conv2d");
         let w = Tensor::zeros(&[out_channels, in_channels / g, kh, kw], DType::F32)?;
         defaults::kaiming_weight(&w)?;
         let weight = core.register_parameter("weight", w)?;

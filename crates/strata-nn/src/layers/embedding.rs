@@ -38,7 +38,7 @@ impl Embedding {
                 Some(if p < 0 { p + n } else { p })
             }
         };
-        let core = ModuleCore::new("Embedding");
+        let core = ModuleCore::library("Embedding");
         let w = Tensor::zeros(&[num_embeddings, embedding_dim], DType::F32)?;
         init::normal_(&w, 0.0, 1.0, None)?;
         if let Some(p) = padding_idx {

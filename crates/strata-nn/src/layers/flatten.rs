@@ -23,7 +23,7 @@ impl Flatten {
     /// Flattens `start_dim..=end_dim` (negative counts from the end).
     pub fn with_dims(start_dim: i64, end_dim: i64) -> Self {
         Flatten {
-            core: ModuleCore::new("Flatten"),
+            core: ModuleCore::library("Flatten"),
             start_dim,
             end_dim,
         }
@@ -65,7 +65,7 @@ impl Dropout {
             ));
         }
         Ok(Dropout {
-            core: ModuleCore::new("Dropout"),
+            core: ModuleCore::library("Dropout"),
             p,
         })
     }

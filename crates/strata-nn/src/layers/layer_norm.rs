@@ -29,7 +29,7 @@ impl LayerNorm {
         eps: f64,
         elementwise_affine: bool,
     ) -> Result<Self> {
-        let core = ModuleCore::new("LayerNorm");
+        let core = ModuleCore::library("LayerNorm");
         let (weight, bias) = if elementwise_affine {
             let w = Tensor::ones(normalized_shape, DType::F32)?;
             let b = Tensor::zeros(normalized_shape, DType::F32)?;

@@ -20,7 +20,7 @@ pub struct Linear {
 impl Linear {
     /// A layer mapping `in_features` to `out_features`, with a bias when `bias`.
     pub fn new(in_features: usize, out_features: usize, bias: bool) -> Result<Self> {
-        let core = ModuleCore::new("Linear");
+        let core = ModuleCore::library("Linear");
         let w = Tensor::zeros(&[out_features, in_features], DType::F32)?;
         defaults::kaiming_weight(&w)?;
         let weight = core.register_parameter("weight", w)?;

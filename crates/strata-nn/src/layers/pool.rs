@@ -23,7 +23,7 @@ macro_rules! window_pool {
             #[doc = concat!("`nn.", stringify!($name), "(kernel)`: stride = kernel, no padding, floor mode.")]
             pub fn new(kernel: impl Into<Pair>) -> Self {
                 $name {
-                    core: ModuleCore::new(stringify!($name)),
+                    core: ModuleCore::library(stringify!($name)),
                     opts: Pool2dOptions::new(kernel),
                 }
             }
@@ -87,7 +87,7 @@ impl AdaptiveAvgPool2d {
     /// Pools to `output` (`1` for global average pooling).
     pub fn new(output: impl Into<Pair>) -> Self {
         AdaptiveAvgPool2d {
-            core: ModuleCore::new("AdaptiveAvgPool2d"),
+            core: ModuleCore::library("AdaptiveAvgPool2d"),
             output: output.into(),
         }
     }

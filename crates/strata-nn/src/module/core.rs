@@ -48,6 +48,8 @@ struct Entries {
 
 struct Inner {
     kind: &'static str,
+    /// A built-in layer or container: the ops it runs are attributed to its caller's line.
+    library: bool,
     name: RwLock<Arc<str>>,
     training: AtomicBool,
     entries: RwLock<Entries>,
@@ -87,8 +89,20 @@ const OP: &str = "Module::register";
 impl ModuleCore {
     /// An empty registry for a module of type `kind` (`"Linear"`), in training mode.
     pub fn new(kind: &'static str) -> Self {
+        Self::with_library(kind, false)
+    }
+
+    /// The registry of a built-in layer or container of this crate: what its forward
+    /// allocates is attributed to the program's line that called it (see
+    /// [`called_at`](ModuleCore::called_at)), not to this crate's sources.
+    pub(crate) fn library(kind: &'static str) -> Self {
+        Self::with_library(kind, true)
+    }
+
+    fn with_library(kind: &'static str, library: bool) -> Self {
         ModuleCore(Arc::new(Inner {
             kind,
+            library,
             name: RwLock::new(Arc::from("")),
             training: AtomicBool::new(true),
             entries: RwLock::new(Entries::default()),
@@ -327,6 +341,21 @@ impl ModuleCore {
         self.entries_mut()
             .pre_hooks
             .retain(|(_, l, _)| l.as_deref() != Some(label));
+    }
+
+    /// [`scoped`](ModuleCore::scoped) for a call made at `location` (what
+    /// [`Module::call`] passes): a built-in module's ops are attributed to `location`
+    /// unless an outer call or op already names the program's line.
+    pub fn called_at<R>(
+        &self,
+        location: &'static std::panic::Location<'static>,
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let _site = self
+            .0
+            .library
+            .then(|| strata_core::CallSite::enter(location, self.0.kind));
+        self.scoped(f)
     }
 
     /// Runs `f` as this module's forward: inside the module's scope (its registered name,

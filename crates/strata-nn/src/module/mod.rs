@@ -64,8 +64,11 @@ pub trait Module: Any + Send + Sync {
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
     /// Runs the module on `x`: enters its scope, runs its pre-forward hooks, then `forward`.
+    /// What a built-in layer allocates is attributed to the line that called it.
+    #[track_caller]
     fn call(&self, x: &Tensor) -> Result<Tensor> {
-        self.core().scoped(|| self.forward(x))
+        let at = std::panic::Location::caller();
+        self.core().called_at(at, || self.forward(x))
     }
 
     /// Every parameter with its dotted name (`0.weight`), in registration order.

@@ -22,7 +22,7 @@ fn cacheable(t: &Tensor, target: DType, region: DType) -> bool {
 /// cacheable and was cast before in this region.
 pub(super) fn cast(t: &Tensor, target: DType, region: DType) -> Result<Tensor> {
     if !cacheable(t, target, region) {
-        return t.to(target);
+        return t.autocast_to(target);
     }
     let source = t.downgrade();
     let key = (Weak::as_ptr(&source) as usize, target);
@@ -39,7 +39,7 @@ pub(super) fn cast(t: &Tensor, target: DType, region: DType) -> Result<Tensor> {
     if let Some(cast) = hit {
         return Ok(cast);
     }
-    let cast = t.to(target)?;
+    let cast = t.autocast_to(target)?;
     let entry = CachedCast {
         source,
         version,

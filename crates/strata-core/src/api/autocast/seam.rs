@@ -95,7 +95,7 @@ pub(crate) fn cast_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<Option
                     .iter()
                     .map(|t| {
                         if cast(t) {
-                            t.to(dtype)
+                            t.autocast_to(dtype)
                         } else {
                             Ok((*t).clone())
                         }

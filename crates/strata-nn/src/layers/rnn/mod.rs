@@ -93,7 +93,7 @@ impl Recurrent {
                 None,
             ));
         }
-        let core = ModuleCore::new(kind.name());
+        let core = ModuleCore::library(kind.name());
         let g = kind.gates() * hidden_size;
         let bound = 1.0 / (hidden_size as f64).sqrt();
         let param = |name: String, shape: &[usize]| -> Result<TensorSlot> {
