@@ -43,6 +43,8 @@ pub use backend::kernel::{AdamStep, SgdStep};
 pub use device::{DefaultDevice, Device, ParseDeviceError};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result, Wrapped};
+pub use layout::int_arg::IntArg;
+pub use layout::shape_arg::IntoShape;
 pub use memory::{
     empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
     memory_summary, reset_peak_memory_stats,
@@ -54,4 +56,4 @@ pub use random::{manual_seed, Generator};
 pub use routing::{with_allocator, with_device_allocator};
 pub use scalar::Scalar;
 pub use strata_alloc::{Category, Grouping};
-pub use tensor::{Factory, Tensor, ViewCreation, ViewInfo, WeakTensor};
+pub use tensor::{ArangeRange, Factory, Tensor, ViewCreation, ViewInfo, WeakTensor};

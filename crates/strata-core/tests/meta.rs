@@ -183,7 +183,7 @@ fn meta_memory_has_its_own_statistics() -> Result<()> {
 fn an_out_of_memory_on_meta_names_meta() {
     // 2 PiB on a device of 1 PiB: the error names the device the user asked about.
     let e = Tensor::on(Device::Meta)
-        .zeros(&[1 << 49], DType::F32)
+        .zeros(&[1usize << 49], DType::F32)
         .expect_err("more than meta's capacity");
     let text = e.to_string();
     assert!(text.contains("on meta"), "{text}");

@@ -213,7 +213,7 @@ pub fn on_object(
         ("scaler_update", Object::Scaler(s)) => s.update().map_err(err)?,
         ("get_scale", Object::Scaler(s)) => {
             let v = s.get_scale();
-            return Tensor::full(&[], v, DType::F32)
+            return Tensor::full(&(), v, DType::F32)
                 .map(Made::Tensor)
                 .map_err(err);
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::entry::Entry;
 use crate::autograd::view as grad;
 use crate::layout::int_arg::IntArg;
+use crate::layout::shape_arg::IntoShape;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::views::{self as fwd, Pieces, Reshaped, SplitSize};
@@ -75,8 +76,8 @@ impl Tensor {
     /// Fails when the strides cannot express the new shape: use [`Tensor::reshape`], which
     /// copies when it must.
     #[track_caller]
-    pub fn view(&self, shape: &[i64]) -> Result<Tensor> {
-        view_by_op(self, "view", |ctx, x| fwd::view(ctx, x, shape))
+    pub fn view(&self, shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
+        view_by_op(self, "view", |ctx, x| fwd::view(ctx, x, shape.sizes()))
     }
 
     /// [`Tensor::view`] to a shape strata's own code holds as `usize`s.
@@ -88,8 +89,8 @@ impl Tensor {
     /// The same elements with another shape: a view when the strides allow it, else a
     /// contiguous copy.
     #[track_caller]
-    pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
-        reshape(self, shape)
+    pub fn reshape(&self, shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
+        reshape(self, shape.sizes())
     }
 
     /// [`Tensor::reshape`] to a shape strata's own code holds as `usize`s.
@@ -120,7 +121,8 @@ impl Tensor {
 
     /// Elements `start..start + length` of dimension `dim` (`start` may be negative).
     #[track_caller]
-    pub fn narrow(&self, dim: i64, start: i64, length: usize) -> Result<Tensor> {
+    pub fn narrow(&self, dim: impl IntArg, start: impl IntArg, length: usize) -> Result<Tensor> {
+        let (dim, start) = (dim.signed(), start.signed());
         Entry::new("narrow", &[self])?.run_view(
             |ctx, x| fwd::narrow(ctx, x, dim, start, length),
             |ctx, x, (layout, d, s)| {
@@ -159,7 +161,8 @@ impl Tensor {
 
     /// The slice at `index` of dimension `dim`, which is removed.
     #[track_caller]
-    pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+    pub fn select(&self, dim: impl IntArg, index: impl IntArg) -> Result<Tensor> {
+        let (dim, index) = (dim.signed(), index.signed());
         Entry::new("select", &[self])?.run_view(
             |ctx, x| fwd::select(ctx, x, dim, index),
             |ctx, x, part| Ok(selected(ctx, x, part, ViewCreation::Plain)),
@@ -169,8 +172,8 @@ impl Tensor {
     /// Repeats size-1 dimensions (and adds leading ones) without copying: stretched
     /// dimensions get stride 0. `-1` keeps a dimension's size.
     #[track_caller]
-    pub fn expand(&self, shape: &[i64]) -> Result<Tensor> {
-        view_by_op(self, "expand", |ctx, x| fwd::expand(ctx, x, shape))
+    pub fn expand(&self, shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
+        view_by_op(self, "expand", |ctx, x| fwd::expand(ctx, x, shape.sizes()))
     }
 
     /// [`Tensor::expand`] to a shape strata's own code holds as `usize`s.
@@ -181,8 +184,10 @@ impl Tensor {
 
     /// The same as [`Tensor::expand`]: this tensor seen with a broadcast shape.
     #[track_caller]
-    pub fn broadcast_to(&self, shape: &[i64]) -> Result<Tensor> {
-        view_by_op(self, "broadcast_to", |ctx, x| fwd::expand(ctx, x, shape))
+    pub fn broadcast_to(&self, shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
+        view_by_op(self, "broadcast_to", |ctx, x| {
+            fwd::expand(ctx, x, shape.sizes())
+        })
     }
 
     /// Removes size-1 dimensions: all of them (`None`), or those among `dims` (others are
@@ -194,13 +199,15 @@ impl Tensor {
 
     /// Inserts a size-1 dimension at `dim` (which may be `dim()` to append).
     #[track_caller]
-    pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
+    pub fn unsqueeze(&self, dim: impl IntArg) -> Result<Tensor> {
+        let dim = dim.signed();
         view_by_op(self, "unsqueeze", |ctx, x| fwd::unsqueeze(ctx, x, dim))
     }
 
     /// Merges dimensions `start_dim..=end_dim` into one (a view when possible, like reshape).
     #[track_caller]
-    pub fn flatten(&self, start_dim: i64, end_dim: i64) -> Result<Tensor> {
+    pub fn flatten(&self, start_dim: impl IntArg, end_dim: impl IntArg) -> Result<Tensor> {
+        let (start_dim, end_dim) = (start_dim.signed(), end_dim.signed());
         Entry::new("flatten", &[self])?.run_view(
             |ctx, x| fwd::flatten(ctx, x, start_dim, end_dim),
             |_, x, shape| match shape {

@@ -19,6 +19,13 @@ impl IntArg for i64 {
     }
 }
 
+impl IntArg for i32 {
+    #[inline]
+    fn signed(self) -> i64 {
+        i64::from(self)
+    }
+}
+
 impl IntArg for usize {
     #[inline]
     fn signed(self) -> i64 {

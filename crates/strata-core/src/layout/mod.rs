@@ -8,6 +8,7 @@ pub mod broadcast;
 pub mod int_arg;
 pub mod order;
 pub mod overlap;
+pub mod shape_arg;
 pub mod view;
 
 /// Sizes or strides of one layout: up to six dimensions are stored inline, so copying a

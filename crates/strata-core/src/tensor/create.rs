@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use crate::device::default_device;
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
+use crate::layout::shape_arg::{new_sizes, IntoShape};
 use crate::layout::{checked_numel, Layout};
 use crate::op::OpContext;
 use crate::random::{global_generator, Generator};
 use crate::storage::{lock_storages, Access, Storage};
+use crate::tensor::arange::ArangeRange;
 use crate::{DType, Device, Error, Result, Scalar, Tensor};
 
 /// Allocates storage for a layout of `dtype`; the bytes are not initialised, so the caller
@@ -74,14 +76,24 @@ impl DTypeFn for Fill<'_> {
 struct Arange<'a> {
     ctx: &'a OpContext,
     n: usize,
+    range: ArangeRange,
 }
 
 impl DTypeFn for Arange<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
-        from_fn(self.ctx, default_device(), &[self.n], |i| {
-            cast::<i64, T>(i as i64)
-        })
+        match self.range {
+            ArangeRange::Int { start, step, .. } => {
+                from_fn(self.ctx, default_device(), &[self.n], |i| {
+                    cast::<i64, T>(start + i as i64 * step)
+                })
+            }
+            ArangeRange::Float { start, step, .. } => {
+                from_fn(self.ctx, default_device(), &[self.n], |i| {
+                    cast::<f64, T>(start + i as f64 * step)
+                })
+            }
+        }
     }
 }
 
@@ -178,34 +190,49 @@ impl Tensor {
     /// A tensor of `shape` filled with zeros. (strata never hands out uninitialised memory:
     /// reading it would be undefined behaviour, so there is no separate `empty`.)
     #[track_caller]
-    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        filled("zeros", shape, Scalar::Int(0), dtype)
+    pub fn zeros(shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
+        filled("zeros", &new_sizes("zeros", shape)?, Scalar::Int(0), dtype)
     }
 
     /// A new tensor of `shape`, contents zero; PyTorch's `empty` with defined contents.
     #[track_caller]
-    pub fn empty(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        filled("empty", shape, Scalar::Int(0), dtype)
+    pub fn empty(shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
+        filled("empty", &new_sizes("empty", shape)?, Scalar::Int(0), dtype)
     }
 
     /// A tensor of `shape` filled with ones.
     #[track_caller]
-    pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        filled("ones", shape, Scalar::Int(1), dtype)
+    pub fn ones(shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
+        filled("ones", &new_sizes("ones", shape)?, Scalar::Int(1), dtype)
     }
 
     /// A tensor of `shape` filled with `value` (converted to `dtype`; refused when it
     /// overflows it, as [`Tensor::fill_`]).
     #[track_caller]
-    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
-        filled("full", shape, value.into(), dtype)
+    pub fn full(
+        shape: &(impl IntoShape + ?Sized),
+        value: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        filled("full", &new_sizes("full", shape)?, value.into(), dtype)
     }
 
-    /// `[0, 1, ..., n-1]` as a 1-d tensor.
+    /// A 1-d tensor counting over `range`: `arange(n, ..)` is `[0, 1, ..., n-1]`,
+    /// `arange(2..5, ..)` is `[2, 3, 4]`, `arange((0.0, 1.0, 0.25), ..)` steps by 0.25
+    /// (PyTorch's three forms; see [`ArangeRange`]).
     #[track_caller]
-    pub fn arange(n: usize, dtype: DType) -> Result<Tensor> {
+    pub fn arange(range: impl Into<ArangeRange>, dtype: DType) -> Result<Tensor> {
         let ctx = OpContext::enter("arange");
-        dispatch(dtype, Arange { ctx: &ctx, n })
+        let range = range.into();
+        let n = range.len(ctx.op())?;
+        dispatch(
+            dtype,
+            Arange {
+                ctx: &ctx,
+                n,
+                range,
+            },
+        )
     }
 
     /// The `n`×`n` identity matrix.
@@ -225,16 +252,16 @@ impl Tensor {
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     #[track_caller]
-    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
         let ctx = OpContext::enter("from_vec");
-        Self::from_slice_in(&ctx, &data, shape)
+        Self::from_slice_in(&ctx, &data, &new_sizes(ctx.op(), shape)?)
     }
 
     /// A tensor of `shape` holding a copy of `data` in row-major order.
     #[track_caller]
-    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+    pub fn from_slice<T: Element>(data: &[T], shape: &(impl IntoShape + ?Sized)) -> Result<Tensor> {
         let ctx = OpContext::enter("from_slice");
-        Self::from_slice_in(&ctx, data, shape)
+        Self::from_slice_in(&ctx, data, &new_sizes(ctx.op(), shape)?)
     }
 
     fn from_slice_in<T: Element>(ctx: &OpContext, data: &[T], shape: &[usize]) -> Result<Tensor> {
@@ -268,8 +295,13 @@ impl Tensor {
 
     /// Uniform samples in `[0, 1)` drawn from `generator`.
     #[track_caller]
-    pub fn rand_with(shape: &[usize], dtype: DType, generator: &mut Generator) -> Result<Tensor> {
+    pub fn rand_with(
+        shape: &(impl IntoShape + ?Sized),
+        dtype: DType,
+        generator: &mut Generator,
+    ) -> Result<Tensor> {
         let ctx = OpContext::enter("rand");
+        let shape = &new_sizes(ctx.op(), shape)?[..];
         check_shape(ctx.op(), shape)?;
         check_floating(ctx.op(), dtype)?;
         dispatch(
@@ -285,8 +317,13 @@ impl Tensor {
 
     /// Standard normal samples drawn from `generator`.
     #[track_caller]
-    pub fn randn_with(shape: &[usize], dtype: DType, generator: &mut Generator) -> Result<Tensor> {
+    pub fn randn_with(
+        shape: &(impl IntoShape + ?Sized),
+        dtype: DType,
+        generator: &mut Generator,
+    ) -> Result<Tensor> {
         let ctx = OpContext::enter("randn");
+        let shape = &new_sizes(ctx.op(), shape)?[..];
         check_shape(ctx.op(), shape)?;
         check_floating(ctx.op(), dtype)?;
         dispatch(
@@ -302,14 +339,14 @@ impl Tensor {
 
     /// Uniform samples in `[0, 1)` from the global generator (see [`crate::manual_seed`]).
     #[track_caller]
-    pub fn rand(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn rand(shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         let mut g = global_generator();
         Tensor::rand_with(shape, dtype, &mut g)
     }
 
     /// Standard normal samples from the global generator.
     #[track_caller]
-    pub fn randn(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn randn(shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         let mut g = global_generator();
         Tensor::randn_with(shape, dtype, &mut g)
     }

@@ -17,7 +17,9 @@
 use crate::backend::check_device;
 use crate::device::DefaultDevice;
 use crate::dtype::Element;
+use crate::layout::shape_arg::IntoShape;
 use crate::random::Generator;
+use crate::tensor::arange::ArangeRange;
 use crate::{DType, Device, Result, Scalar, Tensor};
 
 /// The factories of one device, from [`Tensor::on`]: `Tensor::on(device).zeros(shape, dtype)`
@@ -57,7 +59,7 @@ impl Factory {
 
     /// [`Tensor::zeros`] on this device.
     #[track_caller]
-    pub fn zeros(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn zeros(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         check_device(self.device, "zeros")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::zeros(shape, dtype)
@@ -65,7 +67,7 @@ impl Factory {
 
     /// [`Tensor::empty`] on this device.
     #[track_caller]
-    pub fn empty(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn empty(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         check_device(self.device, "empty")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::empty(shape, dtype)
@@ -73,7 +75,7 @@ impl Factory {
 
     /// [`Tensor::ones`] on this device.
     #[track_caller]
-    pub fn ones(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn ones(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         check_device(self.device, "ones")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::ones(shape, dtype)
@@ -81,7 +83,12 @@ impl Factory {
 
     /// [`Tensor::full`] on this device.
     #[track_caller]
-    pub fn full(self, shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+    pub fn full(
+        self,
+        shape: &(impl IntoShape + ?Sized),
+        value: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Result<Tensor> {
         check_device(self.device, "full")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::full(shape, value, dtype)
@@ -89,10 +96,10 @@ impl Factory {
 
     /// [`Tensor::arange`] on this device.
     #[track_caller]
-    pub fn arange(self, n: usize, dtype: DType) -> Result<Tensor> {
+    pub fn arange(self, range: impl Into<ArangeRange>, dtype: DType) -> Result<Tensor> {
         check_device(self.device, "arange")?;
         let _device = DefaultDevice::set(self.device);
-        Tensor::arange(n, dtype)
+        Tensor::arange(range, dtype)
     }
 
     /// [`Tensor::eye`] on this device.
@@ -105,7 +112,11 @@ impl Factory {
 
     /// [`Tensor::from_vec`] on this device.
     #[track_caller]
-    pub fn from_vec<T: Element>(self, data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+    pub fn from_vec<T: Element>(
+        self,
+        data: Vec<T>,
+        shape: &(impl IntoShape + ?Sized),
+    ) -> Result<Tensor> {
         check_device(self.device, "from_vec")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::from_vec(data, shape)
@@ -113,7 +124,11 @@ impl Factory {
 
     /// [`Tensor::from_slice`] on this device.
     #[track_caller]
-    pub fn from_slice<T: Element>(self, data: &[T], shape: &[usize]) -> Result<Tensor> {
+    pub fn from_slice<T: Element>(
+        self,
+        data: &[T],
+        shape: &(impl IntoShape + ?Sized),
+    ) -> Result<Tensor> {
         check_device(self.device, "from_slice")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::from_slice(data, shape)
@@ -129,7 +144,7 @@ impl Factory {
 
     /// [`Tensor::rand`] on this device.
     #[track_caller]
-    pub fn rand(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn rand(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         check_device(self.device, "rand")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::rand(shape, dtype)
@@ -137,7 +152,7 @@ impl Factory {
 
     /// [`Tensor::randn`] on this device.
     #[track_caller]
-    pub fn randn(self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    pub fn randn(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {
         check_device(self.device, "randn")?;
         let _device = DefaultDevice::set(self.device);
         Tensor::randn(shape, dtype)
@@ -147,7 +162,7 @@ impl Factory {
     #[track_caller]
     pub fn rand_with(
         self,
-        shape: &[usize],
+        shape: &(impl IntoShape + ?Sized),
         dtype: DType,
         generator: &mut Generator,
     ) -> Result<Tensor> {
@@ -160,7 +175,7 @@ impl Factory {
     #[track_caller]
     pub fn randn_with(
         self,
-        shape: &[usize],
+        shape: &(impl IntoShape + ?Sized),
         dtype: DType,
         generator: &mut Generator,
     ) -> Result<Tensor> {

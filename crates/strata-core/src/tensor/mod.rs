@@ -4,6 +4,7 @@
 //! Python names for one tensor are. PyTorch's data-copying `clone()` is
 //! [`Tensor::deep_clone`].
 
+mod arange;
 mod create;
 mod display;
 mod external;
@@ -25,6 +26,7 @@ use crate::{DType, Device};
 use grad_meta::AutogradMeta;
 use strata_alloc::Category;
 
+pub use arange::ArangeRange;
 pub(crate) use create::alloc_for;
 pub use factory::Factory;
 pub(crate) use read::{index_elements, read_elements};

@@ -56,7 +56,7 @@ impl<const D: usize> BatchNorm<D> {
         let running_var =
             core.register_buffer("running_var", Tensor::ones(&c, DType::F32)?, true)?;
         let num_batches_tracked =
-            core.register_buffer("num_batches_tracked", Tensor::zeros(&[], DType::I64)?, true)?;
+            core.register_buffer("num_batches_tracked", Tensor::zeros(&(), DType::I64)?, true)?;
         Ok(BatchNorm {
             core,
             weight,

@@ -42,7 +42,7 @@ pub fn clip_grad_norm_(
     let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
     let Some(first) = grads.first() else {
         let device = params.first().map_or(Device::Cpu, Tensor::device);
-        return Tensor::on(device).zeros(&[], DType::F32);
+        return Tensor::on(device).zeros(&(), DType::F32);
     };
     let device = first.device();
     let mut scratch = NormScratch::default();
@@ -82,7 +82,7 @@ pub fn clip_grad_norm_(
     // The total in the gradients' dtype (f32 when they differ), as PyTorch's stacked norms.
     let dtype = scratch.only_dtype().unwrap_or(DType::F32);
     drop(scratch);
-    Tensor::on(device).full(&[], total as f64, dtype)
+    Tensor::on(device).full(&(), total as f64, dtype)
 }
 
 /// One 0-d tensor per gradient dtype that gradients' norms are written into and read back
@@ -97,7 +97,7 @@ impl NormScratch {
         let s = match self.0.iter().find(|s| s.dtype() == g.dtype()) {
             Some(s) => s.clone(),
             None => {
-                let s = Tensor::on(g.device()).empty(&[], g.dtype())?;
+                let s = Tensor::on(g.device()).empty(&(), g.dtype())?;
                 self.0.push(s.clone());
                 s
             }

@@ -22,7 +22,7 @@ pub(crate) fn index_select(
             let g = if g.dim() == 0 { g.reshape(&[1])? } else { g };
             let idx = idx.get()?.reshape(&[-1])?;
             if z.dim() == 0 {
-                return Ok(vec![Some(g.reshape(&[])?)]);
+                return Ok(vec![Some(g.reshape_to(&[])?)]);
             }
             z.index_add_(dim, &idx, &g, 1i64)?;
             Ok(vec![Some(z)])

@@ -289,7 +289,7 @@ fn a_resized_out_of_another_dtype_is_laid_out_from_the_operands() {
         .unwrap()
         .permute(&[2, 0, 1, 3])
         .unwrap();
-    let s = Tensor::from_vec(vec![3.0f64], &[]).unwrap();
+    let s = Tensor::from_vec(vec![3.0f64], &()).unwrap();
     assert!(b.add(&s).unwrap().is_contiguous());
     let out = Tensor::zeros(&[0], DType::F32).unwrap();
     b.add_out(&s, 1, &out).unwrap();

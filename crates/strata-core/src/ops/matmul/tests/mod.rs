@@ -550,7 +550,7 @@ fn matmul_out_resizes_and_follows_pytorch_versions() {
         1e-5,
     );
     // dot into a 0-d output
-    let d = Tensor::zeros(&[], DType::F32).unwrap();
+    let d = Tensor::zeros(&(), DType::F32).unwrap();
     v.matmul_out(&v, &d).unwrap();
     assert_eq!(d.version(), 1);
     assert_close(&as_f64(&d), &naive(&v, &v).1, 1e-5);

@@ -150,14 +150,14 @@ fn reductions_match_direct_computation() {
 fn sum_prod_and_cumsum_compute_in_the_output_dtype() {
     // As PyTorch: each element is converted to the output's dtype before it is added.
     let f = Tensor::from_vec(vec![1.5f32, 1.7], &[2]).unwrap();
-    let i64_out = Tensor::zeros(&[], DType::I64).unwrap();
+    let i64_out = Tensor::zeros(&(), DType::I64).unwrap();
     f.sum_out(None, false, &i64_out).unwrap();
     assert_eq!(i64_out.item::<i64>().unwrap(), 2);
     f.prod_out(None, false, &i64_out).unwrap();
     assert_eq!(i64_out.item::<i64>().unwrap(), 1);
     // Integers wrap in a narrower output.
     let big = Tensor::from_vec(vec![i32::MAX as i64, 1], &[2]).unwrap();
-    let i32_out = Tensor::zeros(&[], DType::I32).unwrap();
+    let i32_out = Tensor::zeros(&(), DType::I32).unwrap();
     big.sum_out(None, false, &i32_out).unwrap();
     assert_eq!(i32_out.item::<i64>().unwrap(), i32::MIN as i64);
     // A wider output keeps what f32 would round away.
@@ -168,7 +168,7 @@ fn sum_prod_and_cumsum_compute_in_the_output_dtype() {
         wide.to_vec::<f64>().unwrap(),
         vec![16777216.0, 16777217.0, 16777218.0]
     );
-    let total = Tensor::zeros(&[], DType::F64).unwrap();
+    let total = Tensor::zeros(&(), DType::F64).unwrap();
     x.sum_out(None, false, &total).unwrap();
     assert_eq!(total.item::<f64>().unwrap(), 16777218.0);
     x.mean_out(None, false, &total).unwrap();
@@ -209,7 +209,7 @@ fn reduction_out_dtype_rules_follow_pytorch() {
     assert_eq!(half.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
     // Integer inputs have no mean.
     let i = Tensor::arange(4, DType::I64).unwrap();
-    let f = Tensor::zeros(&[], DType::F32).unwrap();
+    let f = Tensor::zeros(&(), DType::F32).unwrap();
     assert!(matches!(
         i.mean_out(None, false, &f),
         Err(Error::DType { .. })
@@ -316,7 +316,7 @@ fn argmax_and_argmin_into_out() {
             x.argmin_out(dim, keepdim, o)
         });
     }
-    let o = Tensor::zeros(&[], DType::I64).unwrap();
+    let o = Tensor::zeros(&(), DType::I64).unwrap();
     strided().argmax_out(None, false, &o).unwrap();
     assert_eq!(
         o.item::<i64>().unwrap(),
