@@ -93,7 +93,10 @@ impl Report {
                 self.data_wait_seconds
             );
         }
-        let _ = writeln!(out, "memory of one training step (its own allocator):");
+        let _ = writeln!(
+            out,
+            "memory of one training step (measured alone, on an allocator of its own):"
+        );
         let _ = writeln!(
             out,
             "  peak allocated {}, reserved {}, requested {}",
@@ -111,11 +114,14 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "by category at the peak (with what the run's allocator held):"
+            "the run's allocator at that step's peak, by category (the step plus what the \
+             run held beside it: model, optimizer state, batches):"
         );
         for (name, bytes) in &self.categories_at_peak {
             let _ = writeln!(out, "  {name:<16} {:>12}", format_size(*bytes));
         }
+        let total: usize = self.categories_at_peak.values().sum();
+        let _ = writeln!(out, "  {:<16} {:>12}", "total", format_size(total));
         if !self.top_holders.is_empty() {
             let _ = writeln!(out, "largest holders after the forward:");
             for h in &self.top_holders {
