@@ -128,9 +128,15 @@ fn the_commands_run_end_to_end() -> Result<(), Box<dyn std::error::Error>> {
         String::from_utf8_lossy(&train.stderr)
     );
     let text = String::from_utf8_lossy(&train.stdout);
-    assert!(text.contains("memory of one training step (measured alone"), "{text}");
+    assert!(
+        text.contains("memory of one training step (measured alone"),
+        "{text}"
+    );
     // The category table is labelled as the run's, and says what its total holds.
-    assert!(text.contains("the run's allocator at that step's peak"), "{text}");
+    assert!(
+        text.contains("the run's allocator at that step's peak"),
+        "{text}"
+    );
     assert!(text.contains("  total "), "{text}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report)?)?;
     for key in [

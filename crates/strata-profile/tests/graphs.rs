@@ -4,6 +4,9 @@
 
 mod common;
 
+/// This file, to find the lines findings must name.
+const SOURCE: &str = include_str!("graphs.rs");
+
 use strata_core::autograd::live_graph;
 use strata_core::autograd::no_grad;
 use strata_core::{memory_allocated, DType, Device, Tensor};
@@ -118,7 +121,7 @@ fn an_rnn_state_carried_without_detach() -> Res {
     assert_eq!(found[0].kind, FindingKind::CarriedState);
     let cell_line = format!(
         "graphs.rs:{} (TanhBackward0)",
-        line_of("the hidden state is made here")
+        common::line_of(SOURCE, "the hidden state is made here")
     );
     assert!(found[0].message.contains(&cell_line), "{}", found[0]);
     drop(h);
@@ -135,14 +138,6 @@ fn an_rnn_state_carried_without_detach() -> Res {
     drop(h);
     assert_eq!(nodes(), start_nodes);
     Ok(())
-}
-
-/// The line of this file that contains `marker` (1-based).
-fn line_of(marker: &str) -> usize {
-    include_str!("graphs.rs")
-        .lines()
-        .position(|l| l.contains(marker) && !l.contains("line_of"))
-        .map_or(0, |i| i + 1)
 }
 
 #[test]

@@ -4,6 +4,9 @@
 
 mod common;
 
+/// This file, to find the lines findings must name.
+const SOURCE: &str = include_str!("quiet_watches.rs");
+
 use strata_core::nn::functional::{cross_entropy, Reduction};
 use strata_core::{DType, Device, Tensor};
 use strata_nn::Module;
@@ -15,14 +18,6 @@ const STEPS: usize = 50;
 
 fn lines(found: &[Finding]) -> usize {
     found.iter().map(|f| f.message.lines().count()).sum()
-}
-
-/// The line of this file that contains `marker` (1-based).
-fn line_of(marker: &str) -> usize {
-    include_str!("quiet_watches.rs")
-        .lines()
-        .position(|l| l.contains(marker) && !l.contains("line_of("))
-        .map_or(0, |i| i + 1)
 }
 
 #[test]
@@ -59,8 +54,14 @@ fn a_kept_graph_is_reported_once_then_reminded_in_single_lines() -> Res {
 
     // Every site is a line of this file: the model's call (with the layer's scope) and the
     // loss, even for the views `linear` and `cross_entropy` make inside themselves.
-    let model_line = format!("quiet_watches.rs:{}", line_of("the model runs here"));
-    let loss_line = format!("quiet_watches.rs:{}", line_of("the loss is made here"));
+    let model_line = format!(
+        "quiet_watches.rs:{}",
+        common::line_of(SOURCE, "the model runs here")
+    );
+    let loss_line = format!(
+        "quiet_watches.rs:{}",
+        common::line_of(SOURCE, "the loss is made here")
+    );
     let sites: Vec<&str> = full[0].message.lines().skip(1).collect();
     assert!(!sites.is_empty());
     for site in &sites {
@@ -110,7 +111,10 @@ fn a_kept_loss_is_named_at_the_program_line_that_made_it() -> Res {
     }
     let full: Vec<&Finding> = found.iter().filter(|f| !f.reminder).collect();
     assert_eq!(full.len(), 1, "{found:#?}");
-    let here = format!("quiet_watches.rs:{}", line_of("kept loss made here"));
+    let here = format!(
+        "quiet_watches.rs:{}",
+        common::line_of(SOURCE, "kept loss made here")
+    );
     assert!(full[0].message.contains(&here), "{}", full[0]);
     assert!(!full[0].message.contains("cross_entropy.rs"), "{}", full[0]);
     let reminders: Vec<&Finding> = found.iter().filter(|f| f.reminder).collect();

@@ -19,3 +19,13 @@ pub fn mlp(inputs: usize, hidden: usize, outputs: usize) -> strata_core::Result<
     m.push(shared(Linear::new(hidden, outputs, true)?))?;
     Ok(m)
 }
+
+/// The line of `source` (a test file's `include_str!`) that contains `marker`, 1-based;
+/// lines that call this function are skipped.
+#[allow(dead_code)] // used by the tests that check a finding's source line
+pub fn line_of(source: &str, marker: &str) -> usize {
+    source
+        .lines()
+        .position(|l| l.contains(marker) && !l.contains("line_of("))
+        .map_or(0, |i| i + 1)
+}
