@@ -93,8 +93,8 @@ impl Drop for CallSite {
 pub struct OpContext {
     op: &'static str,
     location: &'static Location<'static>,
-    /// Whether this op is the outermost on its thread (it clears the outer site on drop).
-    outermost: bool,
+    /// Holds the thread's outer site when this op is the outermost (clears it on drop).
+    _outer: CallSite,
     observer: Option<Arc<dyn OpObserver>>,
 }
 
@@ -129,7 +129,7 @@ impl OpContext {
         OpContext {
             op,
             location,
-            outermost,
+            _outer: CallSite(outermost),
             observer,
         }
     }
@@ -185,9 +185,6 @@ impl OpContext {
 
 impl Drop for OpContext {
     fn drop(&mut self) {
-        if self.outermost {
-            OUTER_SITE.with(|s| s.set(None));
-        }
         if let Some(o) = &self.observer {
             o.op_end(self.op);
         }

@@ -166,20 +166,18 @@ impl ModuleCore {
     /// Registers `t` as the parameter `name`: it becomes a leaf that requires grad (floating
     /// dtypes) and its memory is counted as [`Category::Parameter`].
     pub fn register_parameter(&self, name: &str, t: Tensor) -> Result<TensorSlot> {
-        let t = as_parameter(t)?;
-        let mut e = self.entries_mut();
-        self.check_name(&e, name)?;
         let slot = TensorSlot::new(t);
-        e.params.push((name.to_owned(), slot.clone()));
+        self.register_parameter_slot(name, &slot)?;
         Ok(slot)
     }
 
     /// Registers the parameter in `slot` as `name`, keeping the slot (a field of a derived
     /// module holds the same one, so an `assign` load or a reparametrisation is seen there).
     pub fn register_parameter_slot(&self, name: &str, slot: &TensorSlot) -> Result<()> {
+        let t = as_parameter(slot.get())?;
         let mut e = self.entries_mut();
         self.check_name(&e, name)?;
-        slot.set(as_parameter(slot.get())?);
+        slot.set(t);
         e.params.push((name.to_owned(), slot.clone()));
         Ok(())
     }
@@ -192,9 +190,9 @@ impl ModuleCore {
         slot: &TensorSlot,
         persistent: bool,
     ) -> Result<()> {
+        slot.get().mark_category(Category::Other);
         let mut e = self.entries_mut();
         self.check_name(&e, name)?;
-        slot.get().mark_category(Category::Other);
         e.buffers.push((name.to_owned(), slot.clone(), persistent));
         Ok(())
     }
@@ -211,11 +209,8 @@ impl ModuleCore {
     /// masks). Its memory is counted as [`Category::Other`]. A `persistent` buffer is part of
     /// the state dict.
     pub fn register_buffer(&self, name: &str, t: Tensor, persistent: bool) -> Result<TensorSlot> {
-        t.mark_category(Category::Other);
-        let mut e = self.entries_mut();
-        self.check_name(&e, name)?;
         let slot = TensorSlot::new(t);
-        e.buffers.push((name.to_owned(), slot.clone(), persistent));
+        self.register_buffer_slot(name, &slot, persistent)?;
         Ok(slot)
     }
 
