@@ -49,7 +49,7 @@ pub use memory::{
     empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
     memory_summary, reset_peak_memory_stats,
 };
-pub use op::{CallSite, OpContext};
+pub use op::{CallSite, OpContext, ProgramLines};
 pub use ops::binary::Other;
 pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};

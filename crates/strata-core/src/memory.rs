@@ -22,6 +22,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use strata_alloc::BackingError;
 use strata_alloc::{
@@ -43,7 +44,7 @@ macro_rules! on_default {
         }
     };
 }
-use crate::{Device, Error, Result};
+use crate::{Device, Error, ProgramLines, Result};
 
 fn config_error(op: &'static str, e: ConfigError) -> Error {
     Error::Argument {
@@ -193,7 +194,11 @@ pub fn live_allocations_by(device: Device, grouping: Grouping) -> Result<Vec<Gro
 }
 
 /// Starts (`enabled`) or stops recording allocation history into a ring buffer of the newest
-/// `max_entries` events; see [`snapshot`].
+/// `max_entries` events; see [`snapshot`]. While it records sites (any `context` but
+/// `Never`), ops are attributed to the program's lines, as [`ProgramLines`] does, so the
+/// history names the lines the program wrote rather than strata's own.
+///
+/// [`ProgramLines`]: crate::ProgramLines
 pub fn record_memory_history(
     enabled: bool,
     context: RecordContext,
@@ -205,8 +210,17 @@ pub fn record_memory_history(
         context,
         max_entries
     ));
+    let mut recording = HISTORY_LINES.lock().unwrap_or_else(|p| p.into_inner());
+    recording.retain(|(d, _)| *d != device);
+    if enabled && context != RecordContext::Never {
+        recording.push((device, ProgramLines::record()));
+    }
     Ok(())
 }
+
+/// The devices whose default allocator records history with sites, each holding ops to
+/// the program's lines.
+static HISTORY_LINES: Mutex<Vec<(Device, ProgramLines)>> = Mutex::new(Vec::new());
 
 /// What-if replay of a recorded history (a [`Snapshot`]'s trace, strata's or PyTorch's)
 /// under other allocator settings and capacities: see

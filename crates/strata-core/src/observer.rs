@@ -3,7 +3,7 @@
 //! each freed storage pays one atomic load.
 
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use strata_alloc::{Category, Site};
@@ -63,21 +63,76 @@ pub struct AllocEvent {
     pub device: Device,
 }
 
-static OBSERVED: AtomicBool = AtomicBool::new(false);
+/// What listens to ops, in one word so that an op reads it with one atomic load: bit 0 is
+/// set while an observer is installed, and each live [`ProgramLines`] adds
+/// [`ONE_PROGRAM_LINES`].
+static ATTENTION: AtomicUsize = AtomicUsize::new(0);
+const OBSERVER_BIT: usize = 1;
+const ONE_PROGRAM_LINES: usize = 2;
 static OBSERVER: RwLock<Option<Arc<dyn OpObserver>>> = RwLock::new(None);
 
 /// Installs (or with `None` removes) the process-wide op observer. With none installed the
 /// hook costs one atomic load per op.
 pub fn set_observer(observer: Option<Arc<dyn OpObserver>>) {
     let mut slot = OBSERVER.write().unwrap_or_else(|p| p.into_inner());
-    OBSERVED.store(observer.is_some(), Ordering::Release);
+    if observer.is_some() {
+        ATTENTION.fetch_or(OBSERVER_BIT, Ordering::Release);
+    } else {
+        ATTENTION.fetch_and(!OBSERVER_BIT, Ordering::Release);
+    }
     *slot = observer;
+}
+
+/// Ops inside ops name the program's line while one of these lives (and while an observer
+/// is installed): the memory watches hold one, so a finding names the line the program
+/// wrote (`loss = cross_entropy(..)`), not the line inside strata where `cross_entropy`
+/// divides. Without either, an op records only its own caller, which costs nothing extra.
+#[derive(Debug)]
+pub struct ProgramLines(());
+
+impl ProgramLines {
+    /// Starts attributing ops to the program's lines, until dropped.
+    pub fn record() -> ProgramLines {
+        ATTENTION.fetch_add(ONE_PROGRAM_LINES, Ordering::AcqRel);
+        ProgramLines(())
+    }
+}
+
+impl Clone for ProgramLines {
+    fn clone(&self) -> Self {
+        ProgramLines::record()
+    }
+}
+
+impl Drop for ProgramLines {
+    fn drop(&mut self) {
+        ATTENTION.fetch_sub(ONE_PROGRAM_LINES, Ordering::AcqRel);
+    }
+}
+
+/// What listens to ops now (one atomic load): read once per op, then passed to
+/// [`observer_if`] and [`attributing`].
+#[inline]
+pub(crate) fn attention() -> usize {
+    ATTENTION.load(Ordering::Acquire)
+}
+
+/// Whether ops are attributed to the program's lines under `attention`.
+#[inline]
+pub(crate) fn attributing(attention: usize) -> bool {
+    attention != 0
+}
+
+/// The installed observer under `attention`, if any.
+#[inline]
+pub(crate) fn observer_if(attention: usize) -> Option<Arc<dyn OpObserver>> {
+    if attention & OBSERVER_BIT == 0 {
+        return None;
+    }
+    OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The installed observer, if any (one atomic load when there is none).
 pub(crate) fn observer() -> Option<Arc<dyn OpObserver>> {
-    if !OBSERVED.load(Ordering::Acquire) {
-        return None;
-    }
-    OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
+    observer_if(attention())
 }

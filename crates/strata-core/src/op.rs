@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use strata_alloc::{Category, DeviceAllocator, Site};
 
-use crate::observer::{observer, AllocEvent, MemoryAction};
-pub use crate::observer::{set_observer, OpInput, OpObserver};
+use crate::observer::{attention, attributing, observer_if, AllocEvent, MemoryAction};
+pub use crate::observer::{set_observer, OpInput, OpObserver, ProgramLines};
 use crate::routing::current_allocator;
 use crate::storage::Storage;
 use crate::{Device, Error, Result};
@@ -54,7 +54,8 @@ impl Drop for BackwardSite {
 /// The public op the program called that is running on this thread (its line and name),
 /// if any: ops it runs inside itself (`cross_entropy`'s `div`, `linear`'s transpose) are
 /// attributed to it, so every allocation, graph node and finding names a line the program
-/// wrote.
+/// wrote. Recorded only while an observer (a profiler) is installed or a [`ProgramLines`]
+/// lives (a memory watch), so ops pay nothing for it otherwise.
 pub(crate) fn outer_site() -> Option<ForwardSite> {
     OUTER_SITE.with(|s| s.get())
 }
@@ -62,13 +63,15 @@ pub(crate) fn outer_site() -> Option<ForwardSite> {
 /// Attributes the ops this thread runs, until dropped, to `location` (a program's line
 /// that called a library module, such as `model.call(&x)`), unless an op or an earlier
 /// call site already holds the thread: the ops a built-in layer runs then name the line
-/// the program wrote, and the module scope names the layer.
+/// the program wrote, and the module scope names the layer. Does nothing while ops are not
+/// attributed to the program's lines (see [`ProgramLines`]).
 pub struct CallSite(bool);
 
 impl CallSite {
-    /// Marks `location` (and the module kind `name`) as this thread's call site, if none is.
+    /// Marks `location` (and the module kind `name`) as this thread's call site, if none is
+    /// and ops are attributed to the program's lines.
     pub fn enter(location: &'static Location<'static>, name: &'static str) -> CallSite {
-        if backward_site().is_some() {
+        if !attributing(attention()) || backward_site().is_some() {
             return CallSite(false);
         }
         CallSite(OUTER_SITE.with(|s| {
@@ -93,8 +96,8 @@ impl Drop for CallSite {
 pub struct OpContext {
     op: &'static str,
     location: &'static Location<'static>,
-    /// Holds the thread's outer site when this op is the outermost (clears it on drop).
-    _outer: CallSite,
+    /// Whether this op set the thread's outer site (cleared again on drop).
+    outermost: bool,
     observer: Option<Arc<dyn OpObserver>>,
 }
 
@@ -111,27 +114,47 @@ impl OpContext {
     #[track_caller]
     #[inline]
     pub fn enter_described(op: &'static str, describe: impl FnOnce() -> Vec<OpInput>) -> Self {
-        // Inside backward, allocations belong to the forward op the node was recorded for;
-        // inside another op, to the outermost op the program called.
-        let (location, outermost) = match (backward_site(), outer_site()) {
-            (Some((forward, _)), _) => (forward, false),
-            (None, Some((outer, _))) => (outer, false),
-            (None, None) => {
-                let caller = Location::caller();
-                OUTER_SITE.with(|s| s.set(Some((caller, op))));
-                (caller, true)
+        let attention = attention();
+        let (location, outermost) = if attributing(attention) {
+            Self::attribute(op, Location::caller())
+        } else {
+            // Nobody listens: an op is attributed to its own caller (or, inside backward, to
+            // the forward op the node was recorded for) and touches no outer site.
+            match backward_site() {
+                Some((forward, _)) => (forward, false),
+                None => (Location::caller(), false),
             }
         };
-        let observer = observer();
+        let observer = observer_if(attention);
         if let Some(o) = &observer {
             o.op_begin(op, location, &describe());
         }
         OpContext {
             op,
             location,
-            _outer: CallSite(outermost),
+            outermost,
             observer,
         }
+    }
+
+    /// Where an op's allocations belong while ops are attributed to the program's lines: inside backward, to the forward op the
+    /// node was recorded for; inside another op or a library module's call, to the line
+    /// the program wrote; otherwise to `caller`, which becomes the thread's outer site
+    /// (`true`: this op set it).
+    fn attribute(
+        op: &'static str,
+        caller: &'static Location<'static>,
+    ) -> (&'static Location<'static>, bool) {
+        if let Some((forward, _)) = backward_site() {
+            return (forward, false);
+        }
+        OUTER_SITE.with(|s| match s.get() {
+            Some((outer, _)) => (outer, false),
+            None => {
+                s.set(Some((caller, op)));
+                (caller, true)
+            }
+        })
     }
 
     /// The op's name.
@@ -187,6 +210,9 @@ impl Drop for OpContext {
     fn drop(&mut self) {
         if let Some(o) = &self.observer {
             o.op_end(self.op);
+        }
+        if self.outermost {
+            OUTER_SITE.with(|s| s.set(None));
         }
     }
 }

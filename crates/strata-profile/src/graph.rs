@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use strata_core::autograd::live_graph;
+use strata_core::ProgramLines;
 use strata_nn::Module;
 
 use crate::finding::{Finding, FindingKind};
@@ -52,6 +53,9 @@ pub struct GraphWatch {
     growth: Growth<Usage>,
     repeats: Repeats,
     last: Vec<Finding>,
+    /// Keeps ops attributed to the program's lines while the watch lives, so its findings
+    /// name them.
+    _lines: ProgramLines,
 }
 
 impl Default for GraphWatch {
@@ -74,6 +78,7 @@ impl GraphWatch {
             growth: Growth::new(window),
             repeats: Repeats::default(),
             last: Vec::new(),
+            _lines: ProgramLines::record(),
         }
     }
 

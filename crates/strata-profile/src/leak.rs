@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use strata_core::{memory, Device};
+use strata_core::{memory, Device, ProgramLines};
 
 use crate::finding::{Finding, FindingKind};
 use crate::format::{bytes, place};
@@ -66,6 +66,9 @@ pub struct LeakWatch {
     growth: Growth<Usage>,
     repeats: Repeats,
     last: Vec<Finding>,
+    /// Keeps ops attributed to the program's lines while the watch lives, so its findings
+    /// name them.
+    _lines: ProgramLines,
 }
 
 impl LeakWatch {
@@ -83,6 +86,7 @@ impl LeakWatch {
             growth: Growth::new(options.window),
             repeats: Repeats::default(),
             last: Vec::new(),
+            _lines: ProgramLines::record(),
         }
     }
 
