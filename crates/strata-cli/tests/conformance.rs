@@ -174,6 +174,15 @@ fn inference_fixture_matches_pytorch() {
     assert_all_pass("inference");
 }
 
+/// The ops a transformer reaches for: `triu` and `tril` (diagonals, batches, strided inputs,
+/// dtypes, gradients, errors), `roll` (one and several dims, flattened, large and negative
+/// shifts, gradients, errors) and gelu's tanh form (values, dtypes, gradients). Made by
+/// `scripts/make-transformer-op-programs.py`; the answers are PyTorch's.
+#[test]
+fn transformer_ops_fixture_matches_pytorch() {
+    assert_all_pass("transformer_ops");
+}
+
 /// The op, autograd and functional-nn suites.
 #[test]
 fn ops_autograd_and_nn_suites_match_pytorch() {

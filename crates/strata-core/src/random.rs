@@ -123,6 +123,32 @@ impl Generator {
         v
     }
 
+    /// A uniform integer in `0..n` (`n > 0`), without modulo bias: 32 random bits when `n`
+    /// fits them, else 64, redrawn while they fall in the incomplete last block.
+    pub fn next_below(&mut self, n: u64) -> u64 {
+        if n <= 1 {
+            return 0;
+        }
+        if n <= u32::MAX as u64 {
+            let n32 = n as u32;
+            // Accepted values form whole blocks of n: `limit + 1` is a multiple of n.
+            let limit = u32::MAX - (u32::MAX % n32 + 1) % n32;
+            loop {
+                let v = self.next_u32();
+                if v <= limit {
+                    return (v % n32) as u64;
+                }
+            }
+        }
+        let limit = u64::MAX - (u64::MAX % n + 1) % n;
+        loop {
+            let v = ((self.next_u32() as u64) << 32) | self.next_u32() as u64;
+            if v <= limit {
+                return v % n;
+            }
+        }
+    }
+
     /// A uniform number in `[0, 1)` with 24 random bits.
     pub fn next_f32(&mut self) -> f32 {
         (self.next_u32() >> 8) as f32 * (1.0 / (1u32 << 24) as f32)

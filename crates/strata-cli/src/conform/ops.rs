@@ -266,6 +266,17 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Result<Produced, String> {
         "relu" => one(x0()?.relu()),
         "gelu" => one(x0()?.gelu()),
         "silu" => one(x0()?.silu()),
+        "gelu_tanh" => one(x0()?.gelu_tanh()),
+        "triu" => one(x0()?.triu(a.int_or("diagonal", 0)?)),
+        "tril" => one(x0()?.tril(a.int_or("diagonal", 0)?)),
+        "roll" => {
+            let dims = if a.has("dims") {
+                a.int_or_ints("dims")?
+            } else {
+                Vec::new()
+            };
+            one(x0()?.roll(&a.int_or_ints("shifts")?, &dims))
+        }
         "clamp" => one(x0()?.clamp(a.opt_scalar("min")?, a.opt_scalar("max")?)),
         "masked_fill" => {
             need(op, xs, 2)?;

@@ -58,6 +58,12 @@ impl Tensor {
     pub(crate) fn gelu_derivative(&self) -> Result<Tensor> {
         float(self, "gelu_backward", FloatOp::GeluDerivative)
     }
+
+    /// d/dx of gelu's tanh approximation, for its backward (recorded for the same reason).
+    #[track_caller]
+    pub(crate) fn gelu_tanh_derivative(&self) -> Result<Tensor> {
+        float(self, "gelu_backward", FloatOp::GeluTanhDerivative)
+    }
 }
 
 impl Tensor {
@@ -184,4 +190,5 @@ float_methods! {
     sigmoid, sigmoid_out, FloatOp::Sigmoid, "1/(1+e^-x)", "whose dtype must be floating.";
     gelu, gelu_out, FloatOp::Gelu, "x/2 * (1 + erf(x/sqrt(2)))", "which must have `self`'s dtype.";
     silu, silu_out, FloatOp::Silu, "x * sigmoid(x)", "which must have `self`'s dtype.";
+    gelu_tanh, gelu_tanh_out, FloatOp::GeluTanh, "x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))", "which must have `self`'s dtype.";
 }

@@ -28,6 +28,10 @@ pub(crate) enum FloatOp {
     Silu,
     /// d/dx gelu(x) = Φ(x) + x φ(x), for gelu's backward.
     GeluDerivative,
+    /// `x/2 (1 + tanh(√(2/π) (x + 0.044715 x³)))`: gelu's tanh approximation.
+    GeluTanh,
+    /// d/dx of [`FloatOp::GeluTanh`], for its backward.
+    GeluTanhDerivative,
 }
 
 /// A unary op that keeps the dtype.

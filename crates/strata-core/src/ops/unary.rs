@@ -17,7 +17,11 @@ fn float_op_dtype(op: &'static str, f: FloatOp, input: DType) -> Result<DType> {
     }
     match f {
         // Activations PyTorch defines for floating inputs only.
-        FloatOp::Gelu | FloatOp::Silu | FloatOp::GeluDerivative => Err(Error::dtype(
+        FloatOp::Gelu
+        | FloatOp::Silu
+        | FloatOp::GeluDerivative
+        | FloatOp::GeluTanh
+        | FloatOp::GeluTanhDerivative => Err(Error::dtype(
             op,
             format!("{op} needs a floating tensor, got {input}"),
             Some("convert first with .to(DType::F32)"),
@@ -168,7 +172,7 @@ pub(crate) fn float_out(ctx: &OpContext, f: FloatOp, x: &Tensor, out: &Tensor) -
     let backend = for_device(x.device())?;
     let result = float_op_dtype(ctx.op(), f, x.dtype())?;
     match f {
-        FloatOp::Gelu | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
+        FloatOp::Gelu | FloatOp::GeluTanh | FloatOp::Silu => expect_dtype(ctx.op(), out, result)?,
         _ => check_cast(ctx.op(), result, out.dtype())?,
     }
     let prepared = ElementwiseSpec::new(Output::Out(out), vec![x])

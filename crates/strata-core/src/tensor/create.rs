@@ -119,6 +119,11 @@ impl DTypeFn for Eye<'_> {
 enum Distribution {
     Uniform,
     Normal,
+    /// Integers `low + k` for `k` uniform in `0..span` (`span > 0`).
+    Integers {
+        low: i64,
+        span: u64,
+    },
 }
 
 struct Random<'a> {
@@ -138,6 +143,10 @@ impl DTypeFn for Random<'_> {
                 Distribution::Uniform if T::DTYPE == DType::F64 => g.next_f64(),
                 Distribution::Uniform => g.next_f32() as f64,
                 Distribution::Normal => g.next_normal(),
+                Distribution::Integers { low, span } => {
+                    // Wrapping: `low + k` lies in `low..high`, which fits i64.
+                    return cast::<i64, T>(low.wrapping_add(g.next_below(span) as i64));
+                }
             };
             cast::<f64, T>(v)
         };
@@ -335,6 +344,73 @@ impl Tensor {
                 distribution: Distribution::Normal,
             },
         )
+    }
+
+    /// Integers drawn uniformly from `low..high` (`high` excluded) by `generator`, as
+    /// `torch.randint(low, high, size, dtype=dtype)` (PyTorch's default dtype is
+    /// `DType::I64`). Every value must fit `dtype`. The stream is strata's own, not
+    /// PyTorch's: the same seed gives the same values in strata, not the same as PyTorch's.
+    #[track_caller]
+    pub fn randint_with(
+        low: i64,
+        high: i64,
+        shape: &(impl IntoShape + ?Sized),
+        dtype: DType,
+        generator: &mut Generator,
+    ) -> Result<Tensor> {
+        let ctx = OpContext::enter("randint");
+        let shape = &new_sizes(ctx.op(), shape)?[..];
+        check_shape(ctx.op(), shape)?;
+        if low >= high {
+            return Err(Error::argument(
+                ctx.op(),
+                format!("randint needs low < high, got low={low}, high={high}"),
+                Some("high is excluded: randint(0, n, ..) draws from 0 to n - 1"),
+            ));
+        }
+        for (what, bound) in [("low", low), ("high - 1", high - 1)] {
+            let fits = match dtype {
+                DType::Bool => (0..=1).contains(&bound),
+                _ => !Scalar::Int(bound).overflows(dtype),
+            };
+            if !fits {
+                return Err(Error::argument(
+                    ctx.op(),
+                    format!("{what} = {bound} is out of bounds for {dtype}"),
+                    Some("draw within the dtype's range, or draw in DType::I64 and convert"),
+                ));
+            }
+        }
+        let span = high.abs_diff(low);
+        dispatch(
+            dtype,
+            Random {
+                ctx: &ctx,
+                shape,
+                generator,
+                distribution: Distribution::Integers { low, span },
+            },
+        )
+    }
+
+    /// [`Tensor::randint_with`] from the global generator (see [`crate::manual_seed`]).
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// strata_core::manual_seed(0);
+    /// let tokens = Tensor::randint(0, 65, &[4, 8], DType::I64)?;
+    /// assert!(tokens.to_vec::<i64>()?.iter().all(|t| (0..65).contains(t)));
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: &(impl IntoShape + ?Sized),
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let mut g = global_generator();
+        Tensor::randint_with(low, high, shape, dtype, &mut g)
     }
 
     /// Uniform samples in `[0, 1)` from the global generator (see [`crate::manual_seed`]).

@@ -150,6 +150,20 @@ impl Factory {
         Tensor::rand(shape, dtype)
     }
 
+    /// [`Tensor::randint`] on this device.
+    #[track_caller]
+    pub fn randint(
+        self,
+        low: i64,
+        high: i64,
+        shape: &(impl IntoShape + ?Sized),
+        dtype: DType,
+    ) -> Result<Tensor> {
+        check_device(self.device, "randint")?;
+        let _device = DefaultDevice::set(self.device);
+        Tensor::randint(low, high, shape, dtype)
+    }
+
     /// [`Tensor::randn`] on this device.
     #[track_caller]
     pub fn randn(self, shape: &(impl IntoShape + ?Sized), dtype: DType) -> Result<Tensor> {

@@ -11,7 +11,7 @@ mod linear;
 mod pool;
 mod rnn;
 
-pub use activation::{LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
+pub use activation::{GeluApproximate, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use embedding::Embedding;

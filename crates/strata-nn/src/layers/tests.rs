@@ -75,6 +75,14 @@ fn activations_and_shapes() {
     ] {
         assert_eq!(m.call(&x).unwrap().shape().as_slice(), [2, 2]);
     }
+    // GELU's two forms differ slightly away from 0, as PyTorch's do (at 2: 1.954500 exact,
+    // 1.954598 tanh).
+    let exact = GELU::new().call(&x).unwrap().to_vec::<f32>().unwrap();
+    let tanh = GELU::tanh();
+    assert_eq!(tanh.approximate(), GeluApproximate::Tanh);
+    let approx = tanh.call(&x).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(approx, x.gelu_tanh().unwrap().to_vec::<f32>().unwrap());
+    assert!((exact[2] - approx[2]).abs() > 1e-6 && (exact[2] - approx[2]).abs() < 1e-3);
     let rows = Softmax::new(1)
         .call(&x)
         .unwrap()

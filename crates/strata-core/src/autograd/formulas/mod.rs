@@ -9,8 +9,10 @@ pub(crate) mod index;
 pub(crate) mod joining;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod roll;
 pub(crate) mod softmax;
 pub(crate) mod ternary;
+pub(crate) mod triangular;
 pub(crate) mod unary;
 
 use super::record::Recorder;

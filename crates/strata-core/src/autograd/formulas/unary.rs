@@ -20,7 +20,8 @@ fn float_name(f: FloatOp) -> &'static str {
         FloatOp::Sigmoid => "SigmoidBackward0",
         FloatOp::Gelu => "GeluBackward0",
         FloatOp::Silu => "SiluBackward0",
-        FloatOp::GeluDerivative => "GeluBackwardBackward0",
+        FloatOp::GeluDerivative | FloatOp::GeluTanhDerivative => "GeluBackwardBackward0",
+        FloatOp::GeluTanh => "GeluBackward0",
     }
 }
 
@@ -52,7 +53,7 @@ fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
     if matches!(f, FloatOp::Tanh | FloatOp::Sigmoid) && half(g) && half(v) {
         return half_slope_grad(f, g, v);
     }
-    if matches!(f, FloatOp::Gelu | FloatOp::Silu) && half(g) && half(v) {
+    if matches!(f, FloatOp::Gelu | FloatOp::GeluTanh | FloatOp::Silu) && half(g) && half(v) {
         // PyTorch's `gelu_backward` and `silu_backward` kernels compute bf16 and f16 in f32
         // and round once.
         let wide = float_grad(f, &g.to(DType::F32)?, &v.to(DType::F32)?)?;
@@ -72,7 +73,8 @@ fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
             let s = v.sigmoid()?;
             g.mul(&s.mul(&v.mul(&s.neg()?.add(1i64)?)?.add(1i64)?)?)
         }
-        FloatOp::GeluDerivative => Err(crate::Error::Autograd {
+        FloatOp::GeluTanh => g.mul(&v.gelu_tanh_derivative()?),
+        FloatOp::GeluDerivative | FloatOp::GeluTanhDerivative => Err(crate::Error::Autograd {
             message: "the gradient of gelu's derivative is not implemented".into(),
         }),
     }

@@ -7,6 +7,15 @@ use crate::backend::kernel::{FloatOp, SameOp};
 use crate::dtype::{compute_dtype, dispatch, DType, DTypeFn, Element};
 use crate::Scalar;
 
+/// The cubic coefficient of gelu's tanh approximation.
+const GELU_TANH_KAPPA: f64 = 0.044715;
+
+/// `(√(2/π), 0.044715)` in `T`: the scale and cubic coefficient of gelu's tanh form.
+fn gelu_tanh_constants<T: Float>() -> (T, T) {
+    let beta = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+    (T::from_f64(beta), T::from_f64(GELU_TANH_KAPPA))
+}
+
 struct FloatKernel<'a>(&'a Plan, FloatOp);
 
 impl FloatFn for FloatKernel<'_> {
@@ -35,6 +44,30 @@ impl FloatFn for FloatKernel<'_> {
                 }),
                 FloatOp::Silu => {
                     kernels::map1::<T, T>(plan, move |x| x.div(one.add(x.neg().exp_vectorisable())))
+                }
+                FloatOp::GeluTanh => {
+                    let (beta, kappa) = gelu_tanh_constants::<T>();
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let inner = beta.mul(x.add(kappa.mul(x).mul(x).mul(x)));
+                        half.mul(x).mul(one.add(inner.tanh_vectorisable()))
+                    })
+                }
+                FloatOp::GeluTanhDerivative => {
+                    let (beta, kappa) = gelu_tanh_constants::<T>();
+                    let three_kappa = T::from_f64(3.0 * GELU_TANH_KAPPA);
+                    // PyTorch's `gelu_backward` with approximate="tanh", term by term.
+                    kernels::map1::<T, T>(plan, move |x| {
+                        let x_sq = x.mul(x);
+                        let inner = beta.mul(x.add(kappa.mul(x_sq).mul(x)));
+                        let t = inner.tanh_vectorisable();
+                        let left = half.mul(x);
+                        let right = one.add(t);
+                        let left_derivative = half.mul(right);
+                        let right_derivative = left
+                            .mul(one.sub(t.mul(t)))
+                            .mul(beta.mul(one.add(three_kappa.mul(x_sq))));
+                        left_derivative.add(right_derivative)
+                    })
                 }
                 FloatOp::GeluDerivative => {
                     let inv_sqrt_2pi = T::from_f64(
