@@ -183,6 +183,16 @@ fn transformer_ops_fixture_matches_pytorch() {
     assert_all_pass("transformer_ops");
 }
 
+/// `scaled_dot_product_attention` (strata's math path) against PyTorch's choice of path:
+/// 2-, 3- and 4-d shapes, broadcast batches, bool and float masks (a fully masked row
+/// included), `is_causal` with L < S and L > S, `scale`, grouped-query heads, gradients of
+/// q, k and v, f64, and the errors PyTorch raises. Made by
+/// `scripts/make-attention-programs.py`; the answers are PyTorch's.
+#[test]
+fn attention_fixture_matches_pytorch() {
+    assert_all_pass("attention");
+}
+
 /// The op, autograd and functional-nn suites.
 #[test]
 fn ops_autograd_and_nn_suites_match_pytorch() {

@@ -41,6 +41,27 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Option<Result<Produced, Str
         "linear" => {
             need(op, xs, 2).and_then(|()| F::linear(&xs[0], &xs[1], xs.get(2)).map_err(err))
         }
+        "scaled_dot_product_attention" => need(op, xs, 3).and_then(|()| {
+            if a.has("backend") && a.str("backend")? != "math" {
+                return Err(format!(
+                    "scaled_dot_product_attention: backend '{}' is not available: strata has \
+                     the math path only",
+                    a.str("backend")?
+                ));
+            }
+            let opts = F::SdpaOptions {
+                attn_mask: xs.get(3),
+                dropout_p: a.float_or("dropout_p", 0.0)?,
+                is_causal: a.bool_or("is_causal", false)?,
+                scale: if a.has("scale") {
+                    Some(a.float_or("scale", 0.0)?)
+                } else {
+                    None
+                },
+                enable_gqa: a.bool_or("enable_gqa", false)?,
+            };
+            F::scaled_dot_product_attention_with(&xs[0], &xs[1], &xs[2], &opts).map_err(err)
+        }),
         "cross_entropy" => need(op, xs, 2).and_then(|()| {
             let opts = F::CrossEntropyOptions {
                 reduction: reduction(a)?,

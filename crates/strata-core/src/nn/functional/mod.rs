@@ -3,6 +3,7 @@
 //! validates everything before it allocates and records its own backward where composing
 //! other ops would save more than the backward needs.
 
+mod attention;
 mod batch_norm;
 mod bce_logits;
 mod check;
@@ -21,6 +22,7 @@ mod pair;
 mod pool;
 mod recurrent;
 
+pub use attention::{scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaOptions};
 pub use batch_norm::batch_norm;
 pub use bce_logits::binary_cross_entropy_with_logits;
 pub use conv::{conv2d, conv2d_with, Conv2dOptions, COLUMN_BUDGET_BYTES};
