@@ -1,6 +1,7 @@
 //! The layers of `torch.nn`, with PyTorch's parameter names and default initialisation.
 
 mod activation;
+mod attention;
 mod batch_norm;
 mod conv;
 mod defaults;
@@ -12,6 +13,7 @@ mod pool;
 mod rnn;
 
 pub use activation::{GeluApproximate, LogSoftmax, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
+pub use attention::{AttendOptions, MultiheadAttention, MultiheadAttentionOptions};
 pub use batch_norm::{BatchNorm, BatchNorm1d, BatchNorm2d};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use embedding::Embedding;

@@ -149,7 +149,7 @@ fn grouped(op: &'static str, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<(Tens
     }
     let heads = |t: &Tensor| t.shape()[t.dim() - 3];
     let (hq, hk, hv) = (heads(q), heads(k), heads(v));
-    if hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0 {
+    if hk == 0 || hv == 0 || !hq.is_multiple_of(hk) || !hq.is_multiple_of(hv) {
         return Err(Error::shape(
             op,
             format!(
