@@ -137,10 +137,10 @@ impl OpContext {
         }
     }
 
-    /// Where an op's allocations belong while ops are attributed to the program's lines: inside backward, to the forward op the
-    /// node was recorded for; inside another op or a library module's call, to the line
-    /// the program wrote; otherwise to `caller`, which becomes the thread's outer site
-    /// (`true`: this op set it).
+    /// Where an op's allocations belong while ops are attributed to the program's lines:
+    /// inside backward, to the forward op the node was recorded for; inside another op or
+    /// a library module's call, to the line the program wrote; otherwise to `caller`, which
+    /// becomes the thread's outer site (`true`: this op set it).
     fn attribute(
         op: &'static str,
         caller: &'static Location<'static>,

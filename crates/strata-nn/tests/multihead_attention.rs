@@ -4,9 +4,13 @@
 //! every parameter). Each case loads PyTorch's state dict by its keys, runs the same call
 //! and compares everything.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use strata_core::{DType, Tensor};
+
+use common::assert_close;
 use strata_nn::state::{LoadOptions, StateDict, StateDictExt};
 use strata_nn::{AttendOptions, Module, MultiheadAttention, MultiheadAttentionOptions};
 
@@ -14,17 +18,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/torch")
         .join(name)
-}
-
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape(), want.shape(), "{what}");
-    let (g, w) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
-    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-5 + 1e-4 * b.abs(),
-            "{what}[{k}]: strata {a}, PyTorch {b}"
-        );
-    }
 }
 
 /// Runs case `name` built with `options` and called with the masks its inputs hold.

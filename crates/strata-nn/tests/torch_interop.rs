@@ -5,9 +5,13 @@
 //! reproduce PyTorch's outputs. They also write strata's own files, which
 //! `scripts/nn-fixtures.py check DIR` loads into PyTorch (the tests need no torch).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use strata_core::Tensor;
+
+use common::assert_close;
 use strata_nn::state::{LoadOptions, StateDict, StateDictExt};
 use strata_nn::{
     BatchNorm2d, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ReLU, RnnConfig,
@@ -79,17 +83,6 @@ fn outputs(
             let _ = name;
             vec![("output".into(), model.call(x).unwrap())]
         }
-    }
-}
-
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
-    assert_eq!(got.shape(), want.shape(), "{what}");
-    let (g, w) = (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
-    for (k, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-5 + 1e-4 * b.abs(),
-            "{what}[{k}]: strata {a}, PyTorch {b}"
-        );
     }
 }
 

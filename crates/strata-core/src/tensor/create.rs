@@ -154,6 +154,28 @@ impl DTypeFn for Random<'_> {
     }
 }
 
+/// A new tensor of `shape` and `dtype` holding samples of `distribution` from `generator`
+/// (on meta: the shape, nothing drawn).
+fn sample(
+    ctx: &OpContext,
+    shape: &(impl IntoShape + ?Sized),
+    dtype: DType,
+    generator: &mut Generator,
+    distribution: Distribution,
+) -> Result<Tensor> {
+    let shape = &new_sizes(ctx.op(), shape)?[..];
+    check_shape(ctx.op(), shape)?;
+    dispatch(
+        dtype,
+        Random {
+            ctx,
+            shape,
+            generator,
+            distribution,
+        },
+    )
+}
+
 fn check_shape(op: &'static str, shape: &[usize]) -> Result<()> {
     match checked_numel(shape) {
         Some(_) => Ok(()),
@@ -310,18 +332,8 @@ impl Tensor {
         generator: &mut Generator,
     ) -> Result<Tensor> {
         let ctx = OpContext::enter("rand");
-        let shape = &new_sizes(ctx.op(), shape)?[..];
-        check_shape(ctx.op(), shape)?;
         check_floating(ctx.op(), dtype)?;
-        dispatch(
-            dtype,
-            Random {
-                ctx: &ctx,
-                shape,
-                generator,
-                distribution: Distribution::Uniform,
-            },
-        )
+        sample(&ctx, shape, dtype, generator, Distribution::Uniform)
     }
 
     /// Standard normal samples drawn from `generator`.
@@ -332,18 +344,8 @@ impl Tensor {
         generator: &mut Generator,
     ) -> Result<Tensor> {
         let ctx = OpContext::enter("randn");
-        let shape = &new_sizes(ctx.op(), shape)?[..];
-        check_shape(ctx.op(), shape)?;
         check_floating(ctx.op(), dtype)?;
-        dispatch(
-            dtype,
-            Random {
-                ctx: &ctx,
-                shape,
-                generator,
-                distribution: Distribution::Normal,
-            },
-        )
+        sample(&ctx, shape, dtype, generator, Distribution::Normal)
     }
 
     /// Integers drawn uniformly from `low..high` (`high` excluded) by `generator`, as
@@ -359,8 +361,6 @@ impl Tensor {
         generator: &mut Generator,
     ) -> Result<Tensor> {
         let ctx = OpContext::enter("randint");
-        let shape = &new_sizes(ctx.op(), shape)?[..];
-        check_shape(ctx.op(), shape)?;
         if low >= high {
             return Err(Error::argument(
                 ctx.op(),
@@ -382,14 +382,12 @@ impl Tensor {
             }
         }
         let span = high.abs_diff(low);
-        dispatch(
+        sample(
+            &ctx,
+            shape,
             dtype,
-            Random {
-                ctx: &ctx,
-                shape,
-                generator,
-                distribution: Distribution::Integers { low, span },
-            },
+            generator,
+            Distribution::Integers { low, span },
         )
     }
 
