@@ -84,6 +84,7 @@ mod policy;
 mod region;
 mod seam;
 
+pub(crate) use region::without_autocast;
 pub use region::{
     autocast, autocast_default, autocast_dtype, with_autocast, AutocastGuard,
     DEFAULT_CPU_AUTOCAST_DTYPE,

@@ -17,7 +17,15 @@ pub(crate) enum OpCast {
 
 /// The ops that compute in the region's dtype (PyTorch's CPU `lower_precision_fp` list,
 /// as far as strata has the ops).
-pub(crate) const LOWER_PRECISION: &[&str] = &["matmul", "mm", "bmm", "addmm", "linear", "conv2d"];
+pub(crate) const LOWER_PRECISION: &[&str] = &[
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "linear",
+    "conv2d",
+    "scaled_dot_product_attention",
+];
 
 /// The ops that compute in f32 (PyTorch's CPU `fp32` list, as far as strata has the ops).
 pub(crate) const FP32: &[&str] = &[

@@ -91,6 +91,17 @@ pub fn with_autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
     Ok(f())
 }
 
+/// Runs `f` with autocast off (`torch.autocast(enabled=False)`), for an op that has already
+/// cast its inputs and computes its parts in dtypes of its own choosing: inner ops are not
+/// cast again, as PyTorch's autocast wrapper runs the op below its autocast layer.
+pub(crate) fn without_autocast<R>(f: impl FnOnce() -> R) -> R {
+    let _off = AutocastGuard {
+        depth: open_scope(Scope::Autocast(None)),
+        _not_send: PhantomData,
+    };
+    f()
+}
+
 /// The dtype of the innermost open autocast region on this thread, if any.
 pub fn autocast_dtype() -> Option<DType> {
     innermost_autocast().flatten()

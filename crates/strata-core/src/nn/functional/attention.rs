@@ -4,6 +4,7 @@
 
 use super::check::{dtype_is, floating};
 use super::dropout::dropout;
+use crate::api::autocast::without_autocast;
 use crate::api::entry::Entry;
 use crate::op::OpContext;
 use crate::{DType, Error, Result, Tensor};
@@ -47,7 +48,8 @@ pub fn scaled_dot_product_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Resul
 /// [`scaled_dot_product_attention`] with a mask, dropout, causal masking, a scale or
 /// grouped-query heads (see [`SdpaOptions`]).
 ///
-/// It computes as PyTorch's math path does: `q` and `k` each scaled by `√scale`, the
+/// It computes as PyTorch's math path does (bf16 and f16 in f32, the result rounded once):
+/// `q` and `k` each scaled by `√scale`, the
 /// scores `[..., L, S]` materialised, the mask added in place, a softmax that gives 0 (not
 /// NaN) to a row whose every score is masked, dropout, and the product with `v`. Its
 /// memory grows with L·S: the attention weights are saved for backward (with a given
@@ -193,6 +195,23 @@ fn broadcasts_into(from: &[usize], to: &[usize]) -> bool {
 fn math(ctx: &OpContext, q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
     let op = ctx.op();
     check(op, q, k, v, opts)?;
+    let half = q.dtype();
+    if matches!(half, DType::BF16 | DType::F16) {
+        // PyTorch's CPU math path computes half precision in f32 and rounds the result
+        // once (its gradients come back through the same casts); inside an autocast region
+        // its products must stay in f32 too.
+        let wide = |t: &Tensor| t.to(DType::F32);
+        let mask = match opts.attn_mask {
+            Some(m) if m.dtype() == half => Some(wide(m)?),
+            _ => None,
+        };
+        let opts = SdpaOptions {
+            attn_mask: mask.as_ref().or(opts.attn_mask),
+            ..*opts
+        };
+        let (q, k, v) = (wide(q)?, wide(k)?, wide(v)?);
+        return without_autocast(|| math(ctx, &q, &k, &v, &opts))?.to(half);
+    }
     let (k, v) = if opts.enable_gqa {
         grouped(op, q, k, v)?
     } else {
