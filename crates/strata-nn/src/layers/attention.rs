@@ -196,27 +196,12 @@ impl MultiheadAttention {
 
     /// The three projection weights (views of `in_proj_weight` when packed) and biases.
     fn projection_weights(&self) -> Result<([Tensor; 3], [Option<Tensor>; 3])> {
-        let e = self.embed_dim;
         let weights = match &self.projections {
-            Projections::Packed(w) => {
-                let w = w.get();
-                [
-                    w.narrow(0i64, 0i64, e)?,
-                    w.narrow(0i64, e as i64, e)?,
-                    w.narrow(0i64, 2 * e as i64, e)?,
-                ]
-            }
+            Projections::Packed(w) => thirds(&w.get())?,
             Projections::Separate(ws) => [ws[0].get(), ws[1].get(), ws[2].get()],
         };
         let biases = match &self.in_proj_bias {
-            Some(b) => {
-                let b = b.get();
-                [
-                    Some(b.narrow(0i64, 0i64, e)?),
-                    Some(b.narrow(0i64, e as i64, e)?),
-                    Some(b.narrow(0i64, 2 * e as i64, e)?),
-                ]
-            }
+            Some(b) => thirds(&b.get())?.map(Some),
             None => [None, None, None],
         };
         Ok((weights, biases))
@@ -402,6 +387,22 @@ impl MultiheadAttention {
         }
         Ok(mask)
     }
+}
+
+/// The query, key and value parts of a packed projection (`[3E, ..]`): three views along
+/// dimension 0, as PyTorch's `chunk(3)`.
+fn thirds(packed: &Tensor) -> Result<[Tensor; 3]> {
+    let parts = packed.chunk(3, 0)?;
+    <[Tensor; 3]>::try_from(parts).map_err(|parts| {
+        Error::shape(
+            "MultiheadAttention",
+            format!(
+                "a packed projection splits into 3 parts, got {}",
+                parts.len()
+            ),
+            vec![packed.shape().to_vec()],
+        )
+    })
 }
 
 impl Module for MultiheadAttention {
