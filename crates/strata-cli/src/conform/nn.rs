@@ -42,13 +42,20 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Option<Result<Produced, Str
             need(op, xs, 2).and_then(|()| F::linear(&xs[0], &xs[1], xs.get(2)).map_err(err))
         }
         "scaled_dot_product_attention" => need(op, xs, 3).and_then(|()| {
-            if a.has("backend") && a.str("backend")? != "math" {
-                return Err(format!(
-                    "scaled_dot_product_attention: backend '{}' is not available: strata has \
-                     the math path only",
-                    a.str("backend")?
-                ));
-            }
+            // `backend` restricts the choice as PyTorch's scoped `sdpa_kernel` does.
+            let backends: &[F::SdpBackend] = match a.has("backend") {
+                false => &[F::SdpBackend::Math, F::SdpBackend::Flash],
+                true => match a.str("backend")? {
+                    "math" => &[F::SdpBackend::Math],
+                    "flash" => &[F::SdpBackend::Flash],
+                    other => {
+                        return Err(format!(
+                            "scaled_dot_product_attention: unknown backend '{other}' (math or \
+                             flash)"
+                        ))
+                    }
+                },
+            };
             let opts = F::SdpaOptions {
                 attn_mask: xs.get(3),
                 dropout_p: a.float_or("dropout_p", 0.0)?,
@@ -60,7 +67,10 @@ pub fn run(op: &str, xs: &[Tensor], a: &Args<'_>) -> Option<Result<Produced, Str
                 },
                 enable_gqa: a.bool_or("enable_gqa", false)?,
             };
-            F::scaled_dot_product_attention_with(&xs[0], &xs[1], &xs[2], &opts).map_err(err)
+            F::sdpa_kernel(backends, || {
+                F::scaled_dot_product_attention_with(&xs[0], &xs[1], &xs[2], &opts)
+            })
+            .map_err(err)
         }),
         "cross_entropy" => need(op, xs, 2).and_then(|()| {
             let opts = F::CrossEntropyOptions {

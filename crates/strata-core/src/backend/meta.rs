@@ -11,6 +11,7 @@ use super::args::{
     DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
     SoftmaxArgs, UpdateArgs,
 };
+use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
@@ -64,4 +65,17 @@ impl Backend for Meta {
     unsafe fn max_pool2d_backward(&self, _: &MaxPoolBackwardArgs) {}
 
     unsafe fn update(&self, _: &UpdateArgs<'_>) {}
+
+    fn fused_attention(&self) -> bool {
+        // As the CPU, so that attention takes the same path and allocates the same.
+        true
+    }
+
+    unsafe fn attention_forward(&self, _: &AttentionArgs<'_>) -> bool {
+        true
+    }
+
+    unsafe fn attention_backward(&self, _: &AttentionBackwardArgs<'_>) -> bool {
+        true
+    }
 }

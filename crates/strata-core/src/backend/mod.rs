@@ -16,10 +16,11 @@
 //! ternary), copies and fills, the transfers to and from host memory, folds (reductions,
 //! scans, best-element searches), softmax rows, matrix products, and the indexed walks.
 //! Descriptors and shapes are plain data ([`kernel`]), loops are [`plan`]s, and every other
-//! method takes one argument struct ([`args`]); every pointer a method takes is the caller's
+//! method takes one argument struct ([`args`], and [`attention`] for the fused attention); every pointer a method takes is the caller's
 //! promise, spelled out in its `# Safety` section.
 
 pub(crate) mod args;
+pub(crate) mod attention;
 pub(crate) mod cpu;
 pub(crate) mod kernel;
 mod meta;
@@ -33,6 +34,7 @@ use args::{
     DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
     SoftmaxArgs, UpdateArgs,
 };
+use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 
 /// The kernels of one device.
@@ -40,8 +42,10 @@ use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 /// Every method below is required: each is a kernel family with nothing smaller to build it
 /// from, and `copy_to_host`/`copy_from_host` are how the host reaches the device's memory at
 /// all. A method added for a fused kernel (im2col, a fused recurrent cell) must come with a
-/// default body composed from these, so that a backend implements it only to go faster.
-/// Everything a method takes is defined in this module ([`plan`], [`args`], [`kernel`]),
+/// default body composed from these, or (the fused attention) a default that declines so
+/// that the op composes the result from these: a backend implements it only to go faster.
+/// Everything a method takes is defined in this module ([`plan`], [`args`], [`kernel`],
+/// [`attention`]),
 /// never in a backend, and no pointer it is given is dereferenced above the seam.
 pub(crate) trait Backend: Sync {
     /// The device whose memory these kernels read and write.
@@ -208,6 +212,42 @@ pub(crate) trait Backend: Sync {
     /// gradient `n` readable ones; the written operands share no memory with each other or
     /// the gradient, and the op holds their storages locked.
     unsafe fn update(&self, args: &UpdateArgs<'_>);
+
+    /// Whether this backend has the fused attention kernels
+    /// ([`Backend::attention_forward`] and [`Backend::attention_backward`]). Without them
+    /// (the default), `scaled_dot_product_attention` takes its math path, composed of the
+    /// kernels above, on this device.
+    fn fused_attention(&self) -> bool {
+        false
+    }
+
+    /// The fused attention forward (see [`AttentionArgs`]): an online softmax over key
+    /// blocks that never holds more than one block of scores per thread. Returns false,
+    /// writing nothing, on a backend without it ([`Backend::fused_attention`]).
+    ///
+    /// # Safety
+    /// `q`, `k`, `v` and the mask must address readable elements for every `(b, h, row,
+    /// col)` of the problem, the output and the log-sum-exp their contiguous extents of
+    /// writable elements, and the scratch `tiles.slots · tiles.forward_slot` writable
+    /// elements of the compute dtype; nothing written overlaps anything else, and nothing
+    /// else touches the written memory during the call.
+    unsafe fn attention_forward(&self, args: &AttentionArgs<'_>) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// The fused attention backward (see [`AttentionBackwardArgs`]), recomputing each block's
+    /// probabilities from the saved log-sum-exp. Returns false, writing nothing, on a backend
+    /// without it.
+    ///
+    /// # Safety
+    /// As for [`Backend::attention_forward`], with the output and the log-sum-exp read, the
+    /// output's gradient readable like `q`, and `dq`, `dk` and `dv` the contiguous extents of
+    /// `q`'s, `k`'s and `v`'s shapes, writable, apart from everything else.
+    unsafe fn attention_backward(&self, args: &AttentionBackwardArgs<'_>) -> bool {
+        let _ = args;
+        false
+    }
 }
 
 /// The backend whose kernels run on `device`'s memory.

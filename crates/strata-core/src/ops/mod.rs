@@ -1,6 +1,7 @@
 //! The ops. Each public op is a `#[track_caller]` method that enters an [`crate::OpContext`],
 //! validates everything (*infer*), then allocates and runs (*execute*).
 
+pub(crate) mod attention;
 pub mod binary;
 mod contiguous;
 pub mod copy;

@@ -9,6 +9,7 @@
 //! *runs*: `n` elements along the innermost dimension, each operand advancing by its own byte
 //! stride. Kernels ([`kernels`]) work on runs, converting dtypes blockwise.
 
+mod attention;
 pub(crate) mod binary;
 pub(crate) mod chunk;
 pub(crate) mod convert;
@@ -32,6 +33,7 @@ use super::args::{
     DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
     SoftmaxArgs, UpdateArgs,
 };
+use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::dtype::DType;
@@ -140,6 +142,22 @@ impl Backend for Cpu {
     unsafe fn update(&self, args: &UpdateArgs<'_>) {
         // SAFETY: forwarded from the caller.
         unsafe { update::update(args) }
+    }
+
+    fn fused_attention(&self) -> bool {
+        true
+    }
+
+    unsafe fn attention_forward(&self, args: &AttentionArgs<'_>) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { attention::attention_forward(args) };
+        true
+    }
+
+    unsafe fn attention_backward(&self, args: &AttentionBackwardArgs<'_>) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { attention::attention_backward(args) };
+        true
     }
 }
 

@@ -22,7 +22,10 @@ mod pair;
 mod pool;
 mod recurrent;
 
-pub use attention::{scaled_dot_product_attention, scaled_dot_product_attention_with, SdpaOptions};
+pub use attention::{
+    scaled_dot_product_attention, scaled_dot_product_attention_with, sdpa_kernel, SdpBackend,
+    SdpaOptions,
+};
 pub use batch_norm::batch_norm;
 pub use bce_logits::binary_cross_entropy_with_logits;
 pub use conv::{conv2d, conv2d_with, Conv2dOptions, COLUMN_BUDGET_BYTES};

@@ -113,8 +113,9 @@ fn execute(
     Ok(())
 }
 
-/// A temporary storage of `len` elements of `dtype` for this op, or `None` for none.
-fn temporary(
+/// A temporary storage of `len` elements of `dtype` for this op (a kernel's working
+/// buffer, allocated through the op so that its statistics count it), or `None` for none.
+pub(crate) fn temporary(
     ctx: &OpContext,
     len: usize,
     dtype: DType,
@@ -126,7 +127,7 @@ fn temporary(
     let bytes = len.checked_mul(dtype.size()).ok_or_else(|| {
         Error::shape(
             ctx.op(),
-            format!("the product's working buffer of {len} elements is too large to address"),
+            format!("the working buffer of {len} elements is too large to address"),
             vec![],
         )
     })?;

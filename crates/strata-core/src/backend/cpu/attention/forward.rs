@@ -1,0 +1,144 @@
+//! The fused forward: for each block of query rows, an online softmax over the key blocks
+//! (causal masking stops at the block's last diagonal), then the output and the rows'
+//! log-sum-exp.
+
+use super::{head_rows, mask_row, narrow, product, spread, Acc, ReadOnly, Rows, Shared};
+use crate::backend::attention::AttentionArgs;
+
+/// Runs the forward in compute type `C`.
+///
+/// # Safety
+/// As for [`crate::backend::Backend::attention_forward`].
+pub(super) unsafe fn run<C: Acc>(a: &AttentionArgs<'_>) {
+    let (p, t) = (a.problem, a.tiles);
+    let blocks = p.q_blocks(t.q_block);
+    let items = p.batch * p.heads * blocks;
+    let out = Shared(a.out);
+    let lse = Shared(a.lse.cast::<C>());
+    let args = ReadOnly(a);
+    // SAFETY: the scratch holds `slots` slots (the caller's contract); each item writes only
+    // its own rows of the output and the log-sum-exp.
+    unsafe {
+        spread(
+            t.slots,
+            items,
+            t.forward_slot(p),
+            a.scratch.cast::<C>(),
+            |item, slot| block(args.get(), item / blocks, item % blocks, slot, out, lse),
+        )
+    };
+}
+
+/// One block of query rows of head `bh` (`b·heads + h`).
+fn block<C: Acc>(
+    a: &AttentionArgs<'_>,
+    bh: usize,
+    q_block: usize,
+    slot: &mut [C],
+    out: Shared<u8>,
+    lse: Shared<C>,
+) {
+    let (p, t) = (a.problem, a.tiles);
+    let (b, h) = (bh / p.heads, bh % p.heads);
+    let kvh = p.kv_head(h);
+    let (bq, bk, e, ev) = (t.q_block, t.kv_block, p.e, p.ev);
+    let i0 = q_block * bq;
+    let rows = bq.min(p.l - i0);
+    let (scores, rest) = slot.split_at_mut(bq * bk);
+    let (acc, rest) = rest.split_at_mut(bq * ev);
+    let (max, rest) = rest.split_at_mut(bq);
+    let (sum, rest) = rest.split_at_mut(bq);
+    let (q_room, rest) = rest.split_at_mut(if t.widens { bq * e } else { 0 });
+    let (k_room, v_room) = rest.split_at_mut(if t.widens { bk * e } else { 0 });
+    max.fill(C::NEG_INF);
+    sum.fill(C::ZERO);
+    acc.fill(C::ZERO);
+    let scale = C::from_f64(p.scale);
+    // SAFETY: the caller's contract makes every row of every head of q, k, v and the mask
+    // readable; the slot is this thread's own.
+    let q = unsafe { head_rows(&a.q, a.dtype, (b, h, i0), rows, e, q_room) };
+    let keys = p.keys_for(i0..i0 + rows);
+    let mut j0 = 0;
+    while j0 < keys {
+        let cols = bk.min(keys - j0);
+        // SAFETY: as above.
+        let (k, v): (Rows<C>, Rows<C>) = unsafe {
+            (
+                head_rows(&a.k, a.dtype, (b, kvh, j0), cols, e, k_room),
+                head_rows(&a.v, a.dtype, (b, kvh, j0), cols, ev, v_room),
+            )
+        };
+        // SAFETY: the scores tile holds `bq × bk`; q and k address `rows × e` and `cols × e`.
+        unsafe {
+            product(
+                (rows, cols, e),
+                scores.as_mut_ptr(),
+                bk,
+                false,
+                (q.ptr, q.stride, 1),
+                (k.ptr, 1, k.stride),
+                scale,
+            )
+        };
+        for r in 0..rows {
+            let row = &mut scores[r * bk..r * bk + cols];
+            // SAFETY: as above.
+            unsafe { mask_row(p, a.mask.as_ref(), (b, h, i0 + r), j0, row) };
+            let top = row.iter().fold(max[r], |m, &x| if x > m { x } else { m });
+            if top == C::NEG_INF {
+                // Nothing attended yet: the row adds nothing.
+                row.fill(C::ZERO);
+                continue;
+            }
+            let mut total = C::ZERO;
+            for x in row.iter_mut() {
+                *x = (*x - top).exp_vectorisable();
+                total += *x;
+            }
+            let rescale = (max[r] - top).exp_vectorisable();
+            sum[r] = sum[r] * rescale + total;
+            max[r] = top;
+            if rescale != C::ONE {
+                for x in &mut acc[r * ev..(r + 1) * ev] {
+                    *x *= rescale;
+                }
+            }
+        }
+        // SAFETY: the accumulator holds `bq × ev`; the probabilities `rows × cols` (row
+        // stride bk) and v `cols × ev`.
+        unsafe {
+            product(
+                (rows, ev, cols),
+                acc.as_mut_ptr(),
+                ev,
+                true,
+                (scores.as_ptr(), bk, 1),
+                (v.ptr, v.stride, 1),
+                C::ONE,
+            )
+        };
+        j0 += cols;
+    }
+    for r in 0..rows {
+        let row = &mut acc[r * ev..(r + 1) * ev];
+        let weight = if sum[r] > C::ZERO {
+            C::ONE / sum[r]
+        } else {
+            C::ZERO
+        };
+        for x in row.iter_mut() {
+            *x *= weight;
+        }
+        let at = bh * p.l + i0 + r;
+        let dst = out.0.wrapping_add(at * ev * a.dtype.size());
+        // SAFETY: row `at` of the contiguous output is this item's own.
+        unsafe { narrow(a.dtype, row, dst) };
+        let log_sum = if sum[r] > C::ZERO {
+            max[r] + sum[r].ln()
+        } else {
+            C::NEG_INF
+        };
+        // SAFETY: element `at` of the contiguous log-sum-exp is this item's own.
+        unsafe { *lse.0.add(at) = log_sum };
+    }
+}

@@ -1,0 +1,276 @@
+//! The fused attention's forward and backward over 4-d `[B, heads, L, E]` operands: the
+//! outputs and the kernels' scratch are allocated here, through the op, and the kernels run
+//! on the operands' backend ([`crate::backend::attention`]).
+
+use std::sync::Arc;
+
+use super::matmul::temporary;
+use crate::backend::attention::{
+    AttentionArgs, AttentionBackwardArgs, AttentionProblem, AttentionTiles, HeadOperand,
+    MaskOperand,
+};
+use crate::backend::for_device;
+use crate::layout::Layout;
+use crate::op::OpContext;
+use crate::storage::{lock_storages, Access, Storage, StorageGuards};
+use crate::tensor::Body;
+use crate::{num_threads, Error, Result, Tensor};
+
+/// The operands of one fused attention: 4-d `q`, `k`, `v` whose last dimensions are
+/// contiguous, with equal batch sizes, and key/value heads dividing the query heads; a mask
+/// of at most 4 dimensions that broadcasts to `[B, heads, L, S]`.
+pub(crate) struct FusedAttention<'a> {
+    /// `[B, heads, L, E]`.
+    pub(crate) q: &'a Tensor,
+    /// `[B, kv_heads, S, E]`.
+    pub(crate) k: &'a Tensor,
+    /// `[B, kv_heads, S, Ev]`.
+    pub(crate) v: &'a Tensor,
+    /// Bool (true = attend) or floating (added), if any.
+    pub(crate) mask: Option<&'a Tensor>,
+    /// The scores' factor.
+    pub(crate) scale: f64,
+    /// Query `i` attends keys `0..=i` only.
+    pub(crate) causal: bool,
+}
+
+impl FusedAttention<'_> {
+    /// The problem these operands pose.
+    pub(crate) fn problem(&self) -> AttentionProblem {
+        let (q, k, v) = (self.q.shape(), self.k.shape(), self.v.shape());
+        AttentionProblem {
+            batch: q[0],
+            heads: q[1],
+            kv_heads: k[1],
+            l: q[2],
+            s: k[2],
+            e: q[3],
+            ev: v[3],
+            scale: self.scale,
+            causal: self.causal,
+        }
+    }
+}
+
+/// The bodies of the operands, locked for reading while the kernel runs.
+struct Read {
+    q: Body,
+    k: Body,
+    v: Body,
+    mask: Option<Body>,
+}
+
+impl Read {
+    fn of(x: &FusedAttention<'_>) -> Read {
+        Read {
+            q: x.q.body(),
+            k: x.k.body(),
+            v: x.v.body(),
+            mask: x.mask.map(Tensor::body),
+        }
+    }
+
+    /// Every storage read, with `writes` written.
+    fn locks<'s>(&'s self, writes: &[&'s Storage]) -> Vec<(&'s Storage, Access)> {
+        let mut locks: Vec<_> = writes.iter().map(|&s| (s, Access::Write)).collect();
+        locks.extend([&self.q, &self.k, &self.v].map(|b| (&*b.storage, Access::Read)));
+        if let Some(m) = &self.mask {
+            locks.push((&*m.storage, Access::Read));
+        }
+        locks
+    }
+}
+
+/// Where a 4-d operand with a contiguous last dimension lies, from its locked storage.
+fn head_operand(guards: &StorageGuards<'_>, body: &Body, esize: usize) -> HeadOperand {
+    let st = body.layout.strides();
+    HeadOperand {
+        ptr: guards
+            .read_ptr(&body.storage)
+            .wrapping_add(body.layout.offset() * esize),
+        batch: st[0],
+        head: st[1],
+        row: st[2],
+    }
+}
+
+/// The mask broadcast to `[B, heads, L, S]`: its strides aligned to the right, 0 along
+/// every dimension it lacks or has as 1.
+fn mask_operand(guards: &StorageGuards<'_>, body: &Body, dtype: crate::DType) -> MaskOperand {
+    let sizes = body.layout.sizes();
+    let st = body.layout.strides();
+    let mut strides = [0; 4];
+    let skip = 4 - sizes.len();
+    for (d, (&n, &s)) in sizes.iter().zip(st).enumerate() {
+        strides[skip + d] = if n == 1 { 0 } else { s };
+    }
+    MaskOperand {
+        ptr: guards
+            .read_ptr(&body.storage)
+            .wrapping_add(body.layout.offset() * dtype.size()),
+        dtype,
+        strides,
+    }
+}
+
+/// The mask's operand, if there is a mask.
+fn mask_operand_of(
+    guards: &StorageGuards<'_>,
+    read: &Read,
+    x: &FusedAttention<'_>,
+) -> Option<MaskOperand> {
+    let (body, mask) = (read.mask.as_ref()?, x.mask?);
+    Some(mask_operand(guards, body, mask.dtype()))
+}
+
+/// A new contiguous tensor of `shape` for the op's result.
+fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize], dtype: crate::DType) -> Result<Tensor> {
+    Tensor::uninit_with_layout(ctx, Layout::contiguous(shape, 0), dtype, like.device())
+}
+
+/// The error for a backend without the fused kernels (the caller checks first).
+fn no_kernel(op: &'static str, device: crate::Device) -> Error {
+    Error::Unsupported {
+        op,
+        message: format!("{device} has no fused attention kernel; use the math path"),
+    }
+}
+
+/// The output `[B, heads, L, Ev]` of `x`'s dtype and each row's log-sum-exp `[B, heads, L]`
+/// (f64 for f64, else f32; `-inf` for a row that attends nothing).
+pub(crate) fn attention_forward(
+    ctx: &OpContext,
+    x: &FusedAttention<'_>,
+) -> Result<(Tensor, Tensor)> {
+    let p = x.problem();
+    let dtype = x.q.dtype();
+    let compute = AttentionProblem::compute(dtype);
+    let backend = for_device(x.q.device())?;
+    if !backend.fused_attention() {
+        return Err(no_kernel(ctx.op(), x.q.device()));
+    }
+    let out = fresh(ctx, x.q, &[p.batch, p.heads, p.l, p.ev], dtype)?;
+    let lse = fresh(ctx, x.q, &[p.batch, p.heads, p.l], compute)?;
+    let tiles = AttentionTiles::forward(&p, dtype, num_threads());
+    let mut scratch = temporary(
+        ctx,
+        tiles.slots * tiles.forward_slot(&p),
+        compute,
+        x.q.device(),
+    )?;
+    let scratch_ptr = scratch_ptr(&mut scratch);
+    let read = Read::of(x);
+    let (ob, lb) = (out.body(), lse.body());
+    let guards = lock_storages(&read.locks(&[&ob.storage, &lb.storage]));
+    let esize = dtype.size();
+    let args = AttentionArgs {
+        dtype,
+        problem: &p,
+        tiles,
+        q: head_operand(&guards, &read.q, esize),
+        k: head_operand(&guards, &read.k, esize),
+        v: head_operand(&guards, &read.v, esize),
+        mask: mask_operand_of(&guards, &read, x),
+        out: guards.write_ptr(&ob.storage),
+        lse: guards.write_ptr(&lb.storage),
+        scratch: scratch_ptr,
+    };
+    // SAFETY: q, k, v and the mask are locked for reading and their layouts (validated by
+    // the caller: 4-d, last dimension contiguous, heads and batch as the problem says, a
+    // mask that broadcasts) address every element the problem reads; `out` and `lse` are
+    // fresh and contiguous, locked for writing; the scratch is this call's own, sized as
+    // the tiles say.
+    let ran = unsafe { backend.attention_forward(&args) };
+    drop(guards);
+    drop(scratch);
+    if !ran {
+        return Err(no_kernel(ctx.op(), x.q.device()));
+    }
+    Ok((out, lse))
+}
+
+/// The gradients of `q`, `k` and `v` (contiguous, of their shapes and dtype) from `grad`,
+/// the output's gradient, with the forward's `out` and `lse`.
+pub(crate) fn attention_backward(
+    ctx: &OpContext,
+    x: &FusedAttention<'_>,
+    grad: &Tensor,
+    out: &Tensor,
+    lse: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let p = x.problem();
+    let dtype = x.q.dtype();
+    let compute = AttentionProblem::compute(dtype);
+    let backend = for_device(x.q.device())?;
+    if !backend.fused_attention() {
+        return Err(no_kernel(ctx.op(), x.q.device()));
+    }
+    // The kernel reads the gradient's rows contiguously (a gradient broadcast from a sum
+    // has stride 0 there).
+    let grad = if grad.stride().last() == Some(&1) {
+        grad.clone()
+    } else {
+        grad.contiguous()?
+    };
+    let dq = fresh(ctx, x.q, &x.q.shape(), dtype)?;
+    let dk = fresh(ctx, x.q, &x.k.shape(), dtype)?;
+    let dv = fresh(ctx, x.q, &x.v.shape(), dtype)?;
+    let tiles = AttentionTiles::backward(&p, dtype, num_threads());
+    let mut scratch = temporary(
+        ctx,
+        tiles.slots * tiles.backward_slot(&p),
+        compute,
+        x.q.device(),
+    )?;
+    let scratch_ptr = scratch_ptr(&mut scratch);
+    let read = Read::of(x);
+    let (ob, lb, gb) = (out.body(), lse.body(), grad.body());
+    let (qb, kb, vb) = (dq.body(), dk.body(), dv.body());
+    let mut locks = read.locks(&[&qb.storage, &kb.storage, &vb.storage]);
+    locks.extend([&ob, &lb, &gb].map(|b| (&*b.storage, Access::Read)));
+    let guards = lock_storages(&locks);
+    let esize = dtype.size();
+    let at = |b: &Body, size: usize| {
+        guards
+            .read_ptr(&b.storage)
+            .wrapping_add(b.layout.offset() * size)
+    };
+    let args = AttentionBackwardArgs {
+        forward: AttentionArgs {
+            dtype,
+            problem: &p,
+            tiles: AttentionTiles::forward(&p, dtype, num_threads()),
+            q: head_operand(&guards, &read.q, esize),
+            k: head_operand(&guards, &read.k, esize),
+            v: head_operand(&guards, &read.v, esize),
+            mask: mask_operand_of(&guards, &read, x),
+            out: at(&ob, esize).cast_mut(),
+            lse: at(&lb, compute.size()).cast_mut(),
+            scratch: std::ptr::null_mut(),
+        },
+        grad: head_operand(&guards, &gb, esize),
+        dq: guards.write_ptr(&qb.storage),
+        dk: guards.write_ptr(&kb.storage),
+        dv: guards.write_ptr(&vb.storage),
+        tiles,
+        scratch: scratch_ptr,
+    };
+    // SAFETY: as for the forward; `out` and `lse` are the forward's contiguous results,
+    // read; the gradient has a contiguous last dimension and the output's shape; dq, dk
+    // and dv are fresh and contiguous, locked for writing.
+    let ran = unsafe { backend.attention_backward(&args) };
+    drop(guards);
+    drop(scratch);
+    if !ran {
+        return Err(no_kernel(ctx.op(), x.q.device()));
+    }
+    Ok((dq, dk, dv))
+}
+
+/// The scratch's first element (null for no scratch).
+fn scratch_ptr(scratch: &mut Option<Arc<Storage>>) -> *mut u8 {
+    scratch
+        .as_mut()
+        .and_then(Storage::unshared_write_ptr)
+        .unwrap_or(std::ptr::null_mut())
+}
