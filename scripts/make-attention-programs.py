@@ -10,7 +10,8 @@ PyTorch's answers come from the conformance oracle, run where PyTorch is install
 
 Inputs are fixed pseudo-random values (no random ops), so the answers never change unless
 the programs do. Programs without a `backend` argument let PyTorch choose its path (its
-fused CPU kernel for 4-d inputs); strata's math path must agree within the tolerances.
+fused CPU kernel for 4-d and 3-d inputs without dropout), as strata does by the same rule;
+`backend` restricts both to one path, as PyTorch's `sdpa_kernel` does.
 """
 import json
 import os
@@ -127,6 +128,41 @@ sdpa([1, 3, 4, 8], [1, 2, 4, 8], [1, 2, 4, 8])
 sdpa([4, 8], [4, 6], [4, 8])
 sdpa([8], [8], [8])
 sdpa([2, 4], [2, 4], [2, 4], dtype="i64")
+# The flash path asked for by name (as PyTorch's sdpa_kernel): several blocks of 32 query
+# rows and of 512 keys, causal masking with L > S and L < S, a mask with a dead row, an
+# additive mask broadcast over heads and rows, grouped and shared key/value heads, 3-d
+# inputs with a 3-d mask, a negative scale (also on the math path), every floating dtype,
+# and autocast taking PyTorch's fused path.
+flash = {"backend": "flash"}
+sdpa([1, 2, 40, 4], [1, 2, 520, 4], [1, 2, 520, 4], flash, grad=True)
+sdpa([1, 2, 70, 4], [1, 2, 40, 4], [1, 2, 40, 4], dict(flash, is_causal=True), grad=True)
+sdpa([1, 2, 40, 4], [1, 2, 70, 4], [1, 2, 70, 4], dict(flash, is_causal=True), grad=True)
+sdpa([2, 2, 4, 8], [2, 2, 6, 8], [2, 2, 6, 8], flash,
+     mask=bool_mask([4, 6], lambda i: i // 6 != 2 and i % 5 != 1), grad=True)
+sdpa([2, 2, 4, 8], [2, 2, 6, 8], [2, 2, 6, 8], flash, mask=tensor("m", [2, 1, 1, 6]), grad=True)
+sdpa([1, 6, 5, 8], [1, 2, 7, 8], [1, 2, 7, 8], dict(flash, enable_gqa=True, is_causal=True),
+     grad=True)
+sdpa([2, 4, 3, 8], [2, 1, 6, 8], [2, 1, 6, 8], flash, grad=True)
+sdpa([3, 5, 8], [3, 7, 8], [3, 7, 8], flash, mask=tensor("m", [3, 5, 7]), grad=True)
+for backend in ("flash", "math"):
+    sdpa([1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], {"backend": backend, "scale": -0.4}, grad=True)
+sdpa([2, 2, 3, 4], [2, 2, 5, 4], [2, 2, 5, 4], dict(flash, is_causal=True), grad=True, dtype="f64")
+sdpa([1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], flash, grad=True, dtype="bf16")
+sdpa([1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], flash, grad=True, dtype="f16")
+program(tensor("q", [1, 2, 3, 8], grad=True) + tensor("kv", [1, 2, 5, 8]) + [
+    {"op": "autocast", "args": {"dtype": "bf16"}},
+    {"op": "scaled_dot_product_attention", "in": ["q", "kv", "kv"], "args": {}, "let": "y"},
+    {"op": "autocast_exit"},
+    {"op": "sum", "in": ["y"], "let": "s"},
+    {"op": "backward", "in": ["s"]},
+    # The leaf's f32 gradient holds bf16 values that may differ from PyTorch's in the last
+    # bf16 bit (f32 sums in another order), beyond f32's tolerance: the bf16 program above
+    # checks the fused gradients at bf16's.
+    {"op": "observe", "in": ["y"], "args": {"values_only": True}}])
+# Errors: flash alone where it cannot run (Ev != E, dropout, 2-d inputs).
+sdpa([1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 4], flash)
+sdpa([1, 2, 4, 8], [1, 2, 6, 8], [1, 2, 6, 8], dict(flash, dropout_p=0.5))
+sdpa([5, 8], [7, 8], [7, 8], flash)
 
 with open(OUT, "w") as f:
     json.dump({"programs": programs}, f)

@@ -183,10 +183,12 @@ fn transformer_ops_fixture_matches_pytorch() {
     assert_all_pass("transformer_ops");
 }
 
-/// `scaled_dot_product_attention` (strata's math path) against PyTorch's choice of path:
-/// 2-, 3- and 4-d shapes, broadcast batches, bool and float masks (a fully masked row
-/// included), `is_causal` with L < S and L > S, `scale`, grouped-query heads, gradients of
-/// q, k and v, f64, and the errors PyTorch raises. Made by
+/// `scaled_dot_product_attention` on the path each side chooses by PyTorch's CPU rule, and
+/// on each path by name (`backend`: math or flash): 2-, 3- and 4-d shapes, broadcast
+/// batches, bool and float masks (a fully masked row included), `is_causal` with L < S and
+/// L > S, `scale` (negative too), grouped and shared key/value heads, several blocks of the
+/// fused kernel, gradients of q, k and v, f64, f16, bf16 and autocast, and the errors
+/// PyTorch raises (flash alone where it cannot run among them). Made by
 /// `scripts/make-attention-programs.py`; the answers are PyTorch's.
 #[test]
 fn attention_fixture_matches_pytorch() {

@@ -3,6 +3,7 @@
 //! importable by `python3`, PyTorch on the same shapes with the same thread count.
 
 pub mod alloc;
+mod attention;
 pub mod autograd;
 mod cnn;
 mod data;
@@ -106,6 +107,27 @@ pub(crate) fn bf16_path() -> &'static str {
         "AVX512_BF16 dot products"
     } else {
         "f32 blocks"
+    }
+}
+
+/// The groups of rows that run alone with [`run_group`].
+pub const GROUPS: [&str; 6] = ["alloc", "autograd", "cnn", "data", "plan", "attention"];
+
+/// Runs one group of [`GROUPS`] alone (PyTorch's figures measured where the group has them).
+pub fn run_group(group: &str, quick: bool) -> strata::Result<Vec<Row>> {
+    let torch = || torch_figures(strata_core::num_threads(), quick);
+    match group {
+        "alloc" => alloc::rows(quick),
+        "autograd" => autograd::rows(quick, torch().as_ref()),
+        "cnn" => cnn::rows(quick, torch().as_ref()),
+        "data" => data::rows(quick),
+        "plan" => plan::rows(quick),
+        "attention" => attention::rows(quick),
+        other => Err(strata::Error::argument(
+            "bench",
+            format!("no benchmark group '{other}'"),
+            Some("use one of alloc, autograd, cnn, data, plan, attention"),
+        )),
     }
 }
 
@@ -261,6 +283,7 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     rows.extend(mlp::rows(quick, torch.as_ref(), sgemm_1024)?);
     rows.extend(data::rows(quick)?);
     rows.extend(plan::rows(quick)?);
+    rows.extend(attention::rows(quick)?);
     Ok(rows)
 }
 

@@ -100,6 +100,9 @@ pub(crate) struct BenchArgs {
     /// Fewer repetitions: a smoke run, not a measurement.
     #[arg(long)]
     pub(crate) quick: bool,
+    /// Run one group of rows alone: alloc, autograd, cnn, data, plan or attention.
+    #[arg(long)]
+    pub(crate) only: Option<String>,
 }
 
 /// `strata train`'s options.

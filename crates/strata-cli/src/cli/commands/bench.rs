@@ -10,8 +10,13 @@ pub(crate) fn run(args: BenchArgs) -> ExitCode {
         markdown,
         json,
         quick,
+        only,
     } = args;
-    let rows = match strata_cli::bench::run(quick) {
+    let rows = match only {
+        Some(group) => strata_cli::bench::run_group(&group, quick),
+        None => strata_cli::bench::run(quick),
+    };
+    let rows = match rows {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("strata bench: {e}");

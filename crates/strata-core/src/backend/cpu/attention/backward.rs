@@ -6,6 +6,7 @@
 
 use half::{bf16, f16};
 
+use super::rows::RowOps;
 use super::{head_rows, mask_row, narrow, product, spread, Acc, ReadOnly, Rows, Shared};
 use crate::backend::attention::{AttentionArgs, AttentionBackwardArgs};
 use crate::DType;
@@ -14,7 +15,7 @@ use crate::DType;
 ///
 /// # Safety
 /// As for [`crate::backend::Backend::attention_backward`].
-pub(super) unsafe fn run<C: Acc>(a: &AttentionBackwardArgs<'_>) {
+pub(super) unsafe fn run<C: RowOps>(a: &AttentionBackwardArgs<'_>) {
     let p = a.forward.problem;
     let items = p.batch * p.kv_heads;
     let grads = Grads {
@@ -134,7 +135,7 @@ unsafe fn store_grad<C: Acc>(dst: Shared<u8>, dtype: DType, head: usize, acc: &[
 }
 
 /// Every query head that reads key/value head `(b, kvh)`.
-fn group<C: Acc>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &mut [C], g: Grads) {
+fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &mut [C], g: Grads) {
     let f = &a.forward;
     let p = f.problem;
     let dtype = f.dtype;
@@ -232,7 +233,7 @@ struct Head<C> {
 /// # Safety
 /// The head's operands must address their full extents; its gradients are this item's own.
 #[allow(clippy::too_many_arguments)]
-unsafe fn query_block<C: Acc>(
+unsafe fn query_block<C: RowOps>(
     a: &AttentionBackwardArgs<'_>,
     hd: &Head<C>,
     i0: usize,
@@ -276,9 +277,7 @@ unsafe fn query_block<C: Acc>(
                 if shift == C::NEG_INF {
                     row.fill(C::ZERO);
                 } else {
-                    for x in row.iter_mut() {
-                        *x = (*x - shift).exp_vectorisable();
-                    }
+                    C::exp_shift(row, shift);
                 }
             }
             // dV[j] += Pᵀ·dO

@@ -2,14 +2,15 @@
 //! (causal masking stops at the block's last diagonal), then the output and the rows'
 //! log-sum-exp.
 
-use super::{head_rows, mask_row, narrow, product, spread, Acc, ReadOnly, Rows, Shared};
+use super::rows::RowOps;
+use super::{head_rows, mask_row, narrow, product, spread, ReadOnly, Rows, Shared};
 use crate::backend::attention::AttentionArgs;
 
 /// Runs the forward in compute type `C`.
 ///
 /// # Safety
 /// As for [`crate::backend::Backend::attention_forward`].
-pub(super) unsafe fn run<C: Acc>(a: &AttentionArgs<'_>) {
+pub(super) unsafe fn run<C: RowOps>(a: &AttentionArgs<'_>) {
     let (p, t) = (a.problem, a.tiles);
     let blocks = p.q_blocks(t.q_block);
     let items = p.batch * p.heads * blocks;
@@ -30,7 +31,7 @@ pub(super) unsafe fn run<C: Acc>(a: &AttentionArgs<'_>) {
 }
 
 /// One block of query rows of head `bh` (`b·heads + h`).
-fn block<C: Acc>(
+fn block<C: RowOps>(
     a: &AttentionArgs<'_>,
     bh: usize,
     q_block: usize,
@@ -84,17 +85,13 @@ fn block<C: Acc>(
             let row = &mut scores[r * bk..r * bk + cols];
             // SAFETY: as above.
             unsafe { mask_row(p, a.mask.as_ref(), (b, h, i0 + r), j0, row) };
-            let top = row.iter().fold(max[r], |m, &x| if x > m { x } else { m });
+            let top = C::row_max(row, max[r]);
             if top == C::NEG_INF {
                 // Nothing attended yet: the row adds nothing.
                 row.fill(C::ZERO);
                 continue;
             }
-            let mut total = C::ZERO;
-            for x in row.iter_mut() {
-                *x = (*x - top).exp_vectorisable();
-                total += *x;
-            }
+            let total = C::exp_sum(row, top);
             let rescale = (max[r] - top).exp_vectorisable();
             sum[r] = sum[r] * rescale + total;
             max[r] = top;

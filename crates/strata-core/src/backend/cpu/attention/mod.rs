@@ -12,6 +12,7 @@
 
 mod backward;
 mod forward;
+mod rows;
 
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Sub};
 
