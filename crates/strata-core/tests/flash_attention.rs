@@ -1,6 +1,6 @@
 //! The flash path of `scaled_dot_product_attention` against the math path: values and the
 //! gradients of q, k and v, across blocks, masks, causal masking with L ≠ S, grouped heads,
-//! strided inputs and dtypes; gradcheck in f64; PyTorch's selection rule.
+//! strided inputs and dtypes; gradcheck in f64 on both paths; PyTorch's selection rule.
 
 use strata_core::autograd::{gradcheck, GradcheckOptions};
 use strata_core::nn::functional::{
@@ -236,30 +236,33 @@ fn flash_matches_math_in_every_floating_dtype() -> Result<()> {
 }
 
 #[test]
-fn flash_gradients_pass_gradcheck_in_f64() -> Result<()> {
+fn both_paths_pass_gradcheck_in_f64() -> Result<()> {
     let [q, k, v] = qkv(&[1, 2, 5, 3], &[1, 1, 6, 3], &[1, 1, 6, 3], DType::F64)?;
     let keep: Vec<bool> = (0..30).map(|i| i % 4 != 1).collect();
     let mask = Tensor::from_vec(keep, &[5, 6])?;
-    for opts in [
+    let cases = [
         SdpaOptions {
             is_causal: true,
             ..Default::default()
         },
         SdpaOptions {
             attn_mask: Some(&mask),
-            scale: Some(0.8),
+            scale: Some(-0.8),
             ..Default::default()
         },
-    ] {
-        gradcheck(
-            |t| {
-                sdpa_kernel(&[SdpBackend::Flash], || {
-                    scaled_dot_product_attention_with(&t[0], &t[1], &t[2], &opts)
-                })
-            },
-            &[q.clone(), k.clone(), v.clone()],
-            GradcheckOptions::default(),
-        )?;
+    ];
+    for backend in [SdpBackend::Flash, SdpBackend::Math] {
+        for opts in &cases {
+            gradcheck(
+                |t| {
+                    sdpa_kernel(&[backend], || {
+                        scaled_dot_product_attention_with(&t[0], &t[1], &t[2], opts)
+                    })
+                },
+                &[q.clone(), k.clone(), v.clone()],
+                GradcheckOptions::default(),
+            )?;
+        }
     }
     Ok(())
 }

@@ -125,8 +125,11 @@ pub fn run_group(group: &str, quick: bool) -> strata::Result<Vec<Row>> {
         "attention" => attention::rows(quick),
         other => Err(strata::Error::argument(
             "bench",
-            format!("no benchmark group '{other}'"),
-            Some("use one of alloc, autograd, cnn, data, plan, attention"),
+            format!(
+                "no benchmark group '{other}': the groups are {}",
+                GROUPS.join(", ")
+            ),
+            Some("pass one of them to --only, or leave --only out to run every row"),
         )),
     }
 }
