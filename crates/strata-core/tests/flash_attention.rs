@@ -325,3 +325,43 @@ fn selection_follows_pytorchs_cpu_rule() -> Result<()> {
     assert_eq!(path(&q, &k, &v, &none)?, flash);
     Ok(())
 }
+
+#[test]
+fn bad_operands_are_errors_and_nan_stays_nan() -> Result<()> {
+    // Keys and values of different lengths: an error on either path, never a read past v.
+    let [q, k, _] = qkv(&[1, 1, 4, 8], &[1, 1, 16, 8], &[1, 1, 16, 8], DType::F32)?;
+    let short = leaf(&[1, 1, 2, 8], DType::F32, 6)?;
+    assert!(scaled_dot_product_attention(&q, &k, &short).is_err());
+    let err = sdpa_kernel(&[SdpBackend::Flash], || {
+        scaled_dot_product_attention(&q, &k, &short)
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("as many values as keys"), "{err}");
+    // Grouped heads with no key/value heads: an error, not a division by zero.
+    let q2 = leaf(&[1, 2, 3, 4], DType::F32, 7)?;
+    let none = leaf(&[1, 0, 3, 4], DType::F32, 8)?;
+    let gqa = SdpaOptions {
+        enable_gqa: true,
+        ..Default::default()
+    };
+    assert!(scaled_dot_product_attention_with(&q2, &none, &none, &gqa).is_err());
+    // A NaN query makes its row NaN on both paths (not a masked-looking 0).
+    let mut values = vec![0.5f32; 2 * 5 * 4];
+    values[4] = f32::NAN; // row 1 of head 0
+    let qn = Tensor::from_vec(values, &[1, 2, 5, 4])?;
+    let kv = leaf(&[1, 2, 6, 4], DType::F32, 9)?.detach()?;
+    for backend in [SdpBackend::Flash, SdpBackend::Math] {
+        let y = sdpa_kernel(&[backend], || scaled_dot_product_attention(&qn, &kv, &kv))?;
+        let y = y.to_vec::<f32>()?;
+        assert!(y[4..8].iter().all(|v| v.is_nan()), "{backend:?}: {y:?}");
+        assert!(y[..4].iter().all(|v| v.is_finite()), "{backend:?}");
+    }
+    // An output gradient of another dtype is read as the output's dtype.
+    let [q, k, v] = qkv(&[1, 2, 5, 8], &[1, 2, 6, 8], &[1, 2, 6, 8], DType::F32)?;
+    let y = scaled_dot_product_attention(&q, &k, &v)?;
+    let g = Tensor::ones(&[1, 2, 5, 8], DType::BF16)?;
+    y.backward_with(Some(&g), false)?;
+    let dq = q.grad().expect("a gradient").to_vec::<f32>()?;
+    assert!(dq.iter().all(|x| x.is_finite()));
+    Ok(())
+}

@@ -146,27 +146,48 @@ impl AttentionTiles {
 
     /// One forward slot's elements: the scores of a block, the output's accumulator, the
     /// rows' running maximum and sum, and (when widening) a query block and a key and a
-    /// value block.
-    pub(crate) fn forward_slot(&self, p: &AttentionProblem) -> usize {
+    /// value block. `None` when the count overflows.
+    pub(crate) fn forward_slot(&self, p: &AttentionProblem) -> Option<usize> {
         let (bq, bk) = (self.q_block, self.kv_block);
         let widened = if self.widens {
-            bq * p.e + bk * (p.e + p.ev)
+            bq.checked_mul(p.e)?
+                .checked_add(bk.checked_mul(p.e.checked_add(p.ev)?)?)?
         } else {
             0
         };
-        bq * bk + bq * p.ev + 2 * bq + widened
+        bq.checked_mul(bk)?
+            .checked_add(bq.checked_mul(p.ev)?)?
+            .checked_add(2 * bq)?
+            .checked_add(widened)
     }
 
     /// One backward slot's elements: the probabilities and their gradient for a block, the
     /// rows' `dO·O`, and (when widening) the head's query, key, value and output gradient
-    /// and the accumulators of the three input gradients.
-    pub(crate) fn backward_slot(&self, p: &AttentionProblem) -> usize {
+    /// and the accumulators of the three input gradients. `None` when the count overflows.
+    pub(crate) fn backward_slot(&self, p: &AttentionProblem) -> Option<usize> {
         let widened = if self.widens {
-            2 * (p.l * p.e + p.s * p.e + p.s * p.ev) + p.l * p.ev
+            let (le, se, sev) = (
+                p.l.checked_mul(p.e)?,
+                p.s.checked_mul(p.e)?,
+                p.s.checked_mul(p.ev)?,
+            );
+            le.checked_add(se)?
+                .checked_add(sev)?
+                .checked_mul(2)?
+                .checked_add(p.l.checked_mul(p.ev)?)?
         } else {
             0
         };
-        2 * self.q_block * self.kv_block + p.l + widened
+        self.q_block
+            .checked_mul(self.kv_block)?
+            .checked_mul(2)?
+            .checked_add(p.l)?
+            .checked_add(widened)
+    }
+
+    /// The whole scratch of `slot` elements per slot, `None` when it overflows.
+    pub(crate) fn scratch(&self, slot: Option<usize>) -> Option<usize> {
+        slot?.checked_mul(self.slots)
     }
 }
 

@@ -35,10 +35,56 @@ pub(crate) struct FusedAttention<'a> {
 }
 
 impl FusedAttention<'_> {
-    /// The problem these operands pose.
-    pub(crate) fn problem(&self) -> AttentionProblem {
+    /// The problem these operands pose, after checking the kernel's contract (the caller's
+    /// selection should have: an `Err` here is a bug above, not bad input).
+    pub(crate) fn problem(&self, op: &'static str) -> Result<AttentionProblem> {
         let (q, k, v) = (self.q.shape(), self.k.shape(), self.v.shape());
-        AttentionProblem {
+        let shapes = || vec![q.to_vec(), k.to_vec(), v.to_vec()];
+        let bad = |why: &str| {
+            Err(Error::shape(
+                op,
+                format!("fused attention: {why}"),
+                shapes(),
+            ))
+        };
+        if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+            return bad("query, key and value must be 4-d");
+        }
+        if k[0] != q[0] || v[0] != q[0] || k[1] != v[1] || k[2] != v[2] || k[3] != q[3] {
+            return bad(
+                "key and value must match the query's batch, each other's heads and \
+                        keys, and the query's E",
+            );
+        }
+        if k[1] == 0 || q[1] % k[1] != 0 {
+            return bad("the key/value heads must divide the query heads");
+        }
+        let (dt, dev) = (self.q.dtype(), self.q.device());
+        if [self.k, self.v]
+            .iter()
+            .any(|t| t.dtype() != dt || t.device() != dev)
+            || [self.q, self.k, self.v]
+                .iter()
+                .any(|t| t.stride().last() != Some(&1))
+        {
+            return bad(
+                "query, key and value must share a dtype and a device and have a \
+                        contiguous last dimension",
+            );
+        }
+        if let Some(m) = self.mask {
+            let (ms, want) = (m.shape(), [q[0], q[1], q[2], k[2]]);
+            let fits = ms.len() <= 4
+                && ms
+                    .iter()
+                    .rev()
+                    .zip(want.iter().rev())
+                    .all(|(&n, &w)| n == 1 || n == w);
+            if !fits || m.device() != dev {
+                return bad("the mask must broadcast to [B, heads, L, S] on the query's device");
+            }
+        }
+        Ok(AttentionProblem {
             batch: q[0],
             heads: q[1],
             kv_heads: k[1],
@@ -48,7 +94,7 @@ impl FusedAttention<'_> {
             ev: v[3],
             scale: self.scale,
             causal: self.causal,
-        }
+        })
     }
 }
 
@@ -142,22 +188,18 @@ pub(crate) fn attention_forward(
     ctx: &OpContext,
     x: &FusedAttention<'_>,
 ) -> Result<(Tensor, Tensor)> {
-    let p = x.problem();
+    let p = x.problem(ctx.op())?;
     let dtype = x.q.dtype();
     let compute = AttentionProblem::compute(dtype);
     let backend = for_device(x.q.device())?;
     if !backend.fused_attention() {
         return Err(no_kernel(ctx.op(), x.q.device()));
     }
+    let tiles = AttentionTiles::forward(&p, dtype, num_threads());
+    let room = scratch_len(ctx.op(), tiles.scratch(tiles.forward_slot(&p)))?;
     let out = fresh(ctx, x.q, &[p.batch, p.heads, p.l, p.ev], dtype)?;
     let lse = fresh(ctx, x.q, &[p.batch, p.heads, p.l], compute)?;
-    let tiles = AttentionTiles::forward(&p, dtype, num_threads());
-    let mut scratch = temporary(
-        ctx,
-        tiles.slots * tiles.forward_slot(&p),
-        compute,
-        x.q.device(),
-    )?;
+    let mut scratch = temporary(ctx, room, compute, x.q.device())?;
     let scratch_ptr = scratch_ptr(&mut scratch);
     let read = Read::of(x);
     let (ob, lb) = (out.body(), lse.body());
@@ -198,30 +240,42 @@ pub(crate) fn attention_backward(
     out: &Tensor,
     lse: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let p = x.problem();
+    let p = x.problem(ctx.op())?;
     let dtype = x.q.dtype();
     let compute = AttentionProblem::compute(dtype);
     let backend = for_device(x.q.device())?;
     if !backend.fused_attention() {
         return Err(no_kernel(ctx.op(), x.q.device()));
     }
-    // The kernel reads the gradient's rows contiguously (a gradient broadcast from a sum
-    // has stride 0 there).
-    let grad = if grad.stride().last() == Some(&1) {
-        grad.clone()
-    } else {
+    // The gradient comes from the engine, a hook or a caller's `backward(gradient)`: it
+    // must be the output's shape, on its device; it is read in the output's dtype with its
+    // rows contiguous (a gradient broadcast from a sum has stride 0 there).
+    let want = [p.batch, p.heads, p.l, p.ev];
+    if grad.shape().as_slice() != want || grad.device() != x.q.device() {
+        return Err(Error::shape(
+            ctx.op(),
+            format!(
+                "the output's gradient must be {want:?} on {}, got {:?} on {}",
+                x.q.device(),
+                grad.shape().as_slice(),
+                grad.device()
+            ),
+            vec![grad.shape().to_vec()],
+        ));
+    }
+    let grad = if grad.dtype() != dtype {
+        grad.to(dtype)?.contiguous()?
+    } else if grad.stride().last() != Some(&1) {
         grad.contiguous()?
+    } else {
+        grad.clone()
     };
+    let tiles = AttentionTiles::backward(&p, dtype, num_threads());
+    let room = scratch_len(ctx.op(), tiles.scratch(tiles.backward_slot(&p)))?;
     let dq = fresh(ctx, x.q, &x.q.shape(), dtype)?;
     let dk = fresh(ctx, x.q, &x.k.shape(), dtype)?;
     let dv = fresh(ctx, x.q, &x.v.shape(), dtype)?;
-    let tiles = AttentionTiles::backward(&p, dtype, num_threads());
-    let mut scratch = temporary(
-        ctx,
-        tiles.slots * tiles.backward_slot(&p),
-        compute,
-        x.q.device(),
-    )?;
+    let mut scratch = temporary(ctx, room, compute, x.q.device())?;
     let scratch_ptr = scratch_ptr(&mut scratch);
     let read = Read::of(x);
     let (ob, lb, gb) = (out.body(), lse.body(), grad.body());
@@ -265,6 +319,17 @@ pub(crate) fn attention_backward(
         return Err(no_kernel(ctx.op(), x.q.device()));
     }
     Ok((dq, dk, dv))
+}
+
+/// The scratch's element count, or the error for one too large to address.
+fn scratch_len(op: &'static str, len: Option<usize>) -> Result<usize> {
+    len.ok_or_else(|| {
+        Error::shape(
+            op,
+            "the fused attention's working buffer is too large to address",
+            vec![],
+        )
+    })
 }
 
 /// The scratch's first element (null for no scratch).

@@ -30,7 +30,7 @@ pub(super) unsafe fn run<C: RowOps>(a: &AttentionBackwardArgs<'_>) {
         spread(
             a.tiles.slots,
             items,
-            a.tiles.backward_slot(p),
+            a.tiles.backward_slot(p).unwrap_or(0),
             a.scratch.cast::<C>(),
             |item, slot| {
                 group(

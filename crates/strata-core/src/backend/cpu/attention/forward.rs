@@ -23,7 +23,7 @@ pub(super) unsafe fn run<C: RowOps>(a: &AttentionArgs<'_>) {
         spread(
             t.slots,
             items,
-            t.forward_slot(p),
+            t.forward_slot(p).unwrap_or(0),
             a.scratch.cast::<C>(),
             |item, slot| block(args.get(), item / blocks, item % blocks, slot, out, lse),
         )
@@ -118,10 +118,11 @@ fn block<C: RowOps>(
     }
     for r in 0..rows {
         let row = &mut acc[r * ev..(r + 1) * ev];
-        let weight = if sum[r] > C::ZERO {
-            C::ONE / sum[r]
-        } else {
+        // A row that attended nothing has sum 0 (output 0); a NaN stays NaN.
+        let weight = if sum[r] == C::ZERO {
             C::ZERO
+        } else {
+            C::ONE / sum[r]
         };
         for x in row.iter_mut() {
             *x *= weight;
@@ -130,10 +131,10 @@ fn block<C: RowOps>(
         let dst = out.0.wrapping_add(at * ev * a.dtype.size());
         // SAFETY: row `at` of the contiguous output is this item's own.
         unsafe { narrow(a.dtype, row, dst) };
-        let log_sum = if sum[r] > C::ZERO {
-            max[r] + sum[r].ln()
-        } else {
+        let log_sum = if sum[r] == C::ZERO {
             C::NEG_INF
+        } else {
+            max[r] + sum[r].ln()
         };
         // SAFETY: element `at` of the contiguous log-sum-exp is this item's own.
         unsafe { *lse.0.add(at) = log_sum };

@@ -39,14 +39,24 @@ pub(super) trait Acc:
 {
     /// Negative infinity: a masked score.
     const NEG_INF: Self;
+    /// Whether this is NaN.
+    fn is_nan_value(self) -> bool;
 }
 
 impl Acc for f32 {
     const NEG_INF: f32 = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn is_nan_value(self) -> bool {
+        self.is_nan()
+    }
 }
 
 impl Acc for f64 {
     const NEG_INF: f64 = f64::NEG_INFINITY;
+    #[inline(always)]
+    fn is_nan_value(self) -> bool {
+        self.is_nan()
+    }
 }
 
 /// The fused forward.
@@ -123,6 +133,9 @@ unsafe fn spread<C: Acc>(
     scratch: *mut C,
     work: impl Fn(usize, &mut [C]) + Sync,
 ) {
+    if items == 0 || slots == 0 {
+        return;
+    }
     let base = Shared(scratch);
     let run = |slot: usize| {
         // SAFETY: slot `slot` is this thread's own `slot_len` elements of the scratch (the

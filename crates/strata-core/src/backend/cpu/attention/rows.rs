@@ -12,7 +12,7 @@ const LANES: usize = 16;
 
 /// What the kernels do to a row of scores.
 pub(super) trait RowOps: Acc {
-    /// The largest of `start` and the row's elements (NaN ignored).
+    /// The largest of `start` and the row's elements (NaN if any is NaN).
     fn row_max(row: &[Self], start: Self) -> Self;
     /// Replaces each `x` by `exp(x − shift)` and returns their sum.
     fn exp_sum(row: &mut [Self], shift: Self) -> Self;
@@ -39,6 +39,19 @@ impl Exp for f64 {
     }
 }
 
+/// The larger of `m` and `x`, a NaN in either winning (as PyTorch's maximum): a NaN score
+/// makes its row NaN, as on the math path.
+#[inline(always)]
+fn max_nan<C: Acc>(m: C, x: C) -> C {
+    if m.is_nan_value() {
+        m
+    } else if x > m || x.is_nan_value() {
+        x
+    } else {
+        m
+    }
+}
+
 #[inline(always)]
 fn max_body<C: Acc>(row: &[C], start: C) -> C {
     let mut part = [start; LANES];
@@ -46,14 +59,10 @@ fn max_body<C: Acc>(row: &[C], start: C) -> C {
     let rest = chunks.remainder();
     for c in chunks {
         for (p, &x) in part.iter_mut().zip(c) {
-            if x > *p {
-                *p = x;
-            }
+            *p = max_nan(*p, x);
         }
     }
-    part.iter()
-        .chain(rest)
-        .fold(start, |m, &x| if x > m { x } else { m })
+    part.iter().chain(rest).fold(start, |m, &x| max_nan(m, x))
 }
 
 #[inline(always)]
@@ -166,6 +175,12 @@ mod tests {
                 );
             }
             assert!((f64::from(total) - want.iter().sum::<f64>()).abs() <= 1e-5 * n as f64);
+            // A NaN anywhere makes the maximum NaN.
+            if n > 0 {
+                let mut nan = row.clone();
+                nan[n / 2] = f32::NAN;
+                assert!(f32::row_max(&nan, f32::NEG_INFINITY).is_nan());
+            }
             // A masked (−inf) score gives 0.
             let mut m = vec![f32::NEG_INFINITY; n];
             f32::exp_shift(&mut m, 0.0);

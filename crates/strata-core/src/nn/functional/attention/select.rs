@@ -152,6 +152,9 @@ pub(super) fn flash_refusal(
             v.shape()[0]
         ));
     }
+    if [q, k, v].iter().any(|t| t.numel() == 0) {
+        return Some("flash attention does not run on empty inputs".to_owned());
+    }
     let heads_fit = hk == hv && (hq == hk || hk == 1 || (opts.enable_gqa && hq % hk == 0));
     if !heads_fit {
         return Some(format!(
@@ -174,8 +177,12 @@ pub(super) fn flash_refusal(
             e(v)
         ));
     }
-    if [q, k, v].iter().any(|t| t.numel() == 0) {
-        return Some("flash attention does not run on empty inputs".to_owned());
+    if size(k, 2) != size(v, 2) {
+        return Some(format!(
+            "flash attention needs as many values as keys, got {} keys and {} values",
+            size(k, 2),
+            size(v, 2)
+        ));
     }
     if [q, k, v].iter().any(|t| t.stride().last() != Some(&1)) {
         return Some(
