@@ -9,12 +9,12 @@ use crate::backend::attention::{
     AttentionArgs, AttentionBackwardArgs, AttentionProblem, AttentionTiles, HeadOperand,
     MaskOperand,
 };
-use crate::backend::for_device;
+use crate::backend::{for_device, Backend};
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::storage::{lock_storages, Access, Storage, StorageGuards};
 use crate::tensor::Body;
-use crate::{num_threads, Error, Result, Tensor};
+use crate::{num_threads, DType, Error, Result, Tensor};
 
 /// The operands of one fused attention: 4-d `q`, `k`, `v` whose last dimensions are
 /// contiguous, with equal batch sizes, and key/value heads dividing the query heads; a mask
@@ -142,7 +142,7 @@ fn head_operand(guards: &StorageGuards<'_>, body: &Body, esize: usize) -> HeadOp
 
 /// The mask broadcast to `[B, heads, L, S]`: its strides aligned to the right, 0 along
 /// every dimension it lacks or has as 1.
-fn mask_operand(guards: &StorageGuards<'_>, body: &Body, dtype: crate::DType) -> MaskOperand {
+fn mask_operand(guards: &StorageGuards<'_>, body: &Body, dtype: DType) -> MaskOperand {
     let sizes = body.layout.sizes();
     let st = body.layout.strides();
     let mut strides = [0; 4];
@@ -170,7 +170,7 @@ fn mask_operand_of(
 }
 
 /// A new contiguous tensor of `shape` for the op's result.
-fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize], dtype: crate::DType) -> Result<Tensor> {
+fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize], dtype: DType) -> Result<Tensor> {
     Tensor::uninit_with_layout(ctx, Layout::contiguous(shape, 0), dtype, like.device())
 }
 
@@ -182,19 +182,52 @@ fn no_kernel(op: &'static str, device: crate::Device) -> Error {
     }
 }
 
+/// What both directions start from: the checked problem, the dtype, the compute dtype,
+/// and the backend, which must have the fused kernels.
+fn prepare(
+    ctx: &OpContext,
+    x: &FusedAttention<'_>,
+) -> Result<(AttentionProblem, DType, DType, &'static dyn Backend)> {
+    let p = x.problem(ctx.op())?;
+    let dtype = x.q.dtype();
+    let backend = for_device(x.q.device())?;
+    if !backend.fused_attention() {
+        return Err(no_kernel(ctx.op(), x.q.device()));
+    }
+    Ok((p, dtype, AttentionProblem::compute(dtype), backend))
+}
+
+/// The forward's arguments for `x`'s locked operands, with no output, log-sum-exp or
+/// scratch yet (null) and the forward's tiles.
+fn operands<'p>(
+    guards: &StorageGuards<'_>,
+    read: &Read,
+    x: &FusedAttention<'_>,
+    p: &'p AttentionProblem,
+) -> AttentionArgs<'p> {
+    let dtype = x.q.dtype();
+    let esize = dtype.size();
+    AttentionArgs {
+        dtype,
+        problem: p,
+        tiles: AttentionTiles::forward(p, dtype, num_threads()),
+        q: head_operand(guards, &read.q, esize),
+        k: head_operand(guards, &read.k, esize),
+        v: head_operand(guards, &read.v, esize),
+        mask: mask_operand_of(guards, read, x),
+        out: std::ptr::null_mut(),
+        lse: std::ptr::null_mut(),
+        scratch: std::ptr::null_mut(),
+    }
+}
+
 /// The output `[B, heads, L, Ev]` of `x`'s dtype and each row's log-sum-exp `[B, heads, L]`
 /// (f64 for f64, else f32; `-inf` for a row that attends nothing).
 pub(crate) fn attention_forward(
     ctx: &OpContext,
     x: &FusedAttention<'_>,
 ) -> Result<(Tensor, Tensor)> {
-    let p = x.problem(ctx.op())?;
-    let dtype = x.q.dtype();
-    let compute = AttentionProblem::compute(dtype);
-    let backend = for_device(x.q.device())?;
-    if !backend.fused_attention() {
-        return Err(no_kernel(ctx.op(), x.q.device()));
-    }
+    let (p, dtype, compute, backend) = prepare(ctx, x)?;
     let tiles = AttentionTiles::forward(&p, dtype, num_threads());
     let room = scratch_len(ctx.op(), tiles.scratch(tiles.forward_slot(&p)))?;
     let out = fresh(ctx, x.q, &[p.batch, p.heads, p.l, p.ev], dtype)?;
@@ -204,18 +237,12 @@ pub(crate) fn attention_forward(
     let read = Read::of(x);
     let (ob, lb) = (out.body(), lse.body());
     let guards = lock_storages(&read.locks(&[&ob.storage, &lb.storage]));
-    let esize = dtype.size();
     let args = AttentionArgs {
-        dtype,
-        problem: &p,
         tiles,
-        q: head_operand(&guards, &read.q, esize),
-        k: head_operand(&guards, &read.k, esize),
-        v: head_operand(&guards, &read.v, esize),
-        mask: mask_operand_of(&guards, &read, x),
         out: guards.write_ptr(&ob.storage),
         lse: guards.write_ptr(&lb.storage),
         scratch: scratch_ptr,
+        ..operands(&guards, &read, x, &p)
     };
     // SAFETY: q, k, v and the mask are locked for reading and their layouts (validated by
     // the caller: 4-d, last dimension contiguous, heads and batch as the problem says, a
@@ -240,13 +267,7 @@ pub(crate) fn attention_backward(
     out: &Tensor,
     lse: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let p = x.problem(ctx.op())?;
-    let dtype = x.q.dtype();
-    let compute = AttentionProblem::compute(dtype);
-    let backend = for_device(x.q.device())?;
-    if !backend.fused_attention() {
-        return Err(no_kernel(ctx.op(), x.q.device()));
-    }
+    let (p, dtype, compute, backend) = prepare(ctx, x)?;
     // The gradient comes from the engine, a hook or a caller's `backward(gradient)`: it
     // must be the output's shape, on its device; it is read in the output's dtype with its
     // rows contiguous (a gradient broadcast from a sum has stride 0 there).
@@ -291,16 +312,9 @@ pub(crate) fn attention_backward(
     };
     let args = AttentionBackwardArgs {
         forward: AttentionArgs {
-            dtype,
-            problem: &p,
-            tiles: AttentionTiles::forward(&p, dtype, num_threads()),
-            q: head_operand(&guards, &read.q, esize),
-            k: head_operand(&guards, &read.k, esize),
-            v: head_operand(&guards, &read.v, esize),
-            mask: mask_operand_of(&guards, &read, x),
             out: at(&ob, esize).cast_mut(),
             lse: at(&lb, compute.size()).cast_mut(),
-            scratch: std::ptr::null_mut(),
+            ..operands(&guards, &read, x, &p)
         },
         grad: head_operand(&guards, &gb, esize),
         dq: guards.write_ptr(&qb.storage),

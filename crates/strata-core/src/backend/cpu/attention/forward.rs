@@ -85,11 +85,19 @@ fn block<C: RowOps>(
             let row = &mut scores[r * bk..r * bk + cols];
             // SAFETY: as above.
             unsafe { mask_row(p, a.mask.as_ref(), (b, h, i0 + r), j0, row) };
-            let top = C::row_max(row, max[r]);
+            let mut top = C::row_max(row, max[r]);
             if top == C::NEG_INF {
-                // Nothing attended yet: the row adds nothing.
-                row.fill(C::ZERO);
-                continue;
+                if !row.iter().any(|x| x.is_nan_value()) {
+                    // Nothing attended yet: the row adds nothing.
+                    row.fill(C::ZERO);
+                    continue;
+                }
+                // Only NaN scores (the maximum passes over NaN): the row becomes NaN, as on
+                // the math path, instead of looking masked.
+                top = row
+                    .iter()
+                    .copied()
+                    .fold(top, |t, x| if x.is_nan_value() { x } else { t });
             }
             let total = C::exp_sum(row, top);
             let rescale = (max[r] - top).exp_vectorisable();

@@ -12,7 +12,8 @@ const LANES: usize = 16;
 
 /// What the kernels do to a row of scores.
 pub(super) trait RowOps: Acc {
-    /// The largest of `start` and the row's elements (NaN if any is NaN).
+    /// The largest of `start` and the row's elements, NaN ignored (a NaN element still makes
+    /// the row's [`RowOps::exp_sum`] NaN).
     fn row_max(row: &[Self], start: Self) -> Self;
     /// Replaces each `x` by `exp(x − shift)` and returns their sum.
     fn exp_sum(row: &mut [Self], shift: Self) -> Self;
@@ -39,19 +40,6 @@ impl Exp for f64 {
     }
 }
 
-/// The larger of `m` and `x`, a NaN in either winning (as PyTorch's maximum): a NaN score
-/// makes its row NaN, as on the math path.
-#[inline(always)]
-fn max_nan<C: Acc>(m: C, x: C) -> C {
-    if m.is_nan_value() {
-        m
-    } else if x > m || x.is_nan_value() {
-        x
-    } else {
-        m
-    }
-}
-
 #[inline(always)]
 fn max_body<C: Acc>(row: &[C], start: C) -> C {
     let mut part = [start; LANES];
@@ -59,10 +47,14 @@ fn max_body<C: Acc>(row: &[C], start: C) -> C {
     let rest = chunks.remainder();
     for c in chunks {
         for (p, &x) in part.iter_mut().zip(c) {
-            *p = max_nan(*p, x);
+            if x > *p {
+                *p = x;
+            }
         }
     }
-    part.iter().chain(rest).fold(start, |m, &x| max_nan(m, x))
+    part.iter()
+        .chain(rest)
+        .fold(start, |m, &x| if x > m { x } else { m })
 }
 
 #[inline(always)]
@@ -175,11 +167,13 @@ mod tests {
                 );
             }
             assert!((f64::from(total) - want.iter().sum::<f64>()).abs() <= 1e-5 * n as f64);
-            // A NaN anywhere makes the maximum NaN.
+            // A NaN is passed over by the maximum and makes the sum NaN.
             if n > 0 {
                 let mut nan = row.clone();
                 nan[n / 2] = f32::NAN;
-                assert!(f32::row_max(&nan, f32::NEG_INFINITY).is_nan());
+                let passed = f32::row_max(&nan, f32::NEG_INFINITY);
+                assert!(!passed.is_nan() && passed <= top);
+                assert!(f32::exp_sum(&mut nan, top).is_nan());
             }
             // A masked (−inf) score gives 0.
             let mut m = vec![f32::NEG_INFINITY; n];
