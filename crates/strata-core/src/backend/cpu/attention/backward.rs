@@ -7,7 +7,7 @@
 use half::{bf16, f16};
 
 use super::rows::RowOps;
-use super::{head_rows, mask_row, narrow, product, spread, Acc, ReadOnly, Rows, Shared};
+use super::{head_rows, narrow, product, score_tile, spread, Acc, ReadOnly, Rows, Shared};
 use crate::backend::attention::{AttentionArgs, AttentionBackwardArgs};
 use crate::DType;
 
@@ -252,27 +252,32 @@ unsafe fn query_block<C: RowOps>(
     let lse = f.lse.cast::<C>().wrapping_add(head * p.l + i0);
     // SAFETY: forwarded from the caller (every pointer below addresses the rows named).
     unsafe {
-        let q = hd.q.ptr.add(i0 * hd.q.stride);
+        let q = Rows {
+            ptr: hd.q.ptr.add(i0 * hd.q.stride),
+            stride: hd.q.stride,
+        };
         let go = hd.grad.ptr.add(i0 * hd.grad.stride);
         let dq = hd.dq.add(i0 * e);
         let keys = p.keys_for(i0..i0 + rows);
         let mut j0 = 0;
         while j0 < keys {
             let cols = bk.min(keys - j0);
-            let k = hd.k.ptr.add(j0 * hd.k.stride);
+            let k = Rows {
+                ptr: hd.k.ptr.add(j0 * hd.k.stride),
+                stride: hd.k.stride,
+            };
             let v = hd.v.ptr.add(j0 * hd.v.stride);
-            product(
-                (rows, cols, e),
-                probs.as_mut_ptr(),
+            score_tile(
+                p,
+                f.mask.as_ref(),
+                (b, h, i0, j0),
+                (rows, cols),
+                (q, k),
+                probs,
                 bk,
-                false,
-                (q, hd.q.stride, 1),
-                (k, 1, hd.k.stride),
-                scale,
             );
             for r in 0..rows {
                 let row = &mut probs[r * bk..r * bk + cols];
-                mask_row(p, f.mask.as_ref(), (b, h, i0 + r), j0, row);
                 let shift = *lse.add(r);
                 if shift == C::NEG_INF {
                     row.fill(C::ZERO);
@@ -314,7 +319,7 @@ unsafe fn query_block<C: RowOps>(
                 e,
                 true,
                 (dprobs.as_ptr(), bk, 1),
-                (k, hd.k.stride, 1),
+                (k.ptr, k.stride, 1),
                 scale,
             );
             product(
@@ -323,7 +328,7 @@ unsafe fn query_block<C: RowOps>(
                 e,
                 true,
                 (dprobs.as_ptr(), 1, bk),
-                (q, hd.q.stride, 1),
+                (q.ptr, q.stride, 1),
                 scale,
             );
             j0 += cols;

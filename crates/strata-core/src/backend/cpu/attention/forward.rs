@@ -3,7 +3,7 @@
 //! log-sum-exp.
 
 use super::rows::RowOps;
-use super::{head_rows, mask_row, narrow, product, spread, ReadOnly, Rows, Shared};
+use super::{head_rows, narrow, product, score_tile, spread, ReadOnly, Rows, Shared};
 use crate::backend::attention::AttentionArgs;
 
 /// Runs the forward in compute type `C`.
@@ -54,7 +54,6 @@ fn block<C: RowOps>(
     max.fill(C::NEG_INF);
     sum.fill(C::ZERO);
     acc.fill(C::ZERO);
-    let scale = C::from_f64(p.scale);
     // SAFETY: the caller's contract makes every row of every head of q, k, v and the mask
     // readable; the slot is this thread's own.
     let q = unsafe { head_rows(&a.q, a.dtype, (b, h, i0), rows, e, q_room) };
@@ -71,20 +70,18 @@ fn block<C: RowOps>(
         };
         // SAFETY: the scores tile holds `bq × bk`; q and k address `rows × e` and `cols × e`.
         unsafe {
-            product(
-                (rows, cols, e),
-                scores.as_mut_ptr(),
+            score_tile(
+                p,
+                a.mask.as_ref(),
+                (b, h, i0, j0),
+                (rows, cols),
+                (q, k),
+                scores,
                 bk,
-                false,
-                (q.ptr, q.stride, 1),
-                (k.ptr, 1, k.stride),
-                scale,
             )
         };
         for r in 0..rows {
             let row = &mut scores[r * bk..r * bk + cols];
-            // SAFETY: as above.
-            unsafe { mask_row(p, a.mask.as_ref(), (b, h, i0 + r), j0, row) };
             let mut top = C::row_max(row, max[r]);
             if top == C::NEG_INF {
                 if !row.iter().any(|x| x.is_nan_value()) {

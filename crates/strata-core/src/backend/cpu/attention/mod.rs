@@ -302,6 +302,47 @@ unsafe fn mask_row<C: Acc>(
     }
 }
 
+/// The masked scores of query rows `i0..i0 + rows` of head `(b, h)` against keys
+/// `j0..j0 + cols`: `scale·q·kᵀ` into `tile` (rows `stride` apart), then each row masked by
+/// [`mask_row`]. The forward and the backward both compute their scores here, so the
+/// probabilities the backward recomputes are the forward's.
+///
+/// # Safety
+/// `q` must address `rows` rows and `k` `cols` rows of `p.e` elements (each pointer with its
+/// row stride), the mask every element of those rows and keys; `tile` holds `rows` rows of
+/// `stride ≥ cols`.
+unsafe fn score_tile<C: Acc>(
+    p: &AttentionProblem,
+    mask: Option<&MaskOperand>,
+    (b, h, i0, j0): (usize, usize, usize, usize),
+    (rows, cols): (usize, usize),
+    (q, k): (Rows<C>, Rows<C>),
+    tile: &mut [C],
+    stride: usize,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        product(
+            (rows, cols, p.e),
+            tile.as_mut_ptr(),
+            stride,
+            false,
+            (q.ptr, q.stride, 1),
+            (k.ptr, 1, k.stride),
+            C::from_f64(p.scale),
+        );
+        for r in 0..rows {
+            mask_row(
+                p,
+                mask,
+                (b, h, i0 + r),
+                j0,
+                &mut tile[r * stride..r * stride + cols],
+            );
+        }
+    }
+}
+
 /// `row[j] += value(j)` for every element.
 fn add_row<C: Acc>(row: &mut [C], value: impl Fn(usize) -> f64) {
     for (j, x) in row.iter_mut().enumerate() {
