@@ -8,11 +8,13 @@
 //! - [`state`]: state dicts, saved and loaded as safetensors files that PyTorch reads.
 //! - [`prune`]: magnitude and random pruning with masks.
 //! - [`optim`]: optimizers, learning-rate schedules, gradient clipping, optimizer in backward.
+//! - [`gpt`]: nanoGPT's GPT, with its module names.
 //! - [`amp`]: loss scaling for f16 mixed precision ([`amp::GradScaler`]).
 
 pub mod amp;
 pub mod container;
 mod derive;
+pub mod gpt;
 pub mod init;
 pub mod layers;
 pub mod module;

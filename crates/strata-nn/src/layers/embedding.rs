@@ -57,6 +57,12 @@ impl Embedding {
         self.weight.get()
     }
 
+    /// The slot holding the table, to tie another layer's weight to it
+    /// ([`Linear::tied`](crate::Linear::tied)).
+    pub fn weight_slot(&self) -> &TensorSlot {
+        &self.weight
+    }
+
     /// The row that stays zero and gets no gradient.
     pub fn padding_idx(&self) -> Option<i64> {
         self.padding_idx

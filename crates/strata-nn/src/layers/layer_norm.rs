@@ -29,16 +29,33 @@ impl LayerNorm {
         eps: f64,
         elementwise_affine: bool,
     ) -> Result<Self> {
+        Self::with_affine(
+            normalized_shape,
+            eps,
+            elementwise_affine,
+            elementwise_affine,
+        )
+    }
+
+    /// `nn.LayerNorm(normalized_shape, bias=False)`: eps 1e-5 and a learned weight, no bias
+    /// (the state dict holds `weight` only).
+    pub fn without_bias(normalized_shape: &[usize]) -> Result<Self> {
+        Self::with_affine(normalized_shape, 1e-5, true, false)
+    }
+
+    fn with_affine(normalized_shape: &[usize], eps: f64, weight: bool, bias: bool) -> Result<Self> {
         let core = ModuleCore::library("LayerNorm");
-        let (weight, bias) = if elementwise_affine {
+        let weight = if weight {
             let w = Tensor::ones(normalized_shape, DType::F32)?;
-            let b = Tensor::zeros(normalized_shape, DType::F32)?;
-            (
-                Some(core.register_parameter("weight", w)?),
-                Some(core.register_parameter("bias", b)?),
-            )
+            Some(core.register_parameter("weight", w)?)
         } else {
-            (None, None)
+            None
+        };
+        let bias = if bias {
+            let b = Tensor::zeros(normalized_shape, DType::F32)?;
+            Some(core.register_parameter("bias", b)?)
+        } else {
+            None
         };
         Ok(LayerNorm {
             core,

@@ -40,6 +40,30 @@ impl Linear {
         })
     }
 
+    /// A layer without a bias whose weight is the one `weight` holds, registered under this
+    /// layer's name too (weight tying, as nanoGPT's `lm_head.weight = wte.weight`): both
+    /// names appear in the state dict, the parameter once in `parameters()`, and loading
+    /// either name sets both.
+    pub fn tied(weight: &TensorSlot) -> Result<Self> {
+        let w = weight.get();
+        let [out_features, in_features] = w.shape()[..] else {
+            return Err(strata_core::Error::argument(
+                "Linear::tied",
+                format!("a linear weight is 2-d, this one has shape {:?}", w.shape()),
+                Some("tie to an embedding table or another layer's weight"),
+            ));
+        };
+        let core = ModuleCore::library("Linear");
+        core.register_parameter_slot("weight", weight)?;
+        Ok(Linear {
+            core,
+            weight: weight.clone(),
+            bias: None,
+            in_features,
+            out_features,
+        })
+    }
+
     /// The weight, `[out_features, in_features]`.
     pub fn weight(&self) -> Tensor {
         self.weight.get()

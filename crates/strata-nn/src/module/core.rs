@@ -26,6 +26,12 @@ impl TensorSlot {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// True when both are handles to one slot: a parameter registered under two names, as
+    /// a language model's output head tied to its token embedding.
+    pub fn is_same(&self, other: &TensorSlot) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Puts another tensor in the slot; the module and its layer both see it from now on.
     pub(crate) fn set(&self, t: Tensor) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = t;

@@ -106,7 +106,9 @@ pub trait StateDictExt: Module {
 
     /// Loads `dict` into the module. Every problem is found before anything is written:
     /// shapes or dtype kinds (floating, integer, bool) that do not fit are always errors,
-    /// missing and unexpected keys are errors when `strict`; the error lists them all and
+    /// missing and unexpected keys are errors when `strict` (a tied parameter, registered
+    /// under several names, needs only one of them; given under several, the last in the
+    /// module's order is the one kept); the error lists them all and
     /// the module is unchanged. Values are copied into the module's tensors under
     /// `no_grad` (converting dtype within a kind), or with `assign` the tensors themselves
     /// are taken.
@@ -119,7 +121,14 @@ pub trait StateDictExt: Module {
         let mut problems = LoadProblems::default();
         for t in &targets {
             let Some(src) = dict.get(&t.key) else {
-                problems.missing.push(t.key.clone());
+                // A tied parameter (one slot under several names) is loaded through any of
+                // its names.
+                let tied_given = targets
+                    .iter()
+                    .any(|o| o.slot.is_same(&t.slot) && dict.get(&o.key).is_some());
+                if !tied_given {
+                    problems.missing.push(t.key.clone());
+                }
                 continue;
             };
             let dst = t.slot.get();
