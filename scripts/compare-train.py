@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Trains mlp, cnn and lstm on Fashion-MNIST with strata (`strata train`) and with PyTorch,
 same recipe, data pipeline and thread count, and prints a Markdown table of test accuracy,
-time per epoch and the training step's peak allocated memory.
+time per epoch and the training step's peak allocated memory. With gpt among --models it
+also trains nanoGPT's character model on the Shakespeare corpus both ways and prints a
+second table: validation loss, time per step and the step's peak.
 
 The recipe (both sides): Adam, lr 1e-3, batch 128, shuffled, 2 loader workers with a
 prefetch factor of 2, inputs scaled to [0, 1] and normalised with mean 0.2860 and std
@@ -13,8 +15,18 @@ profile_memory=True, and the peak is the largest running sum of its `[memory]` r
 (unrounded bytes, as PyTorch's profiler records them); compare it with strata's
 `step_peak_requested`.
 
-Usage: scripts/compare-train.py [--epochs N] [--models mlp,cnn,lstm] [--strata PATH]
-Needs python3 with torch and numpy (see the README).
+The gpt (scripts/gpt_reference.py): PyTorch initialises the model (seed 0) and both sides
+start from that state dict; both train on the same windows (strata's draws for loader seed
+0, which the reference repeats), with nanoGPT's shakespeare_char CPU recipe (batch 12,
+AdamW (0.9, 0.99), decay 0.1 on 2-d parameters, clipping at 1, warm-up and cosine
+schedule), batches made on the training thread (strata --workers 0), 2 threads, --steps
+steps, evaluated every --eval-every steps with the validation protocol. Its time per step
+is the training time (evaluations excluded) over the steps.
+
+Usage: scripts/compare-train.py [--epochs N] [--models mlp,cnn,lstm,gpt] [--steps N]
+       [--eval-every N] [--strata PATH]
+Needs python3 with torch, numpy and safetensors (see the README), and for the gpt the
+corpus of scripts/fetch-shakespeare.
 """
 
 import argparse
@@ -84,14 +96,17 @@ def model(name):
     return LstmClassifier()
 
 
-def step_peak(m, opt, x, y):
+def step_peak(m, opt, x, y, step=None):
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss = nn.functional.cross_entropy(m(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        del loss
+        if step is None:
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del loss
+        else:
+            step()
     # The profiler's allocation and free records (its "[memory]" records, one per call to
     # the allocator, with signed unrounded bytes), in time order.
     records = sorted((e.start_ns(), e.nbytes())
@@ -149,6 +164,64 @@ def strata_run(binary, name, epochs):
             return json.load(f)
 
 
+def torch_gpt_run(steps, eval_every, init):
+    import gpt_reference as g
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    vocab, tokens, split = g.corpus(g.default_dir())
+    train, val = tokens[:split], tokens[split:]
+    m = g.GPT(len(vocab))
+    save_file(m.state_dict_for_strata(), init)
+    opt = g.optimizer(m)
+    room = len(train) - g.BLOCK
+    seconds, peak, evals = 0.0, None, []
+    for it in range(steps):
+        x, y = g.batch(train, [g.window_start(0, it * 12 + j, room) for j in range(12)])
+        start = time.perf_counter()
+        if it == 1:
+            peak = step_peak(m, opt, x, y, step=lambda: g.train_step(m, opt, it, x, y))
+        else:
+            g.train_step(m, opt, it, x, y)
+        seconds += time.perf_counter() - start
+        if (it + 1) % eval_every == 0 or it + 1 == steps:
+            evals.append((it + 1, g.val_loss(m, val, 12)))
+    return {"val_loss": evals[-1][1], "evaluations": evals, "step_seconds": seconds / steps,
+            "step_peak_requested": peak}
+
+
+def strata_gpt_run(binary, steps, eval_every, init):
+    with tempfile.TemporaryDirectory() as d:
+        report = os.path.join(d, "report.json")
+        env = dict(os.environ, STRATA_NUM_THREADS="2")
+        subprocess.run([binary, "train", "--model", "gpt", "--steps", str(steps),
+                        "--eval-every", str(eval_every), "--workers", "0", "--seed", "0",
+                        "--load", init, "--report-json", report],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        with open(report) as f:
+            r = json.load(f)
+    r["step_seconds"] = sum(r["epoch_seconds"]) / steps
+    return r
+
+
+def compare_gpt(binary, steps, eval_every):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as d:
+        init = os.path.join(d, "init.safetensors")
+        t = torch_gpt_run(steps, eval_every, init)
+        s = strata_gpt_run(binary, steps, eval_every, init)
+    print(f"\ngpt: {steps} steps from the same initial weights and windows, 2 threads\n")
+    print("| model | strata val loss | PyTorch val loss | strata ms/step | PyTorch ms/step "
+          "| time ratio | strata step peak | PyTorch step peak |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| gpt | {s['val_loss']:.4f} | {t['val_loss']:.4f} | {1e3 * s['step_seconds']:.1f} "
+          f"| {1e3 * t['step_seconds']:.1f} | {t['step_seconds'] / s['step_seconds']:.2f}× "
+          f"| {mib(s['step_peak_requested'])} | {mib(t['step_peak_requested'])} |")
+    print("\nvalidation loss by step (strata, PyTorch):")
+    for e, (step, loss) in zip(s["evaluations"], t["evaluations"]):
+        print(f"  step {step}: {e['val_loss']:.4f}, {loss:.4f}")
+
+
 def mib(b):
     return f"{b / 2**20:.2f} MiB" if b is not None else "n/a"
 
@@ -157,14 +230,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--models", default="mlp,cnn,lstm")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--eval-every", type=int, default=250)
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     ap.add_argument("--strata", default=os.path.join(target, "release", "strata"))
     args = ap.parse_args()
+    models = args.models.split(",")
+    if "gpt" in models:
+        models.remove("gpt")
+        compare_gpt(args.strata, args.steps, args.eval_every)
+    if not models:
+        return
     print(f"PyTorch {torch.__version__}, {args.epochs} epochs, 2 threads\n")
     print("| model | strata accuracy | PyTorch accuracy | strata s/epoch | PyTorch s/epoch "
           "| time ratio | strata step peak | PyTorch step peak |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in args.models.split(","):
+    for name in models:
         s = strata_run(args.strata, name, args.epochs)
         t = torch_run(name, args.epochs)
         s_epoch = sum(s["epoch_seconds"]) / len(s["epoch_seconds"])

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::cli::args::{
-    BenchArgs, ConformArgs, EvalArgs, ExplainArgs, PlanArgs, ReplayArgs, SummaryArgs, TrainArgs,
-    VizArgs,
+    BenchArgs, ConformArgs, EvalArgs, ExplainArgs, PlanArgs, ReplayArgs, SampleArgs, SummaryArgs,
+    TrainArgs, VizArgs,
 };
 use crate::cli::commands;
 
@@ -31,8 +31,11 @@ enum Command {
     Conform(ConformArgs),
     /// Measure op costs beside a memory-copy probe and PyTorch (when python3 has torch).
     Bench(BenchArgs),
-    /// Train a model on Fashion-MNIST and report accuracy, time and memory.
+    /// Train a model (Fashion-MNIST's classifiers, or the gpt on Shakespeare) and report
+    /// accuracy or validation loss, time and memory.
     Train(TrainArgs),
+    /// Generate text with a trained gpt and its key/value cache, and report the memory.
+    Sample(SampleArgs),
     /// Replay a snapshot's recorded history under other allocator settings (strata's or
     /// PyTorch's `_dump_snapshot` pickles, or strata's JSON).
     Replay(ReplayArgs),
@@ -62,7 +65,7 @@ fn main() -> ExitCode {
     if let Command::Eval(EvalArgs { common, .. }) | Command::Summary(SummaryArgs { common }) =
         &command
     {
-        if common.batch_size.0.is_none() {
+        if commands::shared::batch_size_auto(common) {
             eprintln!("strata: --batch-size auto is for train and plan; give a number");
             return ExitCode::FAILURE;
         }
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Conform(args) => commands::conform::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Train(args) => commands::train::run(args),
+        Command::Sample(args) => commands::sample::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Explain(args) => commands::explain::run(args),
         Command::Viz(args) => commands::viz::run(args),

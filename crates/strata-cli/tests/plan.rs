@@ -76,6 +76,52 @@ fn the_plan_equals_the_measured_step_for_every_model_and_option() {
     }
 }
 
+#[test]
+fn the_plan_equals_the_measured_step_of_the_gpt_for_every_policy() {
+    let _serial = serial();
+    let variants: [(&str, Variant); 2] = [
+        ("plain", |o| o),
+        ("full", |o| TrainOptions {
+            checkpoint_activations: true,
+            ..o
+        }),
+    ];
+    for (name, variant) in variants {
+        for b in [4, 12, 40] {
+            let o = variant(TrainOptions {
+                model: ModelKind::Gpt,
+                batch_size: b,
+                steps: Some(2),
+                eval_every: 2,
+                workers: 0,
+                optimizer: strata_cli::train::OptimizerKind::Adamw,
+                weight_decay: 0.1,
+                data_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text"),
+                ..TrainOptions::default()
+            });
+            let predicted = plan(&o).expect("a plan");
+            let measured = train(&o, &mut |_: &str| {}).expect("a run");
+            assert_eq!(
+                (
+                    predicted.peak_allocated,
+                    predicted.peak_reserved,
+                    predicted.peak_requested
+                ),
+                (
+                    measured.step_peak_allocated,
+                    measured.step_peak_reserved,
+                    measured.step_peak_requested
+                ),
+                "gpt {name} at batch {b}"
+            );
+            assert_eq!(
+                predicted.categories_at_peak, measured.categories_at_peak,
+                "gpt {name} at batch {b}"
+            );
+        }
+    }
+}
+
 /// Whether a real run of `o` at batch size `b` holds under `limit`.
 fn holds(o: &TrainOptions, b: usize, limit: usize) -> bool {
     memory::empty_cache(Device::Cpu).expect("empty the cache");

@@ -73,7 +73,7 @@ fn the_mlp_learns_and_its_step_is_measured() -> Result<(), Box<dyn std::error::E
     assert!(!r.top_holders.is_empty());
     assert!(r.watch_findings.is_empty(), "{:?}", r.watch_findings);
     // The saved weights evaluate to the same accuracy.
-    let model = model_with_weights(ModelKind::Mlp, Some(&weights))?;
+    let model = model_with_weights(&o, Some(&weights))?;
     let (acc, loss) = evaluate(model.as_ref(), test_set(&o)?, &o)?;
     assert_eq!(Some(acc), r.test_accuracy);
     assert!((loss - r.test_loss.unwrap_or(-1.0)).abs() < 1e-9);

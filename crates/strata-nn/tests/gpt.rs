@@ -236,3 +236,85 @@ fn bad_inputs_are_errors() {
     };
     assert!(Gpt::new(&bad).is_err());
 }
+
+#[test]
+fn the_key_value_cache_gives_the_full_forwards_logits() {
+    use strata_core::autograd::inference_mode;
+    use strata_core::Device;
+    use strata_nn::gpt::KvCache;
+    let _serial = serial();
+    manual_seed(7);
+    let config = small();
+    let model = Gpt::new(&config).expect("model");
+    let seq = tokens(1, 8, 11);
+    let values = seq.to_vec::<i64>().expect("values");
+    inference_mode(|| {
+        let full = model.call(&seq).expect("logits");
+        let row = |i: usize| {
+            full.select(1, i as i64)
+                .expect("a position")
+                .to_vec::<f32>()
+                .expect("values")
+        };
+        let mut cache = KvCache::new(&config, 1, Device::Cpu, DType::F32).expect("cache");
+        assert_eq!(cache.bytes(), 2 * 2 * 8 * 16 * 4);
+        let close = |a: &[f32], b: &[f32], what: &str| {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-5, "{what}: {x} against {y}");
+            }
+        };
+        let prompt = seq.narrow(1, 0, 3).expect("prompt");
+        let logits = model.forward_cached(&prompt, &mut cache).expect("prompt");
+        close(
+            &logits.to_vec::<f32>().expect("values"),
+            &row(2),
+            "the prompt",
+        );
+        for (i, &t) in values.iter().enumerate().skip(3) {
+            let one = Tensor::from_vec(vec![t], &[1, 1]).expect("a token");
+            let logits = model.forward_cached(&one, &mut cache).expect("a step");
+            close(
+                &logits.to_vec::<f32>().expect("values"),
+                &row(i),
+                "a cached step",
+            );
+        }
+        assert_eq!(cache.len(), 8);
+        // The context is full: another token is an error that says what to do.
+        let one = Tensor::from_vec(vec![1i64], &[1, 1]).expect("a token");
+        let err = model
+            .forward_cached(&one, &mut cache)
+            .expect_err("past the context");
+        assert!(err.to_string().contains("clear the cache"), "{err}");
+    });
+}
+
+#[test]
+fn sampling_keeps_to_the_top_k_and_follows_the_temperature() {
+    use strata_core::Generator;
+    use strata_nn::gpt::Sampling;
+    let logits = [0.0f32, 3.0, 1.0, 2.5];
+    let top2 = Sampling {
+        temperature: 1.0,
+        top_k: Some(2),
+    };
+    let mut g = Generator::new(3);
+    let mut counts = [0usize; 4];
+    for _ in 0..2000 {
+        counts[top2.draw(&logits, &mut g).expect("a draw")] += 1;
+    }
+    assert_eq!(counts[0] + counts[2], 0, "{counts:?}");
+    // p(1)/p(3) = e^0.5 = 1.65.
+    let ratio = counts[1] as f64 / counts[3] as f64;
+    assert!((ratio - 0.5f64.exp()).abs() < 0.2, "{counts:?}");
+    let cold = Sampling {
+        temperature: 0.01,
+        top_k: None,
+    };
+    assert_eq!(cold.draw(&logits, &mut g).expect("a draw"), 1);
+    let bad = Sampling {
+        temperature: 0.0,
+        top_k: None,
+    };
+    assert!(bad.draw(&logits, &mut g).is_err());
+}

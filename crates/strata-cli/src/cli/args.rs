@@ -13,19 +13,21 @@ pub(crate) struct CommonArgs {
     /// The model.
     #[arg(long, value_enum, default_value = "mlp")]
     pub(crate) model: strata_cli::train::ModelKind,
-    /// Samples per batch (`train` also takes `auto`, with `--memory-limit`: the largest
-    /// batch size that `plan --fit` finds).
-    #[arg(long, default_value = "128", value_parser = parse_batch_size)]
-    pub(crate) batch_size: BatchSize,
+    /// Samples per batch: 128 images, or 12 windows for the gpt (`train` also takes `auto`,
+    /// with `--memory-limit`: the largest batch size that `plan --fit` finds).
+    #[arg(long, value_parser = parse_batch_size)]
+    pub(crate) batch_size: Option<BatchSize>,
     /// Loader worker threads (0: load on the training thread).
     #[arg(long, default_value_t = 2)]
     pub(crate) workers: usize,
     /// Batches each worker prepares ahead.
     #[arg(long, default_value_t = 2)]
     pub(crate) prefetch: usize,
-    /// Where the IDX files are.
-    #[arg(long, default_value = "/usr/share/datasets/fashion-mnist")]
-    pub(crate) data_dir: PathBuf,
+    /// Where the data is: Fashion-MNIST's IDX files (/usr/share/datasets/fashion-mnist),
+    /// or for the gpt the Shakespeare corpus of scripts/fetch-shakespeare
+    /// ($XDG_CACHE_HOME/strata/shakespeare, else ~/.cache/strata/shakespeare).
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
     /// Evaluate on the first N test images only.
     #[arg(long)]
     pub(crate) test_samples: Option<usize>,
@@ -38,18 +40,18 @@ pub(crate) struct CommonArgs {
 /// `train` and `plan` (same names, same defaults).
 #[derive(clap::Args)]
 pub(crate) struct StepArgs {
-    /// Learning rate.
+    /// Learning rate (the gpt's peak, warmed up and decayed to a tenth by its schedule).
     #[arg(long, default_value_t = 1e-3)]
     pub(crate) lr: f64,
-    /// The optimizer.
-    #[arg(long, value_enum, default_value = "adam")]
-    pub(crate) optimizer: strata_cli::train::OptimizerKind,
+    /// The optimizer: adam, or adamw for the gpt.
+    #[arg(long, value_enum)]
+    pub(crate) optimizer: Option<strata_cli::train::OptimizerKind>,
     /// SGD's momentum.
     #[arg(long, default_value_t = 0.0)]
     pub(crate) momentum: f64,
-    /// Weight decay.
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) weight_decay: f64,
+    /// Weight decay: 0, or 0.1 for the gpt (on its matrices and embeddings only).
+    #[arg(long)]
+    pub(crate) weight_decay: Option<f64>,
     /// Seed of the weights and the shuffling.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -66,7 +68,8 @@ pub(crate) struct StepArgs {
     #[arg(long)]
     pub(crate) optimizer_in_backward: bool,
     /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
-    /// region; cnn: each conv block; lstm: segments of 7 time steps).
+    /// region; cnn: each conv block; lstm: segments of 7 time steps; gpt: each transformer
+    /// block).
     #[arg(long)]
     pub(crate) checkpoint_activations: bool,
     /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
@@ -114,9 +117,15 @@ pub(crate) struct TrainArgs {
     /// The options of the training step.
     #[command(flatten)]
     pub(crate) step: StepArgs,
-    /// Passes over the training set.
-    #[arg(long, default_value_t = 5)]
-    pub(crate) epochs: usize,
+    /// Passes over the training set (default 5; the gpt trains by --steps).
+    #[arg(long)]
+    pub(crate) epochs: Option<usize>,
+    /// Optimizer steps of the gpt (default 2000).
+    #[arg(long)]
+    pub(crate) steps: Option<usize>,
+    /// Evaluate the gpt's validation loss after every N steps, and after the last.
+    #[arg(long, default_value_t = 250)]
+    pub(crate) eval_every: usize,
     /// Save the trained weights (safetensors).
     #[arg(long)]
     pub(crate) save: Option<PathBuf>,
@@ -247,6 +256,43 @@ pub(crate) struct PlanArgs {
     /// prefetched batches) holds under `--memory-limit`.
     #[arg(long)]
     pub(crate) fit: bool,
+    /// For the gpt: predict the memory of `strata sample --tokens N` instead (the key/value
+    /// cache and the generation's peak), with `--prompt`.
+    #[arg(long, value_name = "N")]
+    pub(crate) sample: Option<usize>,
+    /// The prompt of `--sample`.
+    #[arg(long, default_value = "\n")]
+    pub(crate) prompt: String,
+}
+
+/// `strata sample`'s options.
+#[derive(clap::Args)]
+pub(crate) struct SampleArgs {
+    /// The gpt's trained weights (safetensors, nanoGPT's keys).
+    #[arg(long)]
+    pub(crate) load: PathBuf,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) tokens: usize,
+    /// The text to start from.
+    #[arg(long, default_value = "\n")]
+    pub(crate) prompt: String,
+    /// Divides the logits before the softmax (below 1: more likely tokens).
+    #[arg(long, default_value_t = 0.8)]
+    pub(crate) temperature: f64,
+    /// Draw only among the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) top_k: usize,
+    /// Seed of the draws.
+    #[arg(long, default_value_t = 1337)]
+    pub(crate) seed: u64,
+    /// The corpus the model was trained on (its vocabulary); the default is where
+    /// scripts/fetch-shakespeare puts it.
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Write the report (text, cache and peak bytes) as JSON here.
+    #[arg(long)]
+    pub(crate) report_json: Option<PathBuf>,
 }
 
 /// `strata summary`'s options.

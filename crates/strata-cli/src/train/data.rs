@@ -1,5 +1,6 @@
-//! Where a run's batches come from: Fashion-MNIST through the data loader on the CPU, or,
-//! on the meta device, batches of the same shapes, dtypes and count that hold no data.
+//! Where a run's batches come from: Fashion-MNIST images or the gpt's text windows through
+//! the data loader on the CPU, or, on the meta device, batches of the same shapes, dtypes
+//! and count that hold no data.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use strata::core::{Category, DType, Device, Tensor};
 use strata::data::transform::Normalize;
 use strata::data::{DataLoader, Dataset, Epoch, FashionMnist, LoaderOptions, Split, Subset};
 
+use super::text::{Text, BLOCK};
 use super::{Result, TrainOptions};
 
 /// Images in Fashion-MNIST's training split.
@@ -24,30 +26,46 @@ fn dataset(o: &TrainOptions, split: Split, limit: Option<usize>) -> Result<Arc<d
     })
 }
 
-/// The test set `o` names.
+/// The test set `o` names: Fashion-MNIST's test split, or the gpt's validation windows.
 pub fn test_set(o: &TrainOptions) -> Result<Arc<dyn Dataset>> {
+    if let Some(text) = o.text()? {
+        return text.validation();
+    }
     dataset(o, Split::Test, o.test_samples)
+}
+
+/// What one sample of a batch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sample {
+    /// A `[1, 28, 28]` f32 image and its i64 label.
+    Image,
+    /// A window of [`BLOCK`] i64 tokens and the next token of each.
+    Window,
 }
 
 /// A source of batches for one split: the loader, or meta batches.
 pub(crate) enum Data {
-    /// The real images, through the loader.
+    /// The real samples, through the loader.
     Real(DataLoader),
-    /// `images` images in batches of `batch_size`, as meta tensors, with `in_flight`
+    /// `images` samples in batches of `batch_size`, as meta tensors, with `in_flight`
     /// batches made ahead as the loader's workers would.
     Meta {
         images: usize,
         batch_size: usize,
         in_flight: usize,
+        sample: Sample,
     },
 }
 
 impl Data {
-    /// The training split (`shuffle`) or the test split, as `o` asks.
-    pub(crate) fn new(o: &TrainOptions, split: Split) -> Result<Data> {
-        let (limit, full) = match split {
-            Split::Train => (o.train_samples, TRAIN_IMAGES),
-            Split::Test => (o.test_samples, TEST_IMAGES),
+    /// The training split (`shuffle`) or the test split, as `o` asks; for the gpt, `text`'s
+    /// random training windows (`steps × batch size`, one epoch) or its validation windows.
+    pub(crate) fn new(o: &TrainOptions, split: Split, text: Option<&Text>) -> Result<Data> {
+        let (limit, full) = match (split, text) {
+            (Split::Train, Some(_)) => (None, o.steps_or_default() * o.batch_size),
+            (Split::Test, Some(t)) => (None, t.validation()?.len()),
+            (Split::Train, None) => (o.train_samples, TRAIN_IMAGES),
+            (Split::Test, None) => (o.test_samples, TEST_IMAGES),
         };
         if o.device == Device::Meta {
             // The loader's bound: each worker keeps `prefetch` batches ready.
@@ -60,9 +78,19 @@ impl Data {
                 images: limit.map_or(full, |n| n.min(full)),
                 batch_size: o.batch_size,
                 in_flight,
+                sample: if text.is_some() {
+                    Sample::Window
+                } else {
+                    Sample::Image
+                },
             });
         }
-        Data::from_dataset(dataset(o, split, limit)?, o, split == Split::Train)
+        match text {
+            // Random windows need no shuffling: each draws its own start.
+            Some(t) if split == Split::Train => Data::from_dataset(t.training(full)?, o, false),
+            Some(t) => Data::from_dataset(t.validation()?, o, false),
+            None => Data::from_dataset(dataset(o, split, limit)?, o, split == Split::Train),
+        }
     }
 
     /// Batches of `data` through a loader configured as `o` says.
@@ -102,10 +130,12 @@ impl Data {
                 images,
                 batch_size,
                 in_flight,
+                sample,
             } => Batches::Meta {
                 left: *images,
                 batch_size: *batch_size,
                 in_flight: *in_flight,
+                sample: *sample,
                 ready: std::collections::VecDeque::new(),
             },
         })
@@ -119,6 +149,7 @@ pub(crate) enum Batches<'a> {
         left: usize,
         batch_size: usize,
         in_flight: usize,
+        sample: Sample,
         ready: std::collections::VecDeque<(Tensor, Tensor)>,
     },
 }
@@ -145,6 +176,7 @@ impl Iterator for Batches<'_> {
                 left,
                 batch_size,
                 in_flight,
+                sample,
                 ready,
             } => {
                 // Keep the batch handed out plus `in_flight` made ahead, as a prefetching
@@ -152,7 +184,7 @@ impl Iterator for Batches<'_> {
                 while *left > 0 && ready.len() <= *in_flight {
                     let b = (*batch_size).min(*left);
                     *left -= b;
-                    match meta_batch(b) {
+                    match meta_batch(b, *sample) {
                         Ok(batch) => ready.push_back(batch),
                         Err(e) => return Some(Err(e)),
                     }
@@ -163,11 +195,19 @@ impl Iterator for Batches<'_> {
     }
 }
 
-/// A batch of `b` images and labels on the meta device, shaped and typed as the loader's.
-fn meta_batch(b: usize) -> Result<(Tensor, Tensor)> {
+/// A batch of `b` samples on the meta device, shaped and typed as the loader's.
+fn meta_batch(b: usize, sample: Sample) -> Result<(Tensor, Tensor)> {
     let on = Tensor::on(Device::Meta);
-    let x = on.zeros(&[b, 1, 28, 28], DType::F32)?;
-    let y = on.zeros(&[b], DType::I64)?;
+    let (x, y) = match sample {
+        Sample::Image => (
+            on.zeros(&[b, 1, 28, 28], DType::F32)?,
+            on.zeros(&[b], DType::I64)?,
+        ),
+        Sample::Window => (
+            on.zeros(&[b, BLOCK], DType::I64)?,
+            on.zeros(&[b, BLOCK], DType::I64)?,
+        ),
+    };
     x.mark_category(Category::Input);
     y.mark_category(Category::Input);
     Ok((x, y))

@@ -1,12 +1,16 @@
-//! `strata train` and `strata eval`: Fashion-MNIST with the mlp, cnn or lstm model, a
-//! report of accuracy, time and where the memory of one training step went.
+//! `strata train` and `strata eval`: Fashion-MNIST with the mlp, cnn or lstm model, or
+//! nanoGPT's character model on Shakespeare; a report of accuracy or validation loss, time
+//! and where the memory of one training step went.
 
 mod data;
 mod measure;
 pub mod models;
 mod plan;
+pub mod recipe;
 mod report;
+mod sample;
 mod step;
+mod text;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,10 +31,12 @@ use data::Data;
 use measure::{measure, Measured};
 
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
-pub use models::{Model, ModelKind};
+pub use models::{Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};
-pub use report::Report;
+pub use report::{Evaluation, Report};
+pub use sample::{sample, SampleOptions, SampleReport};
 pub use step::{OnOom, StepOutcome, Stepper};
+pub use text::{default_data_dir, Text, BLOCK, EVAL_WINDOWS};
 
 /// Which optimizer updates the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,8 +54,12 @@ pub enum OptimizerKind {
 pub struct TrainOptions {
     /// The model.
     pub model: ModelKind,
-    /// Passes over the training set.
+    /// Passes over the training set (the classifiers).
     pub epochs: usize,
+    /// Optimizer steps of a model trained by steps (the gpt; 2,000 when `None`).
+    pub steps: Option<usize>,
+    /// A model trained by steps is evaluated after every this many steps, and at the end.
+    pub eval_every: usize,
     /// Samples per step.
     pub batch_size: usize,
     /// Learning rate.
@@ -107,6 +117,8 @@ impl Default for TrainOptions {
         TrainOptions {
             model: ModelKind::Mlp,
             epochs: 5,
+            steps: None,
+            eval_every: 250,
             batch_size: 128,
             lr: 1e-3,
             optimizer: OptimizerKind::Adam,
@@ -130,6 +142,21 @@ impl Default for TrainOptions {
             snapshot: None,
             html: None,
         }
+    }
+}
+
+impl TrainOptions {
+    /// The steps a model trained by steps takes.
+    pub fn steps_or_default(&self) -> usize {
+        self.steps.unwrap_or(recipe::DEFAULT_STEPS)
+    }
+
+    /// The text of a language model (read from `data_dir`), `None` for the classifiers.
+    pub fn text(&self) -> Result<Option<Text>> {
+        self.model
+            .is_language_model()
+            .then(|| Text::load(&self.data_dir))
+            .transpose()
     }
 }
 
@@ -195,14 +222,23 @@ pub enum TrainError {
 /// Result of a run.
 pub type Result<T> = std::result::Result<T, TrainError>;
 
-/// Builds `kind`, with the weights in `load` when given.
-pub fn model_with_weights(kind: ModelKind, load: Option<&PathBuf>) -> Result<Arc<dyn Module>> {
-    let model = models::build(kind)?;
-    load_weights(model.as_ref(), load)?;
-    Ok(model)
+/// The model `o` names (the gpt for `text`'s vocabulary), fresh weights.
+fn build_model(o: &TrainOptions, text: Option<&Text>) -> Result<Model> {
+    Ok(match text {
+        Some(t) => Model::language_model(t.vocabulary(), o.checkpoint_activations)?,
+        None => Model::build(o.model, o.checkpoint_activations)?,
+    })
 }
 
-fn load_weights(model: &dyn Module, load: Option<&PathBuf>) -> Result<()> {
+/// Builds the model `o` names (the gpt for the vocabulary of the text in `o.data_dir`),
+/// with the weights in `load` when given.
+pub fn model_with_weights(o: &TrainOptions, load: Option<&PathBuf>) -> Result<Arc<dyn Module>> {
+    let model = build_model(o, o.text()?.as_ref())?;
+    load_weights(model.module().as_ref(), load)?;
+    Ok(model.module().clone())
+}
+
+pub(crate) fn load_weights(model: &dyn Module, load: Option<&PathBuf>) -> Result<()> {
     if let Some(path) = load {
         let dict = StateDict::load(path)?;
         model.load_state_dict(&dict, LoadOptions::default())?;
@@ -210,7 +246,9 @@ fn load_weights(model: &dyn Module, load: Option<&PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// Test accuracy (a fraction) and mean loss of `model` on `data`, under inference mode.
+/// Test accuracy (a fraction) and mean loss of `model` on `data`, under inference mode (for
+/// the gpt on its validation windows: next-token accuracy and the mean cross-entropy over
+/// every prediction).
 pub fn evaluate(
     model: &dyn Module,
     data: Arc<dyn Dataset>,
@@ -231,6 +269,7 @@ fn evaluate_on(model: &dyn Module, data: &mut Data) -> Result<Option<(f64, f64)>
         for batch in data.epoch()? {
             let (x, y) = batch?;
             let logits = model.call(&x)?;
+            let (logits, y) = step::loss_rows(&logits, &y)?;
             let loss = cross_entropy(&logits, &y, Reduction::Sum)?;
             let hits = logits.argmax(Some(1), false)?.eq(&y)?;
             n += y.numel();
@@ -283,6 +322,18 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
             "--batch-size and --epochs must be at least 1".into(),
         ));
     }
+    if o.model.is_language_model() {
+        if o.steps_or_default() == 0 || o.eval_every == 0 {
+            return Err(TrainError::Options(
+                "--steps and --eval-every must be at least 1".into(),
+            ));
+        }
+    } else if o.steps.is_some() {
+        return Err(TrainError::Options(format!(
+            "the {} trains by epochs over Fashion-MNIST: use --epochs (--steps is for the gpt)",
+            o.model.name()
+        )));
+    }
     if let Device::Cuda(index) = o.device {
         // The library's own answer (no driver, no such device, no kernels yet).
         let why = match strata::core::cuda::check(index) {
@@ -299,6 +350,72 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
     Ok(())
 }
 
+/// The run's rounds of training between evaluations, by epoch: the classifiers have one
+/// round per epoch (all `batches` of it); a model trained by steps has one epoch of its
+/// steps, evaluated after every `eval_every` of them and after the last.
+fn rounds(o: &TrainOptions, batches: usize) -> Vec<Vec<usize>> {
+    if !o.model.is_language_model() {
+        return vec![vec![batches]; o.epochs];
+    }
+    let steps = o.steps_or_default().min(batches);
+    let every = o.eval_every.max(1);
+    let mut rounds = vec![every; steps / every];
+    if !steps.is_multiple_of(every) {
+        rounds.push(steps % every);
+    }
+    vec![rounds]
+}
+
+/// How a round of training ended, for its line.
+struct RoundEnd {
+    /// The round, from 0, and how many there are.
+    round: usize,
+    rounds: usize,
+    /// Steps taken so far.
+    step: usize,
+    /// The round's mean training loss.
+    train_loss: f64,
+    /// The evaluation's accuracy and loss (`None` on meta).
+    values: Option<(f64, f64)>,
+    /// The round's training time and samples.
+    secs: f64,
+    samples: usize,
+}
+
+/// The line a round ends with: the epoch's accuracy, or the steps' losses.
+fn round_line(o: &TrainOptions, r: &RoundEnd) -> Result<String> {
+    let (secs, train_loss) = (r.secs, r.train_loss);
+    let rate = r.samples as f64 / secs.max(1e-9);
+    let language = o.model.is_language_model();
+    Ok(match (language, r.values) {
+        (true, Some((_, val))) => format!(
+            "step {}/{}: train loss {train_loss:.4}, val loss {val:.4}, {secs:.1} s, \
+             {rate:.0} samples/s",
+            r.step,
+            o.steps_or_default()
+        ),
+        (false, Some((acc, _))) => format!(
+            "epoch {}/{}: train loss {train_loss:.4}, test accuracy {:.2}%, {secs:.1} s, \
+             {rate:.0} samples/s",
+            r.round + 1,
+            r.rounds,
+            100.0 * acc
+        ),
+        (true, None) => format!(
+            "step {}/{} on meta: {secs:.1} s, peak allocated {}",
+            r.step,
+            o.steps_or_default(),
+            strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
+        ),
+        (false, None) => format!(
+            "epoch {}/{} on meta: {secs:.1} s, peak allocated {}",
+            r.round + 1,
+            r.rounds,
+            strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
+        ),
+    })
+}
+
 /// Trains as `o` says, telling `progress` as it goes.
 pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     check(o)?;
@@ -310,11 +427,12 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     if recording {
         memory::record_memory_history(true, RecordContext::All, 1_000_000, o.device)?;
     }
-    let mut train_data = Data::new(o, Split::Train)?;
-    let mut test_data = Data::new(o, Split::Test)?;
+    let text = o.text()?;
+    let mut train_data = Data::new(o, Split::Train, text.as_ref())?;
+    let mut test_data = Data::new(o, Split::Test, text.as_ref())?;
     let model = {
         let _on = DefaultDevice::set(o.device);
-        Model::build(o.model, o.checkpoint_activations)?
+        build_model(o, text.as_ref())?
     };
     load_weights(model.module().as_ref(), o.load.as_ref())?;
     let mut stepper = Stepper::new(&model, o)?;
@@ -323,6 +441,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     let mut findings: Vec<String> = Vec::new();
     let meta = o.device == Device::Meta;
     let (mut train_loss, mut epoch_seconds, mut accuracy) = (Vec::new(), Vec::new(), Vec::new());
+    let mut evaluations: Vec<Evaluation> = Vec::new();
     let (mut wait, mut samples, mut step, mut split_steps) = (0f64, 0usize, 0usize, 0usize);
     let mut measured: Option<Measured> = None;
     let mut test_loss = None;
@@ -330,80 +449,86 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     // Steps 0 and 1 (the measured one) idle, step 2 warms up, steps 3 and 4 are kept.
     let mut profiler = profiling
         .then(|| Profiler::start(ProfileOptions::default().schedule(Schedule::new(2, 1, 2))));
-    for epoch in 0..o.epochs {
-        model.module().train();
-        let start = Instant::now();
-        let (mut loss_sum, mut n) = (0f64, 0usize);
-        progress.epoch_started(epoch + 1, o.epochs, train_data.len());
+    let epochs = rounds(o, train_data.len());
+    let total_rounds: usize = epochs.iter().map(Vec::len).sum();
+    let mut round = 0;
+    for epoch_rounds in &epochs {
         let mut batches = train_data.epoch()?;
-        loop {
-            let waited = Instant::now();
-            let Some(batch) = batches.next() else { break };
-            wait += waited.elapsed().as_secs_f64();
-            let (x, y) = batch?;
-            let b = y.numel();
-            let outcome = if step == 1 {
-                // The measured step: after the first optimizer step (its state exists),
-                // with the gradients cleared and the batch loaded, one step on a fresh
-                // allocator with the run's settings.
-                let (outcome, m) = measured_step(o, &mut stepper, &model, &x, &y)?;
-                measured = Some(m);
-                outcome
-            } else {
-                stepper.step(&model, &x, &y, &mut || {})?
-            };
-            if outcome.parts > 1 {
-                split_steps += 1;
-            }
-            loss_sum += f64::from(outcome.loss.unwrap_or(0.0)) * b as f64;
-            n += b;
-            step += 1;
-            drop((x, y));
-            if let Some(p) = profiler.as_mut() {
-                p.step();
-            }
-            progress.batch_done(
-                outcome.loss,
-                n as f64 / start.elapsed().as_secs_f64().max(1e-9),
-                memory::memory_allocated(o.device)?,
-                memory::max_memory_allocated(o.device)?,
-            );
-            for f in leaks.step()?.into_iter().chain(graphs.step()) {
-                // The report lists each finding once, in full; reminders add nothing to it.
-                if !f.reminder && !findings.contains(&f.message) {
-                    findings.push(f.message);
+        for &round_len in epoch_rounds {
+            model.module().train();
+            let start = Instant::now();
+            let (mut loss_sum, mut n) = (0f64, 0usize);
+            progress.epoch_started(round + 1, total_rounds, round_len);
+            for _ in 0..round_len {
+                let waited = Instant::now();
+                let Some(batch) = batches.next() else { break };
+                wait += waited.elapsed().as_secs_f64();
+                let (x, y) = batch?;
+                let b = x.shape()[0];
+                let outcome = if step == 1 {
+                    // The measured step: after the first optimizer step (its state exists),
+                    // with the gradients cleared and the batch loaded, one step on a fresh
+                    // allocator with the run's settings.
+                    let (outcome, m) = measured_step(o, &mut stepper, &model, &x, &y)?;
+                    measured = Some(m);
+                    outcome
+                } else {
+                    stepper.step(&model, &x, &y, &mut || {})?
+                };
+                if outcome.parts > 1 {
+                    split_steps += 1;
+                }
+                loss_sum += f64::from(outcome.loss.unwrap_or(0.0)) * b as f64;
+                n += b;
+                step += 1;
+                drop((x, y));
+                if let Some(p) = profiler.as_mut() {
+                    p.step();
+                }
+                progress.batch_done(
+                    outcome.loss,
+                    n as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                    memory::memory_allocated(o.device)?,
+                    memory::max_memory_allocated(o.device)?,
+                );
+                for f in leaks.step()?.into_iter().chain(graphs.step()) {
+                    // The report lists each finding once, in full; reminders add nothing.
+                    if !f.reminder && !findings.contains(&f.message) {
+                        findings.push(f.message);
+                    }
                 }
             }
-        }
-        drop(batches);
-        let secs = start.elapsed().as_secs_f64();
-        samples += n;
-        epoch_seconds.push(secs);
-        train_loss.push(loss_sum / n.max(1) as f64);
-        let values = evaluate_on(model.module().as_ref(), &mut test_data)?;
-        let line = match values {
-            Some((acc, tl)) => {
-                accuracy.push(acc);
-                test_loss = Some(tl);
-                format!(
-                    "epoch {}/{}: train loss {:.4}, test accuracy {:.2}%, {:.1} s, {:.0} samples/s",
-                    epoch + 1,
-                    o.epochs,
-                    loss_sum / n.max(1) as f64,
-                    100.0 * acc,
-                    secs,
-                    n as f64 / secs.max(1e-9)
-                )
-            }
-            None => format!(
-                "epoch {}/{} on meta: {:.1} s, peak allocated {}",
-                epoch + 1,
-                o.epochs,
+            let secs = start.elapsed().as_secs_f64();
+            samples += n;
+            epoch_seconds.push(secs);
+            let mean_loss = loss_sum / n.max(1) as f64;
+            train_loss.push(mean_loss);
+            let values = evaluate_on(model.module().as_ref(), &mut test_data)?;
+            let end = RoundEnd {
+                round,
+                rounds: total_rounds,
+                step,
+                train_loss: mean_loss,
+                values,
                 secs,
-                strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
-            ),
-        };
-        progress.epoch_done(&line);
+                samples: n,
+            };
+            let line = round_line(o, &end)?;
+            match (text.is_some(), values) {
+                (true, values) => evaluations.push(Evaluation {
+                    step,
+                    train_loss: (!meta).then_some(mean_loss),
+                    val_loss: values.map(|(_, loss)| loss),
+                }),
+                (false, Some((acc, loss))) => {
+                    accuracy.push(acc);
+                    test_loss = Some(loss);
+                }
+                (false, None) => {}
+            }
+            progress.epoch_done(&line);
+            round += 1;
+        }
     }
     if let Some(path) = &o.save {
         model.module().state_dict().save(path)?;
@@ -449,13 +574,16 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     let m = measured.unwrap_or_default();
     let stats = memory::memory_stats(o.device)?;
     let total: f64 = epoch_seconds.iter().sum();
+    let classifier = text.is_none();
     Ok(Report {
         model: o.model.name().to_owned(),
         device: o.device.to_string(),
         test_accuracy: accuracy.last().copied(),
         test_loss,
-        test_accuracy_per_epoch: (!meta).then_some(accuracy),
+        test_accuracy_per_epoch: (!meta && classifier).then_some(accuracy),
         train_loss: (!meta).then_some(train_loss),
+        val_loss: evaluations.last().and_then(|e| e.val_loss),
+        evaluations,
         epoch_seconds,
         data_wait_seconds: wait,
         samples_per_second: samples as f64 / total.max(1e-9),

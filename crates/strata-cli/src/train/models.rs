@@ -1,11 +1,12 @@
-//! The three models `strata train` builds, with PyTorch's module layout so that their state
-//! dicts are interchangeable with PyTorch's.
+//! The models `strata train` builds, with PyTorch's module layout so that their state dicts
+//! are interchangeable with PyTorch's (the gpt's with nanoGPT's).
 
 use std::sync::Arc;
 
 use strata::core::autograd::checkpoint;
 use strata::core::nn::functional::Pair;
 use strata::core::{Error, Result, Tensor};
+use strata::nn::gpt::{Gpt, GptConfig};
 use strata::nn::module::shared;
 use strata::nn::{
     BatchNorm2d, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ModuleCore, ReLU,
@@ -23,6 +24,9 @@ pub enum ModelKind {
     /// Each image as 28 rows of 28 features: LSTM(28,128), batch first, its last output
     /// into Linear(128,10).
     Lstm,
+    /// nanoGPT's character-level GPT on the Shakespeare corpus: 4 blocks of 4 heads, width
+    /// 128, context 64, trained by steps.
+    Gpt,
 }
 
 impl ModelKind {
@@ -32,9 +36,30 @@ impl ModelKind {
             ModelKind::Mlp => "mlp",
             ModelKind::Cnn => "cnn",
             ModelKind::Lstm => "lstm",
+            ModelKind::Gpt => "gpt",
+        }
+    }
+
+    /// True for the models trained by steps on text (`--steps`), false for the Fashion-MNIST
+    /// classifiers trained by epochs.
+    pub fn is_language_model(self) -> bool {
+        self == ModelKind::Gpt
+    }
+
+    /// The batch size of the model's recipe: 128 images, or nanoGPT's 12 windows.
+    pub fn default_batch_size(self) -> usize {
+        if self.is_language_model() {
+            12
+        } else {
+            128
         }
     }
 }
+
+/// The text a language model is built for: its vocabulary size (the gpt's embedding and
+/// head have a row per character).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vocabulary(pub usize);
 
 /// A model `strata train` runs: the module, and how its forward is split into
 /// checkpointed regions when activation checkpointing is on.
@@ -42,6 +67,7 @@ impl ModelKind {
 pub struct Model {
     module: Arc<dyn Module>,
     lstm: Option<Arc<LstmClassifier>>,
+    gpt: Option<Gpt>,
     checkpointed: bool,
 }
 
@@ -49,9 +75,10 @@ pub struct Model {
 pub const LSTM_SEGMENT: usize = 7;
 
 impl Model {
-    /// Builds `kind` with fresh weights; with `checkpointed`, its forward keeps only the
-    /// inputs of each region (mlp: children 1 to 4; cnn: each block of conv, BatchNorm, ReLU
-    /// and pool; lstm: segments of 7 time steps) and recomputes the rest in backward.
+    /// Builds the classifier `kind` with fresh weights; with `checkpointed`, its forward
+    /// keeps only the inputs of each region (mlp: children 1 to 4; cnn: each block of conv,
+    /// BatchNorm, ReLU and pool; lstm: segments of 7 time steps) and recomputes the rest in
+    /// backward. The gpt needs its vocabulary: build it with [`Model::language_model`].
     pub fn build(kind: ModelKind, checkpointed: bool) -> Result<Model> {
         let (module, lstm) = match kind {
             ModelKind::Lstm => {
@@ -63,6 +90,18 @@ impl Model {
         Ok(Model {
             module,
             lstm,
+            gpt: None,
+            checkpointed,
+        })
+    }
+
+    /// The gpt over `vocabulary`, each transformer block checkpointed when `checkpointed`.
+    pub fn language_model(vocabulary: Vocabulary, checkpointed: bool) -> Result<Model> {
+        let g = gpt(vocabulary)?;
+        Ok(Model {
+            module: shared(g.clone()),
+            lstm: None,
+            gpt: Some(g),
             checkpointed,
         })
     }
@@ -72,8 +111,16 @@ impl Model {
         &self.module
     }
 
+    /// The gpt, when this is one.
+    pub fn gpt(&self) -> Option<&Gpt> {
+        self.gpt.as_ref()
+    }
+
     /// The forward pass, checkpointed when the model was built so (and grad mode is on).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if let Some(gpt) = &self.gpt {
+            return gpt.logits(x, self.checkpointed);
+        }
         if !self.checkpointed {
             return self.module.call(x);
         }
@@ -130,7 +177,13 @@ fn single(outputs: Vec<Tensor>) -> Result<Tensor> {
         })
 }
 
-/// Builds `kind` with fresh weights (from the global generator).
+/// nanoGPT's `shakespeare_char` model over `vocabulary`, fresh weights.
+fn gpt(vocabulary: Vocabulary) -> Result<Gpt> {
+    Gpt::new(&GptConfig::shakespeare_char(vocabulary.0))
+}
+
+/// Builds the classifier `kind` with fresh weights (from the global generator); the gpt
+/// needs its vocabulary ([`Model::language_model`]).
 pub fn build(kind: ModelKind) -> Result<Arc<dyn Module>> {
     Ok(match kind {
         ModelKind::Mlp => {
@@ -160,6 +213,13 @@ pub fn build(kind: ModelKind) -> Result<Arc<dyn Module>> {
             shared(m)
         }
         ModelKind::Lstm => shared(LstmClassifier::new()?),
+        ModelKind::Gpt => {
+            return Err(Error::argument(
+                "strata train",
+                "the gpt is built for its text's vocabulary",
+                Some("build it with Model::language_model"),
+            ))
+        }
     })
 }
 

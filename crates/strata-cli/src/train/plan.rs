@@ -9,10 +9,18 @@ use strata::profile::plan::{plan_step, InputSpec, LiveGroup, PlanOptions, PlanRe
 
 use super::models::Model;
 use super::step::{OnOom, Stepper};
-use super::{train, Result, TrainError, TrainOptions};
+use super::text::BLOCK;
+use super::{build_model, train, Result, TrainError, TrainOptions};
 
-/// The inputs of one batch of `b` images: `[b, 1, 28, 28]` floats and `b` labels.
-fn batch_inputs(b: usize) -> [InputSpec; 2] {
+/// The inputs of one batch of `b` samples: `[b, 1, 28, 28]` floats and `b` labels, or the
+/// gpt's `[b, 64]` tokens and their next tokens.
+fn batch_inputs(b: usize, language: bool) -> [InputSpec; 2] {
+    if language {
+        return [
+            InputSpec::new(&[b, BLOCK], DType::I64),
+            InputSpec::new(&[b, BLOCK], DType::I64),
+        ];
+    }
     [
         InputSpec::new(&[b, 1, 28, 28], DType::F32),
         InputSpec::new(&[b], DType::I64),
@@ -28,11 +36,12 @@ pub fn plan(o: &TrainOptions) -> Result<PlanReport> {
         capacity: o.memory_limit,
         ..PlanOptions::default()
     };
+    let text = o.text()?;
     plan_step(
-        &batch_inputs(o.batch_size),
+        &batch_inputs(o.batch_size, text.is_some()),
         &options,
         || -> Result<(Model, Stepper)> {
-            let model = Model::build(o.model, o.checkpoint_activations)?;
+            let model = build_model(o, text.as_ref())?;
             let stepper = Stepper::new(&model, o)?;
             Ok((model, stepper))
         },
@@ -134,10 +143,13 @@ pub struct Fit {
 /// Whether a run of `o` at batch size `b` holds on meta under `limit`: `Some` with its
 /// report when it does, `None` when it runs out of memory.
 fn simulate(o: &TrainOptions, b: usize, limit: usize) -> Result<Option<super::Report>> {
+    // The classifiers' run: two epochs; the gpt's: two steps, then its evaluation.
     let trial = TrainOptions {
         device: Device::Meta,
         batch_size: b,
         epochs: 2,
+        steps: o.model.is_language_model().then_some(2),
+        eval_every: 2,
         memory_limit: Some(limit),
         on_oom: OnOom::Fail,
         save: None,
@@ -156,15 +168,23 @@ fn simulate(o: &TrainOptions, b: usize, limit: usize) -> Result<Option<super::Re
     }
 }
 
-/// The largest batch size (up to the training set's size) for which a simulated run of `o`
+/// The largest batch of windows `--fit` tries for a language model, whose random windows
+/// have no natural end.
+const LANGUAGE_FIT_BOUND: usize = 1 << 16;
+
+/// The largest batch size (up to the training set's size; for the gpt, 65,536 windows of its
+/// two steps and evaluation) for which a simulated run of `o`
 /// holds under `limit`: creation of the model and optimizer, the loader's bound of batches
 /// made ahead, two full epochs and evaluation at that batch size, all on one meta
 /// allocator capped at `limit`. Searches by doubling from 64, then bisecting.
 pub fn fit(o: &TrainOptions, limit: usize) -> Result<Fit> {
-    let images = o
-        .train_samples
-        .map_or(super::TRAIN_IMAGES, |n| n.min(super::TRAIN_IMAGES))
-        .max(1);
+    let images = if o.model.is_language_model() {
+        LANGUAGE_FIT_BOUND
+    } else {
+        o.train_samples
+            .map_or(super::TRAIN_IMAGES, |n| n.min(super::TRAIN_IMAGES))
+            .max(1)
+    };
     let mut trials = Vec::new();
     let mut best: Option<(usize, super::Report)> = None;
     let mut try_size = |b: usize, best: &mut Option<(usize, super::Report)>| -> Result<bool> {

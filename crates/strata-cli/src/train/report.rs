@@ -20,9 +20,17 @@ pub struct Report {
     pub test_loss: Option<f64>,
     /// Test accuracy after each epoch (null on meta).
     pub test_accuracy_per_epoch: Option<Vec<f64>>,
-    /// Mean training loss of each epoch (null on meta).
+    /// Mean training loss of each epoch, or of the steps between two evaluations of a
+    /// model trained by steps (null on meta).
     pub train_loss: Option<Vec<f64>>,
-    /// Wall time of each epoch's training (evaluation excluded).
+    /// The validation loss at the last evaluation of a model trained by steps (null for the
+    /// classifiers and on meta).
+    pub val_loss: Option<f64>,
+    /// Each evaluation of a model trained by steps (empty for the classifiers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evaluations: Vec<Evaluation>,
+    /// Wall time of each epoch's training, or of the steps between two evaluations
+    /// (evaluation excluded).
     pub epoch_seconds: Vec<f64>,
     /// Time the training step waited for the loader, all epochs.
     pub data_wait_seconds: f64,
@@ -57,12 +65,38 @@ pub struct Report {
     pub profile_table: Option<String>,
 }
 
+/// One evaluation of a model trained by steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Evaluation {
+    /// Optimizer steps taken before it.
+    pub step: usize,
+    /// Mean training loss of the steps since the previous evaluation (null on meta).
+    pub train_loss: Option<f64>,
+    /// Mean cross-entropy over every prediction of the validation windows (null on meta).
+    pub val_loss: Option<f64>,
+}
+
 impl Report {
     /// The report for a terminal.
     pub fn text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "model {} on {}", self.model, self.device);
+        for (e, secs) in self.evaluations.iter().zip(&self.epoch_seconds) {
+            match (e.train_loss, e.val_loss) {
+                (Some(train), Some(val)) => {
+                    let _ = writeln!(
+                        out,
+                        "step {}: train loss {train:.4}, val loss {val:.4}, {secs:.1} s",
+                        e.step
+                    );
+                }
+                _ => {
+                    let _ = writeln!(out, "step {}: {secs:.2} s (no values on meta)", e.step);
+                }
+            }
+        }
         match (&self.train_loss, &self.test_accuracy_per_epoch) {
+            _ if !self.evaluations.is_empty() => {}
             (Some(losses), Some(accuracy)) => {
                 for (i, ((loss, secs), acc)) in losses
                     .iter()
@@ -83,6 +117,13 @@ impl Report {
                     let _ = writeln!(out, "epoch {}: {secs:.2} s (no values on meta)", i + 1);
                 }
             }
+        }
+        if let Some(val) = self.val_loss {
+            let _ = writeln!(
+                out,
+                "val loss {val:.4}; {:.0} samples/s; waited {:.2} s for data",
+                self.samples_per_second, self.data_wait_seconds
+            );
         }
         if let (Some(acc), Some(loss)) = (self.test_accuracy, self.test_loss) {
             let _ = writeln!(

@@ -10,9 +10,10 @@ use strata::core::nn::functional::{cross_entropy, Reduction};
 use strata::core::random::global_generator;
 use strata::core::{DType, Device, Error, Tensor};
 use strata::nn::amp::GradScaler;
-use strata::nn::optim::{Adam, Optimizer, Sgd};
+use strata::nn::optim::{clip_grad_norm_, Adam, Optimizer, ParamGroup, Rule, Sgd};
 
 use super::models::Model;
+use super::recipe;
 use super::{OptimizerKind, Result, TrainError, TrainOptions};
 
 /// What to do when a step runs out of memory.
@@ -35,12 +36,31 @@ pub struct StepOutcome {
     pub parts: usize,
 }
 
-/// Runs steps: the optimizer, the loss scaler with f16, and the out-of-memory policy.
+/// Runs steps: the optimizer, the loss scaler with f16, and the out-of-memory policy; for
+/// the gpt also its learning-rate schedule and gradient clipping.
 pub struct Stepper {
     opt: Optimizer,
     scaler: Option<GradScaler>,
     amp: Option<DType>,
     on_oom: OnOom,
+    /// The peak of the gpt's learning-rate schedule.
+    scheduled: Option<f64>,
+    /// The total gradient norm is clipped to this before each step.
+    clip: Option<f64>,
+    /// Optimizer steps taken.
+    steps: usize,
+}
+
+/// The logits and targets as rows for the cross-entropy: `[N, classes]` and `[N]` (a
+/// language model's `[B, T, vocab]` and `[B, T]` become `B·T` rows; views, no copy).
+pub(crate) fn loss_rows(logits: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor)> {
+    let classes = logits.shape().last().copied().unwrap_or(1) as i64;
+    Ok((logits.reshape(&[-1, classes])?, y.reshape(&[-1])?))
+}
+
+/// Samples in the batch `y` holds targets for (its first dimension).
+fn batch_len(y: &Tensor) -> usize {
+    y.shape().first().copied().unwrap_or(1)
 }
 
 /// The state a split step restores before running in parts.
@@ -109,30 +129,40 @@ impl Stepper {
                     .into(),
             ));
         }
+        let recipe = model.gpt().is_some();
+        if recipe && o.optimizer_in_backward {
+            return Err(TrainError::Options(
+                "the gpt's recipe clips the total gradient norm, which needs every gradient \
+                 before any parameter steps: it cannot be used with --optimizer-in-backward"
+                    .into(),
+            ));
+        }
         let params = model.module().parameters();
-        let mut opt = match o.optimizer {
-            OptimizerKind::Sgd => Optimizer::sgd(
-                params,
-                Sgd {
-                    lr: o.lr,
-                    momentum: o.momentum,
-                    weight_decay: o.weight_decay,
-                    ..Sgd::default()
-                },
-            )?,
-            OptimizerKind::Adam | OptimizerKind::Adamw => {
-                let config = Adam {
-                    lr: o.lr,
-                    weight_decay: o.weight_decay,
-                    ..Adam::default()
-                };
-                if o.optimizer == OptimizerKind::Adam {
-                    Optimizer::adam(params, config)?
+        let rule = match o.optimizer {
+            OptimizerKind::Sgd => Rule::Sgd(Sgd {
+                lr: o.lr,
+                momentum: o.momentum,
+                weight_decay: o.weight_decay,
+                ..Sgd::default()
+            }),
+            OptimizerKind::Adam | OptimizerKind::Adamw => Rule::Adam(Adam {
+                lr: o.lr,
+                weight_decay: o.weight_decay,
+                betas: if recipe {
+                    recipe::BETAS
                 } else {
-                    Optimizer::adamw(params, config)?
-                }
-            }
+                    Adam::default().betas
+                },
+                decoupled_weight_decay: o.optimizer == OptimizerKind::Adamw,
+                ..Adam::default()
+            }),
         };
+        let groups = if recipe {
+            recipe::decay_groups(params, o.weight_decay)
+        } else {
+            vec![ParamGroup::new(params)]
+        };
+        let mut opt = Optimizer::with_groups(groups, rule)?;
         if o.optimizer_in_backward {
             opt.set_step_in_backward(true)?;
         }
@@ -141,6 +171,9 @@ impl Stepper {
             scaler: (o.amp == Some(DType::F16)).then(GradScaler::new),
             amp: o.amp,
             on_oom: o.on_oom,
+            scheduled: recipe.then_some(o.lr),
+            clip: recipe.then_some(recipe::CLIP_NORM),
+            steps: 0,
         })
     }
 
@@ -157,7 +190,7 @@ impl Stepper {
             return self.step_in_parts(model, x, y, 1, after_forward);
         }
         let start = StepStart::save(model)?;
-        let b = y.numel();
+        let b = batch_len(y);
         let mut parts = 1;
         loop {
             match self.backward_in_parts(model, x, y, parts, after_forward) {
@@ -196,7 +229,7 @@ impl Stepper {
         parts: usize,
         after_forward: &mut dyn FnMut(),
     ) -> Result<Vec<Tensor>> {
-        let b = y.numel();
+        let b = batch_len(y);
         if parts == 0 || parts > b {
             return Err(TrainError::Options(format!(
                 "a batch of {b} cannot run in {parts} parts"
@@ -222,6 +255,7 @@ impl Stepper {
                     after_forward();
                     first = false;
                 }
+                let (logits, yk) = loss_rows(&logits, &yk)?;
                 let loss = cross_entropy(&logits, &yk, Reduction::Mean)?;
                 if parts == 1 {
                     loss
@@ -238,16 +272,35 @@ impl Stepper {
         Ok(losses)
     }
 
+    /// The schedule's learning rate for this step and the gradients clipped, when the
+    /// recipe has them (unscaled first with f16, as PyTorch's recipe does).
+    fn prepare_step(&mut self) -> std::result::Result<(), Error> {
+        if let Some(peak) = self.scheduled {
+            let lr = recipe::learning_rate(self.steps, peak);
+            for g in 0..self.opt.group_count() {
+                self.opt.set_lr(g, lr)?;
+            }
+        }
+        if let Some(max_norm) = self.clip {
+            if let Some(scaler) = &mut self.scaler {
+                scaler.unscale_(&mut self.opt)?;
+            }
+            clip_grad_norm_(&self.opt.parameters(), max_norm, 2.0, false)?;
+        }
+        Ok(())
+    }
+
     /// The optimizer step (through the scaler with f16), gradients cleared, the loss read.
     /// Running out of memory here ends the run: the step cannot be split.
     fn finish(&mut self, losses: Vec<Tensor>, parts: usize) -> Result<StepOutcome> {
-        let stepped = match &mut self.scaler {
+        let prepared = self.prepare_step();
+        let stepped = prepared.and_then(|()| match &mut self.scaler {
             Some(scaler) => scaler
                 .step(&mut self.opt)
                 .map(|_| ())
                 .and_then(|_| scaler.update()),
             None => self.opt.step(),
-        };
+        });
         stepped.map_err(|e| match e {
             Error::OutOfMemory { .. } if self.on_oom == OnOom::Split => {
                 TrainError::Options(format!(
@@ -258,6 +311,7 @@ impl Stepper {
             e => e.into(),
         })?;
         self.opt.zero_grad(true)?;
+        self.steps += 1;
         let loss = match losses.first().map(Tensor::device) {
             Some(Device::Meta) | None => None,
             Some(_) => {

@@ -16,6 +16,7 @@
 //! ```
 
 mod block;
+mod generate;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use strata_core::autograd::checkpoint;
 use strata_core::{DType, Error, Result, Tensor};
 
 pub use block::{Block, CausalSelfAttention, Mlp};
+pub use generate::{KvCache, Sampling};
 
 use crate::container::ModuleList;
 use crate::init;
@@ -84,6 +86,7 @@ pub struct Transformer {
     wte: Embedding,
     wpe: Embedding,
     h: Vec<Block>,
+    list: ModuleList,
     ln_f: LayerNorm,
 }
 
@@ -109,6 +112,7 @@ impl Transformer {
             wte,
             wpe,
             h,
+            list,
             ln_f,
         })
     }
@@ -122,7 +126,13 @@ impl Transformer {
 
     /// The final hidden states `[B, T, C]` of `idx`, each block checkpointed when asked.
     fn hidden(&self, idx: &Tensor, checkpointed: bool) -> Result<Tensor> {
-        let mut x = self.embed(idx, 0)?;
+        let x = self.embed(idx, 0)?;
+        // The blocks run in the list's scope, so memory is reported under `h.{i}`.
+        let x = self.list.core().scoped(|| self.blocks(x, checkpointed))?;
+        self.ln_f.call(&x)
+    }
+
+    fn blocks(&self, mut x: Tensor, checkpointed: bool) -> Result<Tensor> {
         for block in &self.h {
             x = if checkpointed {
                 let block = block.clone();
@@ -135,7 +145,7 @@ impl Transformer {
                 block.call(&x)?
             };
         }
-        self.ln_f.call(&x)
+        Ok(x)
     }
 }
 
@@ -165,7 +175,7 @@ impl Gpt {
     /// A GPT of `config`'s sizes, initialised from the global generator.
     pub fn new(config: &GptConfig) -> Result<Self> {
         config.check()?;
-        let core = ModuleCore::new("GPT");
+        let core = ModuleCore::library("GPT");
         let transformer = Transformer::new(config)?;
         let lm_head = Linear::tied(transformer.wte.weight_slot())?;
         core.register_module("transformer", &transformer)?;

@@ -8,6 +8,7 @@ pub(crate) mod eval;
 pub(crate) mod explain;
 pub(crate) mod plan;
 pub(crate) mod replay;
+pub(crate) mod sample;
 pub(crate) mod shared;
 pub(crate) mod summary;
 pub(crate) mod train;

@@ -3,14 +3,20 @@
 use std::process::ExitCode;
 
 use strata::profile::plan::PlanReport;
-use strata_cli::train::{Fit, PlanJson};
+use strata_cli::train::{sample, Fit, PlanJson, SampleOptions};
 
 use crate::cli::args::PlanArgs;
-use crate::cli::commands::shared::{auto_batch_size, step_options, write_json};
+use crate::cli::commands::shared::{
+    auto_batch_size, batch_size_auto, options, step_options, write_json,
+};
 
-/// Prints the plan of the measured step (and the fit, with `--fit` or `--batch-size auto`).
+/// Prints the plan of the measured step (and the fit, with `--fit` or `--batch-size auto`),
+/// or with `--sample N` the memory of generating N tokens.
 pub(crate) fn run(args: PlanArgs) -> ExitCode {
-    let fit_asked = args.fit || args.common.batch_size.0.is_none();
+    if let Some(tokens) = args.sample {
+        return plan_sample(&args, tokens);
+    }
+    let fit_asked = args.fit || batch_size_auto(&args.common);
     let mut o = step_options(&args.common, args.step);
     let mut run = || -> Result<(PlanReport, Option<Fit>), String> {
         let fit = if fit_asked {
@@ -55,6 +61,37 @@ pub(crate) fn run(args: PlanArgs) -> ExitCode {
     let json = PlanJson::new(&o, &report, fit);
     match write_json(&args.common.report_json, &json) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--sample N`: the generation of `strata sample --tokens N`, run on the meta device.
+fn plan_sample(args: &PlanArgs, tokens: usize) -> ExitCode {
+    if !args.common.model.is_language_model() {
+        eprintln!("strata plan: --sample is for the gpt (--model gpt)");
+        return ExitCode::FAILURE;
+    }
+    let o = SampleOptions {
+        data_dir: options(&args.common).data_dir,
+        prompt: args.prompt.clone(),
+        tokens,
+        device: strata::core::Device::Meta,
+        ..SampleOptions::default()
+    };
+    match sample(&o) {
+        Ok(report) => {
+            print!("strata sample: {}", report.memory_text());
+            match write_json(&args.common.report_json, &report) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("strata plan: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Err(e) => {
             eprintln!("strata plan: {e}");
             ExitCode::FAILURE

@@ -3,31 +3,54 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_cli::train::{Fit, TrainOptions};
+use strata_cli::train::{default_data_dir, recipe, Fit, OptimizerKind, TrainOptions};
 
 use crate::cli::args::{CommonArgs, StepArgs, WindowArgs};
 
-/// The options `common` sets (one epoch; batch size 128 where it is `auto`).
+/// The options `common` sets (one epoch; the model's batch size where none is given or it
+/// is `auto`; the model's data directory unless `--data-dir` names one).
 pub(crate) fn options(common: &CommonArgs) -> TrainOptions {
+    let model = common.model;
     TrainOptions {
-        model: common.model,
+        model,
         epochs: 1,
-        batch_size: common.batch_size.0.unwrap_or(128),
+        batch_size: common
+            .batch_size
+            .and_then(|b| b.0)
+            .unwrap_or(model.default_batch_size()),
         workers: common.workers,
         prefetch: Some(common.prefetch),
-        data_dir: common.data_dir.clone(),
+        data_dir: common
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| default_data_dir(model)),
         test_samples: common.test_samples,
         ..Default::default()
     }
 }
 
-/// The options `step` sets on top of `common`'s.
+/// True when `common` asks for `--batch-size auto`.
+pub(crate) fn batch_size_auto(common: &CommonArgs) -> bool {
+    matches!(common.batch_size, Some(b) if b.0.is_none())
+}
+
+/// The options `step` sets on top of `common`'s; the optimizer and weight decay default to
+/// the model's recipe (Adam without decay, or the gpt's AdamW with 0.1).
 pub(crate) fn step_options(common: &CommonArgs, step: StepArgs) -> TrainOptions {
+    let language = common.model.is_language_model();
     TrainOptions {
         lr: step.lr,
-        optimizer: step.optimizer,
+        optimizer: step.optimizer.unwrap_or(if language {
+            OptimizerKind::Adamw
+        } else {
+            OptimizerKind::Adam
+        }),
         momentum: step.momentum,
-        weight_decay: step.weight_decay,
+        weight_decay: step.weight_decay.unwrap_or(if language {
+            recipe::WEIGHT_DECAY
+        } else {
+            0.0
+        }),
         seed: step.seed,
         memory_limit: step.memory_limit,
         train_samples: step.train_samples,

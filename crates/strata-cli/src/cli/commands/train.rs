@@ -5,14 +5,23 @@ use std::process::ExitCode;
 use strata_cli::train::{ProfileRequest, TrainOptions};
 
 use crate::cli::args::TrainArgs;
-use crate::cli::commands::shared::{auto_batch_size, step_options, write_json};
+use crate::cli::commands::shared::{auto_batch_size, batch_size_auto, step_options, write_json};
 use crate::cli::progress::Bars;
 
 /// Trains (first fitting the batch size where it is `auto`) and prints the report.
 pub(crate) fn run(args: TrainArgs) -> ExitCode {
-    let auto = args.common.batch_size.0.is_none();
+    let auto = batch_size_auto(&args.common);
+    if args.common.model.is_language_model() && args.epochs.is_some() {
+        eprintln!(
+            "strata train: the {} trains by steps, not epochs: use --steps N (and --eval-every N)",
+            args.common.model.name()
+        );
+        return ExitCode::FAILURE;
+    }
     let mut o = TrainOptions {
-        epochs: args.epochs,
+        epochs: args.epochs.unwrap_or(5),
+        steps: args.steps,
+        eval_every: args.eval_every,
         save: args.save,
         load: args.load,
         profile: ProfileRequest {
