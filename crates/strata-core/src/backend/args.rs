@@ -188,3 +188,60 @@ pub(crate) struct UpdateArgs<'a> {
     /// The parameter, its gradient and the rule's state.
     pub(crate) ptrs: &'a UpdatePtrs,
 }
+
+/// [`super::Backend::layer_norm_forward`]: `rows` contiguous rows of `cols` elements of
+/// `dtype` (f32 or f64) normalised to zero mean and unit variance, then scaled and shifted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerNormArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// `rows·cols` elements read.
+    pub(crate) x: *const u8,
+    /// `cols` elements read, or null for none.
+    pub(crate) weight: *const u8,
+    /// `cols` elements read, or null for none.
+    pub(crate) bias: *const u8,
+    /// `rows·cols` elements written.
+    pub(crate) y: *mut u8,
+    /// `rows` elements written: each row's mean.
+    pub(crate) mean: *mut u8,
+    /// `rows` elements written: each row's `1/sqrt(var + eps)` (biased variance).
+    pub(crate) rstd: *mut u8,
+    /// Rows.
+    pub(crate) rows: usize,
+    /// Elements of a row.
+    pub(crate) cols: usize,
+    /// Added to the variance.
+    pub(crate) eps: f64,
+    /// Each row's moments by the scalar Welford update in the dtype, element by element
+    /// (PyTorch's order for short rows), instead of sums in f64.
+    pub(crate) welford: bool,
+}
+
+/// [`super::Backend::layer_norm_backward`]: the gradients of a layer norm over `rows`
+/// contiguous rows of `cols` elements, from the saved input, mean and `rstd`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerNormBackwardArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// `rows·cols` elements read: the forward's input.
+    pub(crate) x: *const u8,
+    /// `rows·cols` elements read: the output's gradient.
+    pub(crate) grad: *const u8,
+    /// `rows` elements read.
+    pub(crate) mean: *const u8,
+    /// `rows` elements read.
+    pub(crate) rstd: *const u8,
+    /// `cols` elements read, or null (no weight).
+    pub(crate) weight: *const u8,
+    /// `rows·cols` elements written, or null (not needed).
+    pub(crate) dx: *mut u8,
+    /// `cols` elements written, or null (not needed).
+    pub(crate) dweight: *mut u8,
+    /// `cols` elements written, or null (not needed).
+    pub(crate) dbias: *mut u8,
+    /// Rows.
+    pub(crate) rows: usize,
+    /// Elements of a row.
+    pub(crate) cols: usize,
+}

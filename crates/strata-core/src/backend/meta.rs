@@ -8,8 +8,8 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
-    SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -68,6 +68,19 @@ impl Backend for Meta {
 
     fn fused_attention(&self) -> bool {
         // As the CPU, so that attention takes the same path and allocates the same.
+        true
+    }
+
+    fn fused_layer_norm(&self) -> bool {
+        // As the CPU, so that layer norm takes the same path and allocates the same.
+        true
+    }
+
+    unsafe fn layer_norm_forward(&self, _: &LayerNormArgs) -> bool {
+        true
+    }
+
+    unsafe fn layer_norm_backward(&self, _: &LayerNormBackwardArgs) -> bool {
         true
     }
 

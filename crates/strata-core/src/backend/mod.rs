@@ -31,8 +31,8 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
-    SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -245,6 +245,39 @@ pub(crate) trait Backend: Sync {
     /// output's gradient readable like `q`, and `dq`, `dk` and `dv` the contiguous extents of
     /// `q`'s, `k`'s and `v`'s shapes, writable, apart from everything else.
     unsafe fn attention_backward(&self, args: &AttentionBackwardArgs<'_>) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Whether this backend has the fused layer norm ([`Backend::layer_norm_forward`] and
+    /// [`Backend::layer_norm_backward`]) for f32 and f64. Without it (the default),
+    /// `layer_norm` is composed of the kernels above on this device.
+    fn fused_layer_norm(&self) -> bool {
+        false
+    }
+
+    /// The fused layer norm's forward (see [`LayerNormArgs`]). Returns false, writing
+    /// nothing, on a backend without it ([`Backend::fused_layer_norm`]).
+    ///
+    /// # Safety
+    /// `x` and `y` must address `rows·cols` elements of the dtype (readable, writable),
+    /// `mean` and `rstd` `rows` writable ones, and a non-null `weight` and `bias` `cols`
+    /// readable ones; nothing written overlaps anything else or is touched by anything else
+    /// during the call.
+    unsafe fn layer_norm_forward(&self, args: &LayerNormArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// The fused layer norm's backward (see [`LayerNormBackwardArgs`]). Returns false,
+    /// writing nothing, on a backend without it.
+    ///
+    /// # Safety
+    /// `x` and `grad` must address `rows·cols` readable elements of the dtype, `mean` and
+    /// `rstd` `rows`, a non-null `weight` `cols`; a non-null `dx` `rows·cols` writable
+    /// elements, `dweight` and `dbias` `cols`; nothing written overlaps anything else or is
+    /// touched by anything else during the call.
+    unsafe fn layer_norm_backward(&self, args: &LayerNormBackwardArgs) -> bool {
         let _ = args;
         false
     }

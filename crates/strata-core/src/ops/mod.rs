@@ -8,6 +8,7 @@ pub mod copy;
 pub mod index;
 pub(crate) mod iter;
 pub mod joining;
+pub(crate) mod layer_norm;
 pub mod matmul;
 pub(crate) mod out;
 pub(crate) mod pool;

@@ -7,10 +7,14 @@ use strata_cli::train::TrainOptions;
 use crate::cli::args::SummaryArgs;
 use crate::cli::commands::shared::options;
 
-/// Trains one epoch on 2048 images, then prints the CPU allocator's memory summary.
+/// Trains one epoch on 2048 images (the gpt: 50 steps), then prints the CPU allocator's
+/// memory summary.
 pub(crate) fn run(args: SummaryArgs) -> ExitCode {
     let common = args.common;
     let o = TrainOptions {
+        // The gpt: 50 steps, evaluated once at the end.
+        steps: common.model.is_language_model().then_some(50),
+        eval_every: 50,
         train_samples: Some(2048),
         test_samples: Some(common.test_samples.unwrap_or(1000)),
         ..options(&common)

@@ -17,6 +17,7 @@ pub(crate) mod dense_sum;
 pub(crate) mod gather;
 pub(crate) mod gemm;
 pub(crate) mod kernels;
+mod layer_norm;
 pub(crate) mod math;
 pub(crate) mod pool2d;
 pub(crate) mod reduce;
@@ -30,8 +31,8 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    DenseSumArgs, GemmArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs,
-    SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -145,6 +146,22 @@ impl Backend for Cpu {
     }
 
     fn fused_attention(&self) -> bool {
+        true
+    }
+
+    fn fused_layer_norm(&self) -> bool {
+        true
+    }
+
+    unsafe fn layer_norm_forward(&self, args: &LayerNormArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { layer_norm::forward(args) };
+        true
+    }
+
+    unsafe fn layer_norm_backward(&self, args: &LayerNormBackwardArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { layer_norm::backward(args) };
         true
     }
 

@@ -7,6 +7,7 @@ use crate::api::entry::Entry;
 use crate::api::ternary::fused_mul_add;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::op::OpContext;
+use crate::ops::layer_norm::{self as layer_norm_kernel, SCALAR_MOMENTS_BELOW};
 use crate::{DType, Result, Tensor};
 
 /// Normalises `x` over its last dimensions, `normalized_shape`, to zero mean and unit
@@ -103,6 +104,13 @@ fn forward(
     }
     let dims: Vec<usize> = (xs.len() - k..xs.len()).collect();
     let count: usize = normalized_shape.iter().product();
+    let mut stats_shape = xs.clone();
+    stats_shape[xs.len() - k..].iter_mut().for_each(|s| *s = 1);
+    // f32 and f64 on a backend with the fused kernel: one pass, rounded as below.
+    if let Some(fused) = layer_norm_kernel::forward(ctx, x, weight, bias, count, &stats_shape, eps)?
+    {
+        return Ok(fused);
+    }
     let xa = in_acc(x)?;
     let (mean, rstd) = moments(&xa, &dims, count, eps)?;
     // As PyTorch's kernel rounds it: (x - mean)·rstd, then one fused multiply-add for the
@@ -151,6 +159,32 @@ fn backward(
             _ => None,
         };
         Ok(move |g: Tensor| -> Grads {
+            if need_x || need_w {
+                let ctx = OpContext::enter("native_layer_norm_backward");
+                let w = sw.as_ref().map(|w| w.get()).transpose()?;
+                let (xs, mean, rstd) = (take(&sx)?, take(&smean)?, take(&srstd)?);
+                let need = [need_x, need_w, need_b];
+                if let Some(fused) = layer_norm_kernel::backward(
+                    &ctx,
+                    &xs,
+                    &g,
+                    &mean,
+                    &rstd,
+                    w.as_ref(),
+                    &normalized_shape,
+                    need,
+                )? {
+                    let [dx, dw, db] = fused;
+                    let mut grads = vec![dx];
+                    if has_w {
+                        grads.push(dw);
+                    }
+                    if has_b {
+                        grads.push(db);
+                    }
+                    return Ok(grads);
+                }
+            }
             let ga = in_acc(&g)?;
             let mut grads = Vec::with_capacity(3);
             if need_x {
@@ -238,12 +272,6 @@ fn normalized(x: &Tensor, mean: &Tensor, rstd: &Tensor) -> Result<Tensor> {
     let shift = rstd.neg()?.mul(mean)?;
     fused_mul_add(rstd, &in_acc(x)?, &shift)
 }
-
-/// Rows shorter than this are reduced with PyTorch's scalar Welford update, in its order;
-/// longer rows take the vectorised mean and variance (which round differently from
-/// PyTorch's vectorised Welford by an ulp at most, invisible after normalisation except in
-/// rows so short that the gradient is mostly cancellation).
-const SCALAR_MOMENTS_BELOW: usize = 8;
 
 /// The mean and `1/sqrt(var + eps)` (biased variance) over `dims`, kept as size-1 dims.
 fn moments(xa: &Tensor, dims: &[usize], count: usize, eps: f64) -> Result<(Tensor, Tensor)> {
