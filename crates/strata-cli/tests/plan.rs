@@ -27,6 +27,30 @@ fn options(model: ModelKind, batch_size: usize) -> TrainOptions {
     }
 }
 
+/// Plans the step `o` measures, runs it, and asserts the two agree to the byte: the peaks
+/// allocated, reserved and requested, and the mix of categories at the peak.
+fn assert_planned_exactly(o: &TrainOptions, what: &str) {
+    let predicted = plan(o).expect("a plan");
+    let measured = train(o, &mut |_: &str| {}).expect("a run");
+    assert_eq!(
+        (
+            predicted.peak_allocated,
+            predicted.peak_reserved,
+            predicted.peak_requested
+        ),
+        (
+            measured.step_peak_allocated,
+            measured.step_peak_reserved,
+            measured.step_peak_requested
+        ),
+        "{what}"
+    );
+    assert_eq!(
+        predicted.categories_at_peak, measured.categories_at_peak,
+        "{what}"
+    );
+}
+
 /// A change to the options: one of the variants planned.
 type Variant = fn(TrainOptions) -> TrainOptions;
 
@@ -52,25 +76,7 @@ fn the_plan_equals_the_measured_step_for_every_model_and_option() {
         for (name, variant) in variants {
             for b in [16, 100, 256] {
                 let o = variant(options(model, b));
-                let predicted = plan(&o).expect("a plan");
-                let measured = train(&o, &mut |_: &str| {}).expect("a run");
-                assert_eq!(
-                    (
-                        predicted.peak_allocated,
-                        predicted.peak_reserved,
-                        predicted.peak_requested
-                    ),
-                    (
-                        measured.step_peak_allocated,
-                        measured.step_peak_reserved,
-                        measured.step_peak_requested
-                    ),
-                    "{model:?} {name} at batch {b}"
-                );
-                assert_eq!(
-                    predicted.categories_at_peak, measured.categories_at_peak,
-                    "{model:?} {name} at batch {b}"
-                );
+                assert_planned_exactly(&o, &format!("{model:?} {name} at batch {b}"));
             }
         }
     }
@@ -99,25 +105,7 @@ fn the_plan_equals_the_measured_step_of_the_gpt_for_every_policy() {
                 data_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text"),
                 ..TrainOptions::default()
             });
-            let predicted = plan(&o).expect("a plan");
-            let measured = train(&o, &mut |_: &str| {}).expect("a run");
-            assert_eq!(
-                (
-                    predicted.peak_allocated,
-                    predicted.peak_reserved,
-                    predicted.peak_requested
-                ),
-                (
-                    measured.step_peak_allocated,
-                    measured.step_peak_reserved,
-                    measured.step_peak_requested
-                ),
-                "gpt {name} at batch {b}"
-            );
-            assert_eq!(
-                predicted.categories_at_peak, measured.categories_at_peak,
-                "gpt {name} at batch {b}"
-            );
+            assert_planned_exactly(&o, &format!("gpt {name} at batch {b}"));
         }
     }
 }

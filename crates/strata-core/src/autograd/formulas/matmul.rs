@@ -64,12 +64,20 @@ pub(crate) fn matmul(
             } else {
                 None
             };
-            let gb = if nb {
+            let gb = if !nb {
+                None
+            } else if b_shape.len() == 2 && a_shape.len() >= 3 {
+                // A batch times one matrix (a linear layer on a sequence): the batch folds into
+                // rows, one `[k, rows] @ [rows, n]` product as PyTorch's matmul folds it, with no
+                // batched temporary to sum and the gradient in `b`'s layout.
+                let k = a_shape[a_shape.len() - 1] as i64;
+                let rows = take(&sa)?.reshape(&[-1, k])?;
+                let g_rows = g2.reshape(&[-1, b_shape[1] as i64])?;
+                Some(mat2_grad(&g_rows, &rows, b_major)?)
+            } else {
                 let am = a2(take(&sa)?)?;
                 let full = am.transpose(-1, -2)?.matmul(&g2)?;
                 Some(fold_to(&full, &b_shape)?)
-            } else {
-                None
             };
             Ok(vec![ga, gb])
         })

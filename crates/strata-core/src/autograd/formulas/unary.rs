@@ -68,16 +68,26 @@ fn float_grad(f: FloatOp, g: &Tensor, v: &Tensor) -> Result<Tensor> {
         FloatOp::Cos => g.mul(&v.sin()?)?.neg(),
         FloatOp::Tanh => g.mul(&v.mul(v)?.neg()?.add(1i64)?),
         FloatOp::Sigmoid => g.mul(&v.mul(&v.neg()?.add(1i64)?)?),
-        FloatOp::Gelu => g.mul(&v.gelu_derivative()?),
+        FloatOp::Gelu => slope_times(g, v.gelu_derivative()?),
         FloatOp::Silu => {
             let s = v.sigmoid()?;
             g.mul(&s.mul(&v.mul(&s.neg()?.add(1i64)?)?.add(1i64)?)?)
         }
-        FloatOp::GeluTanh => g.mul(&v.gelu_tanh_derivative()?),
+        FloatOp::GeluTanh => slope_times(g, v.gelu_tanh_derivative()?),
         FloatOp::GeluDerivative | FloatOp::GeluTanhDerivative => Err(crate::Error::Autograd {
             message: "the gradient of gelu's derivative is not implemented".into(),
         }),
     }
+}
+
+/// `g · slope` for a fresh `slope` of `g`'s shape: multiplied into `slope` in place, so the
+/// gradient takes one tensor's memory as PyTorch's fused `gelu_backward` does, unless the
+/// backward is itself recorded (`create_graph`), which needs the product as a new node.
+fn slope_times(g: &Tensor, slope: Tensor) -> Result<Tensor> {
+    if crate::mode::is_grad_enabled() || slope.shape() != g.shape() || slope.dtype() != g.dtype() {
+        return g.mul(&slope);
+    }
+    slope.mul_(g)
 }
 
 /// Records `out = f(x)`.
