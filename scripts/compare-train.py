@@ -21,7 +21,8 @@ start from that state dict; both train on the same windows (strata's draws for l
 AdamW (0.9, 0.99), decay 0.1 on 2-d parameters, clipping at 1, warm-up and cosine
 schedule), batches made on the training thread (strata --workers 0), 2 threads, --steps
 steps, evaluated every --eval-every steps with the validation protocol. Its time per step
-is the training time (evaluations excluded) over the steps.
+is the training time (evaluations excluded) over the steps. PyTorch's trained weights are
+then evaluated by `strata eval`, which should give PyTorch's validation loss.
 
 Usage: scripts/compare-train.py [--epochs N] [--models mlp,cnn,lstm,gpt] [--steps N]
        [--eval-every N] [--strata PATH]
@@ -186,8 +187,18 @@ def torch_gpt_run(steps, eval_every, init):
         seconds += time.perf_counter() - start
         if (it + 1) % eval_every == 0 or it + 1 == steps:
             evals.append((it + 1, g.val_loss(m, val, 12)))
+    save_file(m.state_dict_for_strata(), os.path.join(os.path.dirname(init), "trained.safetensors"))
     return {"val_loss": evals[-1][1], "evaluations": evals, "step_seconds": seconds / steps,
             "step_peak_requested": peak}
+
+
+def strata_eval(binary, weights):
+    with tempfile.TemporaryDirectory() as d:
+        report = os.path.join(d, "eval.json")
+        subprocess.run([binary, "eval", "--model", "gpt", "--load", weights,
+                        "--report-json", report], check=True, stdout=subprocess.DEVNULL)
+        with open(report) as f:
+            return json.load(f)["val_loss"]
 
 
 def strata_gpt_run(binary, steps, eval_every, init):
@@ -210,6 +221,7 @@ def compare_gpt(binary, steps, eval_every):
         init = os.path.join(d, "init.safetensors")
         t = torch_gpt_run(steps, eval_every, init)
         s = strata_gpt_run(binary, steps, eval_every, init)
+        evaluated = strata_eval(binary, os.path.join(d, "trained.safetensors"))
     print(f"\ngpt: {steps} steps from the same initial weights and windows, 2 threads\n")
     print("| model | strata val loss | PyTorch val loss | strata ms/step | PyTorch ms/step "
           "| time ratio | strata step peak | PyTorch step peak |")
@@ -217,6 +229,8 @@ def compare_gpt(binary, steps, eval_every):
     print(f"| gpt | {s['val_loss']:.4f} | {t['val_loss']:.4f} | {1e3 * s['step_seconds']:.1f} "
           f"| {1e3 * t['step_seconds']:.1f} | {t['step_seconds'] / s['step_seconds']:.2f}× "
           f"| {mib(s['step_peak_requested'])} | {mib(t['step_peak_requested'])} |")
+    print(f"\nstrata eval of PyTorch's trained weights: val loss {evaluated:.6f} "
+          f"(PyTorch: {t['val_loss']:.6f})")
     print("\nvalidation loss by step (strata, PyTorch):")
     for e, (step, loss) in zip(s["evaluations"], t["evaluations"]):
         print(f"  step {step}: {e['val_loss']:.4f}, {loss:.4f}")
