@@ -1,15 +1,18 @@
-//! The measured step: one training step on a fresh caching allocator with the run's
-//! settings, pushed on the training thread, whose peaks are the step's own.
+//! The measured step: one training step (or a generation) on a fresh caching allocator with
+//! the run's settings, pushed on the training thread, whose peaks are the step's own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use strata::alloc::caching::format_size;
-use strata::alloc::{Backing, CachingAllocator, DeviceAllocator, Grouping, MemoryStats};
-use strata::core::{with_device_allocator, Device};
+use strata::alloc::{
+    Backing, CachingAllocator, DeviceAllocator, Grouping, HostCachingAllocator, MemoryStats,
+    VirtualBacking, VirtualCachingAllocator,
+};
+use strata::core::routing::META_CAPACITY;
+use strata::core::{memory, with_device_allocator, Device};
 
-use super::step::StepOutcome;
-use super::Result;
+use super::{Result, TrainError};
 
 /// What the measured step left: its allocator's peaks, the category mix at the peak, and
 /// the largest holders after the forward.
@@ -22,15 +25,38 @@ pub(crate) struct Measured {
     pub holders: Vec<String>,
 }
 
+/// Runs `step` on a fresh caching allocator for `device` (a host one, or a virtual one on
+/// meta, configured from `STRATA_ALLOC_CONF` as the default one) pushed on this thread; what
+/// `device`'s own allocator holds now counts as held through it. `step` is given the call
+/// that lists the largest holders (the training step makes it after its forward).
+pub(crate) fn measure_on_fresh<R>(
+    device: Device,
+    step: impl FnOnce(&mut dyn FnMut()) -> Result<R>,
+) -> Result<(R, Measured)> {
+    let held = memory::memory_stats(device)?;
+    let settings = |e: strata::alloc::ConfigError| TrainError::Options(e.to_string());
+    match device {
+        Device::Meta => {
+            let backing = VirtualBacking::new(META_CAPACITY).named("meta");
+            let fresh = VirtualCachingAllocator::from_env(backing).map_err(settings)?;
+            measure(Arc::new(fresh), device, &held, step)
+        }
+        _ => {
+            let fresh = HostCachingAllocator::host().map_err(settings)?;
+            measure(Arc::new(fresh), device, &held, step)
+        }
+    }
+}
+
 /// Runs `step` with `fresh` as `device`'s allocator on this thread; `held` are the bytes by
 /// category that live elsewhere through the step (parameters, optimizer state, the batch,
 /// on the run's own allocator), added to the fresh allocator's mix at its peak.
-pub(crate) fn measure<B>(
+fn measure<B, R>(
     fresh: Arc<CachingAllocator<B>>,
     device: Device,
     held: &MemoryStats,
-    step: impl FnOnce(&mut dyn FnMut()) -> Result<StepOutcome>,
-) -> Result<(StepOutcome, Measured)>
+    step: impl FnOnce(&mut dyn FnMut()) -> Result<R>,
+) -> Result<(R, Measured)>
 where
     B: Backing + 'static,
     CachingAllocator<B>: DeviceAllocator,

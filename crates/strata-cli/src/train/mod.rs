@@ -16,11 +16,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use strata::alloc::{HostCachingAllocator, RecordContext, VirtualBacking, VirtualCachingAllocator};
+use strata::alloc::RecordContext;
 use strata::core::autograd::inference_mode;
 use strata::core::device::DefaultDevice;
 use strata::core::nn::functional::{cross_entropy, Reduction};
-use strata::core::routing::META_CAPACITY;
 use strata::core::{memory, DType, Device};
 use strata::data::{Dataset, Split};
 use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
@@ -28,7 +27,7 @@ use strata::nn::Module;
 use strata::profile::{GraphWatch, LeakWatch, ProfileOptions, Profiler, Schedule, SortKey};
 
 use data::Data;
-use measure::{measure, Measured};
+use measure::{measure_on_fresh, Measured};
 
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
 pub use models::{Model, ModelKind, Vocabulary};
@@ -298,21 +297,7 @@ fn measured_step(
     x: &strata::core::Tensor,
     y: &strata::core::Tensor,
 ) -> Result<(StepOutcome, Measured)> {
-    let held = memory::memory_stats(o.device)?;
-    let settings = |e: strata::alloc::ConfigError| TrainError::Options(e.to_string());
-    let step = |after: &mut dyn FnMut()| stepper.step(model, x, y, after);
-    match o.device {
-        Device::Meta => {
-            let fresh =
-                VirtualCachingAllocator::from_env(VirtualBacking::new(META_CAPACITY).named("meta"))
-                    .map_err(settings)?;
-            measure(Arc::new(fresh), o.device, &held, step)
-        }
-        _ => {
-            let fresh = HostCachingAllocator::host().map_err(settings)?;
-            measure(Arc::new(fresh), o.device, &held, step)
-        }
-    }
+    measure_on_fresh(o.device, |after| stepper.step(model, x, y, after))
 }
 
 /// Checks what no run can do before anything starts.
@@ -387,30 +372,24 @@ fn round_line(o: &TrainOptions, r: &RoundEnd) -> Result<String> {
     let (secs, train_loss) = (r.secs, r.train_loss);
     let rate = r.samples as f64 / secs.max(1e-9);
     let language = o.model.is_language_model();
-    Ok(match (language, r.values) {
-        (true, Some((_, val))) => format!(
-            "step {}/{}: train loss {train_loss:.4}, val loss {val:.4}, {secs:.1} s, \
-             {rate:.0} samples/s",
-            r.step,
-            o.steps_or_default()
+    // "step 250/2000" for a model trained by steps, "epoch 2/5" for the classifiers.
+    let at = if language {
+        format!("step {}/{}", r.step, o.steps_or_default())
+    } else {
+        format!("epoch {}/{}", r.round + 1, r.rounds)
+    };
+    Ok(match r.values {
+        Some((_, val)) if language => format!(
+            "{at}: train loss {train_loss:.4}, val loss {val:.4}, {secs:.1} s, \
+             {rate:.0} samples/s"
         ),
-        (false, Some((acc, _))) => format!(
-            "epoch {}/{}: train loss {train_loss:.4}, test accuracy {:.2}%, {secs:.1} s, \
+        Some((acc, _)) => format!(
+            "{at}: train loss {train_loss:.4}, test accuracy {:.2}%, {secs:.1} s, \
              {rate:.0} samples/s",
-            r.round + 1,
-            r.rounds,
             100.0 * acc
         ),
-        (true, None) => format!(
-            "step {}/{} on meta: {secs:.1} s, peak allocated {}",
-            r.step,
-            o.steps_or_default(),
-            strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
-        ),
-        (false, None) => format!(
-            "epoch {}/{} on meta: {secs:.1} s, peak allocated {}",
-            r.round + 1,
-            r.rounds,
+        None => format!(
+            "{at} on meta: {secs:.1} s, peak allocated {}",
             strata::alloc::caching::format_size(memory::max_memory_allocated(o.device)?)
         ),
     })

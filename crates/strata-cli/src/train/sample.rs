@@ -3,18 +3,13 @@
 //! `strata plan --sample N` predicts on the meta device.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::Serialize;
-use strata::alloc::{
-    Backing, CachingAllocator, DeviceAllocator, HostCachingAllocator, VirtualBacking,
-    VirtualCachingAllocator,
-};
 use strata::core::device::DefaultDevice;
-use strata::core::routing::META_CAPACITY;
-use strata::core::{with_device_allocator, DType, Device, Generator};
+use strata::core::{DType, Device, Generator};
 use strata::nn::gpt::{KvCache, Sampling};
 
+use super::measure::measure_on_fresh;
 use super::models::{Model, ModelKind};
 use super::text::{default_data_dir, Text};
 use super::{load_weights, Result, TrainError};
@@ -113,12 +108,12 @@ pub fn sample(o: &SampleOptions) -> Result<SampleReport> {
         top_k: o.top_k,
     };
     let mut generator = Generator::new(o.seed);
-    let generate = || -> Result<(Vec<i64>, usize)> {
+    // The cache and the generation's activations on a fresh allocator; the weights beside it.
+    let ((seq, cache_bytes), peaks) = measure_on_fresh(o.device, |_| {
         let mut cache = KvCache::new(gpt.config(), 1, o.device, DType::F32)?;
         let seq = gpt.generate(&prompt, o.tokens, sampling, &mut generator, &mut cache)?;
         Ok((seq, cache.bytes()))
-    };
-    let ((seq, cache_bytes), peaks) = on_fresh_allocator(o.device, generate)?;
+    })?;
     let text = match o.device {
         Device::Meta => None,
         _ => Some(text.corpus().decode(&seq)?),
@@ -128,46 +123,8 @@ pub fn sample(o: &SampleOptions) -> Result<SampleReport> {
         prompt_tokens: prompt.len(),
         tokens: o.tokens,
         cache_bytes,
-        peak_allocated: peaks[0],
-        peak_reserved: peaks[1],
-        peak_requested: peaks[2],
+        peak_allocated: peaks.allocated,
+        peak_reserved: peaks.reserved,
+        peak_requested: peaks.requested,
     })
-}
-
-/// Runs `f` with a fresh caching allocator (the run's settings) for `device` on this thread;
-/// returns its result and the allocator's peak allocated, reserved and requested bytes.
-fn on_fresh_allocator<R>(device: Device, f: impl FnOnce() -> Result<R>) -> Result<(R, [usize; 3])> {
-    let settings = |e: strata::alloc::ConfigError| TrainError::Options(e.to_string());
-    match device {
-        Device::Meta => {
-            let backing = VirtualBacking::new(META_CAPACITY).named("meta");
-            let fresh = VirtualCachingAllocator::from_env(backing).map_err(settings)?;
-            run_on(Arc::new(fresh), device, f)
-        }
-        _ => run_on(
-            Arc::new(HostCachingAllocator::host().map_err(settings)?),
-            device,
-            f,
-        ),
-    }
-}
-
-fn run_on<B, R>(
-    fresh: Arc<CachingAllocator<B>>,
-    device: Device,
-    f: impl FnOnce() -> Result<R>,
-) -> Result<(R, [usize; 3])>
-where
-    B: Backing + 'static,
-    CachingAllocator<B>: DeviceAllocator,
-{
-    let routed: Arc<dyn DeviceAllocator> = fresh.clone();
-    let out = with_device_allocator(device, &routed, f)?;
-    let stats = fresh.memory_stats();
-    let peaks = [
-        stats.allocated_bytes.all.peak,
-        stats.reserved_bytes.all.peak,
-        stats.requested_bytes.all.peak,
-    ];
-    Ok((out, peaks.map(|p| p.max(0) as usize)))
 }
