@@ -211,6 +211,61 @@ fn flash_matches_math_for_grouped_heads_strided_and_3d_inputs() -> Result<()> {
     )
 }
 
+/// The flash output lies as `[B, L, heads, E]`, as PyTorch's CPU kernel returns it (strides
+/// `(8192, 32, 128, 1)` for these shapes in PyTorch 2.15), so merging the heads back copies
+/// nothing; its gradient arrives through that merge as a strided view and is still exact.
+#[test]
+fn flash_output_lies_as_pytorchs_and_merges_heads_without_a_copy() -> Result<()> {
+    let causal = SdpaOptions {
+        is_causal: true,
+        ..Default::default()
+    };
+    let [q, k, v] = qkv(
+        &[2, 4, 64, 32],
+        &[2, 4, 64, 32],
+        &[2, 4, 64, 32],
+        DType::F32,
+    )?;
+    let grads = |backend| -> Result<Vec<Tensor>> {
+        let fresh: Vec<Tensor> = [&q, &k, &v]
+            .iter()
+            .map(|t| t.detach()?.requires_grad_(true))
+            .collect::<Result<_>>()?;
+        let y = sdpa_kernel(&[backend], || {
+            scaled_dot_product_attention_with(&fresh[0], &fresh[1], &fresh[2], &causal)
+        })?;
+        if backend == SdpBackend::Flash {
+            assert_eq!(y.stride(), vec![8192, 32, 128, 1]);
+        }
+        let merged = y.transpose(1i64, 2i64)?.contiguous()?;
+        assert_eq!(
+            merged.shares_storage(&y),
+            backend == SdpBackend::Flash,
+            "only the flash output merges in place"
+        );
+        let w = Tensor::randn_with(&[2, 64, 4, 32], DType::F32, &mut Generator::new(5))?;
+        merged
+            .view(&[2, 64, 128])?
+            .mul(&w.view(&[2, 64, 128])?)?
+            .sum(None, false)?
+            .backward()?;
+        fresh
+            .iter()
+            .map(|t| Ok(t.grad().expect("every input gets a gradient")))
+            .collect()
+    };
+    let (flash, math) = (grads(SdpBackend::Flash)?, grads(SdpBackend::Math)?);
+    for (f, m) in flash.iter().zip(&math) {
+        let (f, m) = (f.to_vec::<f32>()?, m.to_vec::<f32>()?);
+        let gap = f
+            .iter()
+            .zip(&m)
+            .fold(0f32, |d, (a, b)| d.max((a - b).abs()));
+        assert!(gap < 1e-5, "a gradient differs by {gap}");
+    }
+    Ok(())
+}
+
 #[test]
 fn flash_matches_math_in_every_floating_dtype() -> Result<()> {
     let causal = SdpaOptions {

@@ -45,6 +45,24 @@ impl AttentionProblem {
         h / (self.heads / self.kv_heads.max(1)).max(1)
     }
 
+    /// The strides of the output `[B, heads, L, Ev]`, which lies in memory as
+    /// `[B, L, heads, Ev]`, as PyTorch's CPU kernel lays it out: merging the heads back
+    /// (`transpose(1, 2)` then a `[B, L, heads·Ev]` view) then copies nothing.
+    pub(crate) fn out_strides(&self) -> [usize; 4] {
+        [
+            self.l * self.heads * self.ev,
+            self.ev,
+            self.heads * self.ev,
+            1,
+        ]
+    }
+
+    /// Where the output's row `(b, h, i)` starts, in elements.
+    pub(crate) fn out_row(&self, b: usize, h: usize, i: usize) -> usize {
+        let s = self.out_strides();
+        b * s[0] + h * s[1] + i * s[2]
+    }
+
     /// How many query blocks of `q_block` rows cover `L`.
     pub(crate) fn q_blocks(&self, q_block: usize) -> usize {
         self.l.div_ceil(q_block.max(1))
@@ -209,7 +227,8 @@ pub(crate) struct AttentionArgs<'a> {
     pub(crate) v: HeadOperand,
     /// The mask, if any.
     pub(crate) mask: Option<MaskOperand>,
-    /// The output: contiguous `[B, heads, L, Ev]` of `dtype`, written.
+    /// The output `[B, heads, L, Ev]` of `dtype`, laid out with
+    /// [`AttentionProblem::out_strides`], written.
     pub(crate) out: *mut u8,
     /// Each row's log-sum-exp: contiguous `[B, heads, L]` of the compute dtype, written
     /// (`-inf` for a row that attends nothing).

@@ -221,7 +221,8 @@ fn operands<'p>(
     }
 }
 
-/// The output `[B, heads, L, Ev]` of `x`'s dtype and each row's log-sum-exp `[B, heads, L]`
+/// The output `[B, heads, L, Ev]` of `x`'s dtype, laid out as `[B, L, heads, Ev]` (the
+/// transposed view PyTorch's CPU kernel returns), and each row's log-sum-exp `[B, heads, L]`
 /// (f64 for f64, else f32; `-inf` for a row that attends nothing).
 pub(crate) fn attention_forward(
     ctx: &OpContext,
@@ -230,7 +231,12 @@ pub(crate) fn attention_forward(
     let (p, dtype, compute, backend) = prepare(ctx, x)?;
     let tiles = AttentionTiles::forward(&p, dtype, num_threads());
     let room = scratch_len(ctx.op(), tiles.scratch(tiles.forward_slot(&p)))?;
-    let out = fresh(ctx, x.q, &[p.batch, p.heads, p.l, p.ev], dtype)?;
+    let out = Tensor::uninit_with_layout(
+        ctx,
+        Layout::from_slices(&[p.batch, p.heads, p.l, p.ev], &p.out_strides(), 0),
+        dtype,
+        x.q.device(),
+    )?;
     let lse = fresh(ctx, x.q, &[p.batch, p.heads, p.l], compute)?;
     let mut scratch = temporary(ctx, room, compute, x.q.device())?;
     let scratch_ptr = scratch_ptr(&mut scratch);
@@ -246,9 +252,9 @@ pub(crate) fn attention_forward(
     };
     // SAFETY: q, k, v and the mask are locked for reading and their layouts (validated by
     // the caller: 4-d, last dimension contiguous, heads and batch as the problem says, a
-    // mask that broadcasts) address every element the problem reads; `out` and `lse` are
-    // fresh and contiguous, locked for writing; the scratch is this call's own, sized as
-    // the tiles say.
+    // mask that broadcasts) address every element the problem reads; `out` (laid out as the
+    // problem's `out_strides` say) and `lse` (contiguous) are fresh, locked for writing; the
+    // scratch is this call's own, sized as the tiles say.
     let ran = unsafe { backend.attention_forward(&args) };
     drop(guards);
     drop(scratch);
@@ -282,6 +288,13 @@ pub(crate) fn attention_backward(
                 grad.device()
             ),
             vec![grad.shape().to_vec()],
+        ));
+    }
+    if out.stride().as_slice() != p.out_strides() || lse.stride().as_slice() != lse_strides(&p) {
+        return Err(Error::shape(
+            ctx.op(),
+            "the saved output and log-sum-exp must be the forward's own",
+            vec![out.shape().to_vec(), lse.shape().to_vec()],
         ));
     }
     let grad = if grad.dtype() != dtype {
@@ -323,8 +336,8 @@ pub(crate) fn attention_backward(
         tiles,
         scratch: scratch_ptr,
     };
-    // SAFETY: as for the forward; `out` and `lse` are the forward's contiguous results,
-    // read; the gradient has a contiguous last dimension and the output's shape; dq, dk
+    // SAFETY: as for the forward; `out` and `lse` are the forward's results in its layouts
+    // (checked above), read; the gradient has a contiguous last dimension and the output's shape; dq, dk
     // and dv are fresh and contiguous, locked for writing.
     let ran = unsafe { backend.attention_backward(&args) };
     drop(guards);
@@ -333,6 +346,11 @@ pub(crate) fn attention_backward(
         return Err(no_kernel(ctx.op(), x.q.device()));
     }
     Ok((dq, dk, dv))
+}
+
+/// The strides of the contiguous log-sum-exp `[B, heads, L]`.
+fn lse_strides(p: &AttentionProblem) -> [usize; 3] {
+    [p.heads * p.l, p.l, 1]
 }
 
 /// The scratch's element count, or the error for one too large to address.

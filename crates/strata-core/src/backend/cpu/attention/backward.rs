@@ -162,7 +162,7 @@ fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &
         };
         let head = b * p.heads + h;
         // SAFETY: as above.
-        unsafe { row_dots(f, head, grad, &mut *r.d) };
+        unsafe { row_dots(f, (b, h), grad, &mut *r.d) };
         let dq = grad_rows(g.dq, dtype, head, (p.l, p.e), &mut *r.dq);
         let heads = Head {
             at: (b, h),
@@ -191,14 +191,20 @@ fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &
     }
 }
 
-/// `D[i] = Σ_c dO[i, c]·O[i, c]` for every query row of head `head`.
+/// `D[i] = Σ_c dO[i, c]·O[i, c]` for every query row of head `(b, h)`.
 ///
 /// # Safety
 /// The head's output rows must be readable and `grad` must address `L × Ev`.
-unsafe fn row_dots<C: Acc>(f: &AttentionArgs<'_>, head: usize, grad: Rows<C>, d: &mut [C]) {
-    let (l, ev) = (f.problem.l, f.problem.ev);
-    for (i, di) in d.iter_mut().enumerate().take(l) {
-        let src = f.out.wrapping_add((head * l + i) * ev * f.dtype.size());
+unsafe fn row_dots<C: Acc>(
+    f: &AttentionArgs<'_>,
+    (b, h): (usize, usize),
+    grad: Rows<C>,
+    d: &mut [C],
+) {
+    let p = f.problem;
+    let ev = p.ev;
+    for (i, di) in d.iter_mut().enumerate().take(p.l) {
+        let src = f.out.wrapping_add(p.out_row(b, h, i) * f.dtype.size());
         // SAFETY: forwarded from the caller.
         let go = unsafe { std::slice::from_raw_parts(grad.ptr.add(i * grad.stride), ev) };
         // SAFETY: forwarded from the caller: `ev` elements of the output's dtype at `src`.

@@ -132,16 +132,15 @@ fn block<C: RowOps>(
         for x in row.iter_mut() {
             *x *= weight;
         }
-        let at = bh * p.l + i0 + r;
-        let dst = out.0.wrapping_add(at * ev * a.dtype.size());
-        // SAFETY: row `at` of the contiguous output is this item's own.
+        let dst = out.0.wrapping_add(p.out_row(b, h, i0 + r) * a.dtype.size());
+        // SAFETY: this row of the output is this item's own.
         unsafe { narrow(a.dtype, row, dst) };
         let log_sum = if sum[r] == C::ZERO {
             C::NEG_INF
         } else {
             max[r] + sum[r].ln()
         };
-        // SAFETY: element `at` of the contiguous log-sum-exp is this item's own.
-        unsafe { *lse.0.add(at) = log_sum };
+        // SAFETY: this element of the contiguous log-sum-exp is this item's own.
+        unsafe { *lse.0.add(bh * p.l + i0 + r) = log_sum };
     }
 }
