@@ -25,6 +25,7 @@
 use smallvec::SmallVec;
 
 use crate::autograd::record::refuse_out_with_grad;
+use crate::autograd::selective::{self, KeptOutputs};
 use crate::mode::{internal, is_grad_enabled};
 use crate::op::{OpContext, OpInput};
 use crate::{Device, Error, Result, Tensor};
@@ -95,8 +96,10 @@ impl<'a> Entry<'a> {
 
     /// Runs an out-of-place op: `forward(ctx, inputs)` computes the result with recording
     /// off, then, when the op records, `backward(ctx, inputs, result)` gives the result its
-    /// node.
-    pub(crate) fn run<T>(
+    /// node. Inside a selectively checkpointed region, a recorded op the policy saves keeps
+    /// its result in the forward and reuses it, without computing, in the recomputation
+    /// ([`crate::autograd::selective`]).
+    pub(crate) fn run<T: KeptOutputs>(
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
         backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
@@ -104,7 +107,11 @@ impl<'a> Entry<'a> {
         let operands = self.cast_operands()?;
         let x = operands.refs();
         let records = records(&x);
-        let out = internal(|| forward(&self.ctx, &x))?;
+        let out = if records {
+            selective::run_op(self.ctx.op(), || internal(|| forward(&self.ctx, &x)))?
+        } else {
+            internal(|| forward(&self.ctx, &x))?
+        };
         if records {
             backward(&self.ctx, &x, &out)?;
         }
@@ -190,7 +197,7 @@ impl<'a> Entry<'a> {
     ) -> Result<T> {
         let operands = self.cast_operands()?;
         let x = operands.refs();
-        forward(&self.ctx, &x)
+        selective::within_composite(self.ctx.op(), || forward(&self.ctx, &x))
     }
 
     /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view

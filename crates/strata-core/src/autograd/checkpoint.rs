@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use super::saved::{with_hook_pair, HookPair, Packed, SavedTensor};
+use super::selective::{self, KeptStore, SelectivePolicy};
 use crate::cast_scope;
 use crate::mode::{is_grad_enabled, GradModeGuard};
 use crate::random::global_generator;
@@ -27,6 +28,11 @@ struct Frame {
     /// The autocast region's dtype at forward (`None`: outside autocast).
     autocast: Option<DType>,
     holders: Mutex<Vec<Weak<Holder>>>,
+    /// The module scope the forward ran in: the recomputation runs in it again, so its
+    /// allocations are reported under the region's own module names.
+    scope: &'static str,
+    /// Selective checkpointing's policy and the outputs the forward kept under it.
+    selective: Option<(SelectivePolicy, Arc<KeptStore>)>,
 }
 
 /// What the region's ops store instead of a tensor.
@@ -56,6 +62,36 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// ```
 #[track_caller]
 pub fn checkpoint<F>(region: F, inputs: &[Tensor]) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+{
+    checkpoint_with(region, inputs, None)
+}
+
+/// [`checkpoint`] with selective checkpointing: the forward also keeps the outputs of the
+/// ops `policy` saves, and the recomputation reuses them instead of running those ops
+/// (PyTorch's `checkpoint(fn, *args, context_fn=partial(create_selective_checkpoint_contexts,
+/// policy))`). Between full checkpointing (keep nothing) and none: the memory of the saved
+/// outputs, for not recomputing the ops that are dear to run. The kept outputs serve one
+/// backward; a second backward through the region is an `Err`.
+#[track_caller]
+pub fn checkpoint_selective<F>(
+    region: F,
+    inputs: &[Tensor],
+    policy: &SelectivePolicy,
+) -> Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
+{
+    checkpoint_with(region, inputs, Some(policy))
+}
+
+#[track_caller]
+fn checkpoint_with<F>(
+    region: F,
+    inputs: &[Tensor],
+    policy: Option<&SelectivePolicy>,
+) -> Result<Vec<Tensor>>
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + 'static,
 {
@@ -89,6 +125,8 @@ where
         rng_state: global_generator().get_state(),
         autocast: cast_scope::autocast_state(),
         holders: Mutex::new(Vec::new()),
+        scope: crate::scope::current(),
+        selective: policy.map(|p| (p.clone(), Arc::new(KeptStore::default()))),
     });
     let for_pack = frame.clone();
     let pair = HookPair {
@@ -104,7 +142,13 @@ where
         }),
         unpack: Box::new(unpack_holder),
     };
-    with_hook_pair(Arc::new(pair), || region(inputs))
+    let pair = Arc::new(pair);
+    match &frame.selective {
+        Some((policy, store)) => {
+            selective::forward(policy, store, || with_hook_pair(pair, || region(inputs)))
+        }
+        None => with_hook_pair(pair, || region(inputs)),
+    }
 }
 
 fn unpack_holder(p: &Packed) -> Result<Tensor> {
@@ -171,12 +215,21 @@ fn recompute(frame: &Arc<Frame>) -> Result<()> {
             })
         }),
     };
+    // The region's ops run as in its forward: under its scope, attributed to their own
+    // source lines rather than to the backward node that asked for the recomputation.
+    let _scope = crate::scope::restore(frame.scope);
+    let _site = crate::op::BackwardSite::enter(None);
     let saved_rng = global_generator().get_state();
     global_generator().set_state(&frame.rng_state)?;
     let result = {
         let _grad = GradModeGuard::enable_grad();
         cast_scope::with_autocast_state(frame.autocast, || {
-            with_hook_pair(Arc::new(pair), || (frame.region)(&inputs))
+            let pair = Arc::new(pair);
+            let run = || with_hook_pair(pair, || (frame.region)(&inputs));
+            match &frame.selective {
+                Some((policy, store)) => selective::recompute(policy, store, run),
+                None => run(),
+            }
         })
     };
     global_generator().set_state(&saved_rng)?;

@@ -32,6 +32,7 @@ pub(crate) mod formulas;
 mod gradcheck;
 pub(crate) mod record;
 mod saved;
+pub(crate) mod selective;
 mod tensor_api;
 pub(crate) mod view;
 
@@ -39,9 +40,10 @@ pub use crate::mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, GradModeGuard,
 };
 pub use crate::tensor::graph_usage::{live_graph, saved_storages, GraphUsage, SavedStorage};
-pub use checkpoint::checkpoint;
+pub use checkpoint::{checkpoint, checkpoint_selective};
 pub use gradcheck::{gradcheck, GradcheckOptions};
 pub use saved::{save_on_cpu, saved_tensors_hooks, Packed};
+pub use selective::{CheckpointPolicy, SelectivePolicy};
 pub use tensor_api::{grad, grad_with, HookHandle};
 
 #[cfg(test)]

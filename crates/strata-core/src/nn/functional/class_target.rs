@@ -132,3 +132,5 @@ pub(super) fn check(
         ignored,
     })
 }
+
+crate::autograd::selective::kept_as_copies!(ClassShapes);

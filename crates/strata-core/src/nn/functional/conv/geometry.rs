@@ -158,3 +158,5 @@ pub(super) fn check(
         ow: (wp - ew) / stride.1 + 1,
     })
 }
+
+crate::autograd::selective::kept_as_copies!(Geometry);
