@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use strata::core::{memory, DType, Device, Error};
-use strata_cli::train::{fit, plan, train, ModelKind, TrainError, TrainOptions};
+use strata_cli::train::{fit, plan, train, CheckpointMode, ModelKind, TrainError, TrainOptions};
 
 /// Memory statistics are the process's: one run at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -28,8 +28,9 @@ fn options(model: ModelKind, batch_size: usize) -> TrainOptions {
 }
 
 /// Plans the step `o` measures, runs it, and asserts the two agree to the byte: the peaks
-/// allocated, reserved and requested, and the mix of categories at the peak.
-fn assert_planned_exactly(o: &TrainOptions, what: &str) {
+/// allocated, reserved and requested, and the mix of categories at the peak. Returns the
+/// peak allocated.
+fn assert_planned_exactly(o: &TrainOptions, what: &str) -> usize {
     let predicted = plan(o).expect("a plan");
     let measured = train(o, &mut |_: &str| {}).expect("a run");
     assert_eq!(
@@ -49,6 +50,7 @@ fn assert_planned_exactly(o: &TrainOptions, what: &str) {
         predicted.categories_at_peak, measured.categories_at_peak,
         "{what}"
     );
+    measured.step_peak_allocated
 }
 
 /// A change to the options: one of the variants planned.
@@ -60,7 +62,7 @@ fn the_plan_equals_the_measured_step_for_every_model_and_option() {
     let variants: [(&str, Variant); 4] = [
         ("plain", |o| o),
         ("checkpointed", |o| TrainOptions {
-            checkpoint_activations: true,
+            checkpoint_activations: Some(CheckpointMode::Full),
             ..o
         }),
         ("bf16", |o| TrainOptions {
@@ -85,15 +87,20 @@ fn the_plan_equals_the_measured_step_for_every_model_and_option() {
 #[test]
 fn the_plan_equals_the_measured_step_of_the_gpt_for_every_policy() {
     let _serial = serial();
-    let variants: [(&str, Variant); 2] = [
+    let variants: [(&str, Variant); 3] = [
         ("plain", |o| o),
+        ("selective", |o| TrainOptions {
+            checkpoint_activations: Some(CheckpointMode::Selective),
+            ..o
+        }),
         ("full", |o| TrainOptions {
-            checkpoint_activations: true,
+            checkpoint_activations: Some(CheckpointMode::Full),
             ..o
         }),
     ];
-    for (name, variant) in variants {
-        for b in [4, 12, 40] {
+    for b in [4, 12, 40] {
+        let mut peaks = Vec::new();
+        for (name, variant) in variants {
             let o = variant(TrainOptions {
                 model: ModelKind::Gpt,
                 batch_size: b,
@@ -105,8 +112,16 @@ fn the_plan_equals_the_measured_step_of_the_gpt_for_every_policy() {
                 data_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text"),
                 ..TrainOptions::default()
             });
-            assert_planned_exactly(&o, &format!("gpt {name} at batch {b}"));
+            peaks.push(assert_planned_exactly(
+                &o,
+                &format!("gpt {name} at batch {b}"),
+            ));
         }
+        // Each policy keeps less than the one before it.
+        assert!(
+            peaks[0] > peaks[1] && peaks[1] > peaks[2],
+            "batch {b}: step peaks plain, selective, full: {peaks:?}"
+        );
     }
 }
 

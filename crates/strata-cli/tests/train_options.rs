@@ -9,7 +9,8 @@ use strata::alloc::{DeviceAllocator, HostCachingAllocator};
 use strata::core::{manual_seed, with_allocator, Tensor};
 use strata::data::{DataLoader, LoaderOptions};
 use strata_cli::train::{
-    test_set, train, Model, ModelKind, OnOom, OptimizerKind, Report, Stepper, TrainOptions,
+    test_set, train, CheckpointMode, Model, ModelKind, OnOom, OptimizerKind, Report, Stepper,
+    TrainError, TrainOptions,
 };
 
 /// Memory statistics are the process's: one run at a time.
@@ -72,7 +73,7 @@ fn checkpointing_lowers_the_step_peak_and_learns_alike() {
     for model in [ModelKind::Cnn, ModelKind::Lstm] {
         let plain = run(&options(model));
         let checkpointed = run(&TrainOptions {
-            checkpoint_activations: true,
+            checkpoint_activations: Some(CheckpointMode::Full),
             ..options(model)
         });
         assert!(
@@ -91,6 +92,19 @@ fn checkpointing_lowers_the_step_peak_and_learns_alike() {
         // The same gradients up to rounding (the cnn's BatchNorm statistics are updated
         // again by the recomputation, as in PyTorch).
         assert!((a - b).abs() <= 0.01, "{model:?}: {a} against {b}");
+        // The classifiers have no selective policy: a clear error before anything runs.
+        let refused = train(
+            &TrainOptions {
+                checkpoint_activations: Some(CheckpointMode::Selective),
+                ..options(model)
+            },
+            &mut |_: &str| {},
+        );
+        match refused {
+            Err(TrainError::Options(m)) => assert!(m.contains("only the gpt has one"), "{m}"),
+            Err(e) => panic!("{model:?}: another error: {e}"),
+            Ok(_) => panic!("{model:?}: selective checkpointing ran without a policy"),
+        }
     }
 }
 
@@ -121,7 +135,7 @@ fn batch(n: usize) -> (Tensor, Tensor) {
 /// A model and its stepper, from seed 0, after one full step on `(x, y)`.
 fn warmed(kind: ModelKind, o: &TrainOptions, x: &Tensor, y: &Tensor) -> (Model, Stepper) {
     manual_seed(0);
-    let model = Model::build(kind, false).expect("a model");
+    let model = Model::build(kind, None).expect("a model");
     let mut stepper = Stepper::new(&model, o).expect("a stepper");
     stepper.step(&model, x, y, &mut || {}).expect("a step");
     (model, stepper)

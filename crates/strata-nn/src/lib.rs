@@ -22,7 +22,7 @@ pub mod optim;
 pub mod prune;
 pub mod state;
 
-pub use container::{checkpoint_sequential, ModuleDict, ModuleList, Sequential};
+pub use container::{checkpoint_sequential, Checkpointing, ModuleDict, ModuleList, Sequential};
 #[doc(hidden)]
 pub use derive::__derive;
 pub use derive::{Forward, ModuleField};

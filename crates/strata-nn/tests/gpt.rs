@@ -1,11 +1,12 @@
 //! nanoGPT's GPT: its state-dict keys, the tied head, its initialisation, the causal
 //! property, and whole-block checkpointing giving the same gradients.
 
+use strata_core::memory::memory_allocated;
 use strata_core::nn::functional::{cross_entropy, Reduction};
-use strata_core::{manual_seed, DType, Tensor};
+use strata_core::{manual_seed, DType, Device, Tensor};
 use strata_nn::gpt::{Gpt, GptConfig};
 use strata_nn::state::{LoadOptions, StateDict, StateDictExt};
-use strata_nn::Module;
+use strata_nn::{Checkpointing, Module};
 
 /// The global generator is the process's: tests that seed it run one at a time.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -179,12 +180,16 @@ fn a_position_sees_only_the_tokens_before_it() {
 #[test]
 fn checkpointed_blocks_give_the_same_gradients() {
     let _serial = serial();
-    let grads = |checkpointed: bool| {
+    // The parameters' gradients, and the bytes the forward left allocated (what backward
+    // will need, and the logits).
+    let grads = |checkpointing: &Checkpointing| {
         manual_seed(5);
         let model = Gpt::new(&small()).expect("model");
         let x = tokens(3, 8, 11);
         let y = tokens(3, 8, 11).roll(&[1], &[1]).expect("targets");
-        let logits = model.logits(&x, checkpointed).expect("logits");
+        let before = memory_allocated(Device::Cpu).expect("allocated");
+        let logits = model.logits(&x, checkpointing).expect("logits");
+        let held = memory_allocated(Device::Cpu).expect("allocated") - before;
         let loss = cross_entropy(
             &logits.reshape(&[-1, 11]).expect("flat"),
             &y.reshape(&[-1]).expect("flat"),
@@ -192,7 +197,7 @@ fn checkpointed_blocks_give_the_same_gradients() {
         )
         .expect("loss");
         loss.backward().expect("backward");
-        model
+        let grads = model
             .parameters()
             .iter()
             .map(|p| {
@@ -201,16 +206,24 @@ fn checkpointed_blocks_give_the_same_gradients() {
                     .to_vec::<f32>()
                     .expect("values")
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        (grads, held)
     };
-    let plain = grads(false);
-    let checkpointed = grads(true);
-    for (i, (p, c)) in plain.iter().zip(&checkpointed).enumerate() {
-        for (a, b) in p.iter().zip(c) {
-            assert!(
-                (a - b).abs() <= 1e-6 * (1.0 + a.abs()),
-                "parameter {i}: {a} against {b}"
-            );
+    let (plain, plain_held) = grads(&Checkpointing::Off);
+    let (full, full_held) = grads(&Checkpointing::Full);
+    let (selective, selective_held) = grads(&Checkpointing::Selective(Gpt::selective_policy()));
+    assert!(
+        full_held < selective_held && selective_held < plain_held,
+        "held after forward: full {full_held}, selective {selective_held}, plain {plain_held}"
+    );
+    for checked in [&full, &selective] {
+        for (i, (p, c)) in plain.iter().zip(checked).enumerate() {
+            for (a, b) in p.iter().zip(c) {
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + a.abs()),
+                    "parameter {i}: {a} against {b}"
+                );
+            }
         }
     }
 }

@@ -25,7 +25,7 @@ pub fn rows(quick: bool) -> Result<Vec<Row>> {
     };
     // The step on the CPU: the mlp and Adam, a batch of 256 images (values do not matter).
     let build_real = || -> Result<(Model, Stepper)> {
-        let model = Model::build(o.model, false)?;
+        let model = Model::build(o.model, None)?;
         let stepper = Stepper::new(&model, &o).map_err(err)?;
         Ok((model, stepper))
     };

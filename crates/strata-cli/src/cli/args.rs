@@ -69,9 +69,10 @@ pub(crate) struct StepArgs {
     pub(crate) optimizer_in_backward: bool,
     /// Recompute activations in backward instead of keeping them (mlp: children 1-4 as one
     /// region; cnn: each conv block; lstm: segments of 7 time steps; gpt: each transformer
-    /// block).
-    #[arg(long)]
-    pub(crate) checkpoint_activations: bool,
+    /// block). Bare or `full`: keep only each region's input; `selective` (gpt only): also
+    /// keep the products' and the attention's outputs and recompute the pointwise ops.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "full")]
+    pub(crate) checkpoint_activations: Option<strata_cli::train::CheckpointMode>,
     /// When a step runs out of memory: `fail`, or `split` it into halves and accumulate.
     #[arg(long, value_enum, default_value = "fail")]
     pub(crate) on_oom: strata_cli::train::OnOom,

@@ -30,7 +30,7 @@ use data::Data;
 use measure::{measure_on_fresh, Measured};
 
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
-pub use models::{Model, ModelKind, Vocabulary};
+pub use models::{CheckpointMode, Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};
 pub use report::{Evaluation, Report};
 pub use sample::{sample, SampleOptions, SampleReport};
@@ -95,9 +95,10 @@ pub struct TrainOptions {
     /// Step each parameter inside backward, as soon as its gradient is ready, and free the
     /// gradient at once.
     pub optimizer_in_backward: bool,
-    /// Keep only the inputs of each checkpointed region in forward and recompute the rest
-    /// in backward (see [`Model::build`] for the regions).
-    pub checkpoint_activations: bool,
+    /// Checkpoint each region (see [`Model::build`] for the regions): keep only its inputs
+    /// (`Full`), or also what the model's policy saves (`Selective`, the gpt only), and
+    /// recompute the rest in backward. `None`: keep every activation.
+    pub checkpoint_activations: Option<CheckpointMode>,
     /// `Device::Cpu`, or `Device::Meta`: the whole run's allocations without computing
     /// (every value in the report is then `None`).
     pub device: Device,
@@ -135,7 +136,7 @@ impl Default for TrainOptions {
             profile: ProfileRequest::default(),
             amp: None,
             optimizer_in_backward: false,
-            checkpoint_activations: false,
+            checkpoint_activations: None,
             device: Device::Cpu,
             on_oom: OnOom::Fail,
             snapshot: None,
@@ -300,6 +301,17 @@ fn measured_step(
     measure_on_fresh(o.device, |after| stepper.step(model, x, y, after))
 }
 
+/// Why `model` cannot be checkpointed selectively.
+fn selective_refusal(model: ModelKind) -> String {
+    format!(
+        "--checkpoint-activations selective needs a policy that says which ops' outputs to \
+         keep, and only the gpt has one: checkpoint the {} fully (--checkpoint-activations \
+         full), or give its regions your own SelectivePolicy through \
+         strata::core::autograd::checkpoint_selective in a program",
+        model.name()
+    )
+}
+
 /// Checks what no run can do before anything starts.
 pub(crate) fn check(o: &TrainOptions) -> Result<()> {
     if o.batch_size == 0 || o.epochs == 0 {
@@ -318,6 +330,8 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
             "the {} trains by epochs over Fashion-MNIST: use --epochs (--steps is for the gpt)",
             o.model.name()
         )));
+    } else if o.checkpoint_activations == Some(CheckpointMode::Selective) {
+        return Err(TrainError::Options(selective_refusal(o.model)));
     }
     if let Device::Cuda(index) = o.device {
         // The library's own answer (no driver, no such device, no kernels yet).

@@ -6,12 +6,24 @@ use std::sync::Arc;
 use strata::core::autograd::checkpoint;
 use strata::core::nn::functional::Pair;
 use strata::core::{Error, Result, Tensor};
+
 use strata::nn::gpt::{Gpt, GptConfig};
 use strata::nn::module::shared;
 use strata::nn::{
-    BatchNorm2d, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module, ModuleCore, ReLU,
-    RnnConfig, Sequential, LSTM,
+    BatchNorm2d, Checkpointing, Conv2d, Conv2dConfig, Flatten, Linear, MaxPool2d, Module,
+    ModuleCore, ReLU, RnnConfig, Sequential, LSTM,
 };
+
+/// Which activations a checkpointed step keeps (`--checkpoint-activations [full|selective]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckpointMode {
+    /// Each region keeps only its inputs; everything else is recomputed in backward.
+    Full,
+    /// Each region also keeps the outputs of the ops its model's policy saves (the gpt:
+    /// the products and the attention's output and log-sum-exp) and recomputes the
+    /// pointwise ops. Only the gpt has a policy.
+    Selective,
+}
 
 /// Which model to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -68,18 +80,32 @@ pub struct Model {
     module: Arc<dyn Module>,
     lstm: Option<Arc<LstmClassifier>>,
     gpt: Option<Gpt>,
-    checkpointed: bool,
+    checkpointing: Checkpointing,
 }
 
 /// Time steps per checkpointed segment of the lstm.
 pub const LSTM_SEGMENT: usize = 7;
 
 impl Model {
-    /// Builds the classifier `kind` with fresh weights; with `checkpointed`, its forward
+    /// Builds the classifier `kind` with fresh weights; checkpointed (`Full`), its forward
     /// keeps only the inputs of each region (mlp: children 1 to 4; cnn: each block of conv,
     /// BatchNorm, ReLU and pool; lstm: segments of 7 time steps) and recomputes the rest in
-    /// backward. The gpt needs its vocabulary: build it with [`Model::language_model`].
-    pub fn build(kind: ModelKind, checkpointed: bool) -> Result<Model> {
+    /// backward. `Selective` is an `Err`: the classifiers have no policy. The gpt needs its
+    /// vocabulary: build it with [`Model::language_model`].
+    pub fn build(kind: ModelKind, checkpoint: Option<CheckpointMode>) -> Result<Model> {
+        let checkpointing =
+            match checkpoint {
+                None => Checkpointing::Off,
+                Some(CheckpointMode::Full) => Checkpointing::Full,
+                Some(CheckpointMode::Selective) => return Err(Error::argument(
+                    "Model::build",
+                    format!(
+                        "selective checkpointing needs a policy, and the {} has none",
+                        kind.name()
+                    ),
+                    Some("checkpoint it fully, or use checkpoint_selective with a SelectivePolicy"),
+                )),
+            };
         let (module, lstm) = match kind {
             ModelKind::Lstm => {
                 let l = Arc::new(LstmClassifier::new()?);
@@ -91,18 +117,27 @@ impl Model {
             module,
             lstm,
             gpt: None,
-            checkpointed,
+            checkpointing,
         })
     }
 
-    /// The gpt over `vocabulary`, each transformer block checkpointed when `checkpointed`.
-    pub fn language_model(vocabulary: Vocabulary, checkpointed: bool) -> Result<Model> {
+    /// The gpt over `vocabulary`, each transformer block checkpointed as `checkpoint` says
+    /// (selectively with [`Gpt::selective_policy`]).
+    pub fn language_model(
+        vocabulary: Vocabulary,
+        checkpoint: Option<CheckpointMode>,
+    ) -> Result<Model> {
         let g = gpt(vocabulary)?;
+        let checkpointing = match checkpoint {
+            None => Checkpointing::Off,
+            Some(CheckpointMode::Full) => Checkpointing::Full,
+            Some(CheckpointMode::Selective) => Checkpointing::Selective(Gpt::selective_policy()),
+        };
         Ok(Model {
             module: shared(g.clone()),
             lstm: None,
             gpt: Some(g),
-            checkpointed,
+            checkpointing,
         })
     }
 
@@ -119,9 +154,9 @@ impl Model {
     /// The forward pass, checkpointed when the model was built so (and grad mode is on).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if let Some(gpt) = &self.gpt {
-            return gpt.logits(x, self.checkpointed);
+            return gpt.logits(x, &self.checkpointing);
         }
-        if !self.checkpointed {
+        if matches!(self.checkpointing, Checkpointing::Off) {
             return self.module.call(x);
         }
         if let Some(lstm) = &self.lstm {

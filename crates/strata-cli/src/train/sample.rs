@@ -95,7 +95,7 @@ pub fn sample(o: &SampleOptions) -> Result<SampleReport> {
     let prompt = text.corpus().encode(&o.prompt)?;
     let model = {
         let _on = DefaultDevice::set(o.device);
-        Model::language_model(text.vocabulary(), false)?
+        Model::language_model(text.vocabulary(), None)?
     };
     if o.device != Device::Meta {
         load_weights(model.module().as_ref(), o.load.as_ref())?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use strata_core::autograd::checkpoint;
+use strata_core::autograd::{checkpoint, checkpoint_selective, SelectivePolicy};
 use strata_core::{Error, Result, Tensor};
 
 use super::sequential::run_chain;
@@ -53,4 +53,42 @@ pub fn checkpoint_sequential(seq: &Sequential, segments: usize, x: &Tensor) -> R
         start += size;
     }
     run_chain(&modules[start..], &h)
+}
+
+/// How a model's checkpointed regions (a GPT's blocks) keep their activations for backward.
+#[derive(Debug, Clone, Default)]
+pub enum Checkpointing {
+    /// No checkpointing: every activation backward needs is kept.
+    #[default]
+    Off,
+    /// Each region keeps only its inputs; everything else is recomputed in backward.
+    Full,
+    /// Each region keeps its inputs and the outputs of the ops the policy saves; the rest
+    /// is recomputed in backward ([`checkpoint_selective`]).
+    Selective(SelectivePolicy),
+}
+
+impl Checkpointing {
+    /// Runs `region` on `input` (one input, one output) as this says: directly, or as a
+    /// fully or selectively checkpointed region.
+    pub fn run<F>(&self, op: &'static str, region: F, input: Tensor) -> Result<Tensor>
+    where
+        F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+    {
+        let out = match self {
+            Checkpointing::Off => return region(&input),
+            Checkpointing::Full => {
+                checkpoint(move |t: &[Tensor]| Ok(vec![region(&t[0])?]), &[input])?
+            }
+            Checkpointing::Selective(policy) => checkpoint_selective(
+                move |t: &[Tensor]| Ok(vec![region(&t[0])?]),
+                &[input],
+                policy,
+            )?,
+        };
+        out.into_iter().next().ok_or_else(|| Error::Unsupported {
+            op,
+            message: "a checkpointed region returned no output".into(),
+        })
+    }
 }

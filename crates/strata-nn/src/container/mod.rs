@@ -61,7 +61,7 @@ mod dict;
 mod list;
 mod sequential;
 
-pub use checkpoint::checkpoint_sequential;
+pub use checkpoint::{checkpoint_sequential, Checkpointing};
 pub use dict::ModuleDict;
 pub use list::ModuleList;
 pub use sequential::Sequential;

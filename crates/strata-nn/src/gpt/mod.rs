@@ -20,7 +20,7 @@ mod generate;
 
 use std::sync::Arc;
 
-use strata_core::autograd::checkpoint;
+use strata_core::autograd::SelectivePolicy;
 use strata_core::{DType, Error, Result, Tensor};
 
 pub use block::{Block, CausalSelfAttention, Mlp};
@@ -29,7 +29,7 @@ pub use generate::{KvCache, Sampling};
 use crate::container::ModuleList;
 use crate::init;
 use crate::module::{Module, ModuleCore};
-use crate::{Embedding, LayerNorm, Linear};
+use crate::{Checkpointing, Embedding, LayerNorm, Linear};
 
 /// The GPT's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,26 +124,18 @@ impl Transformer {
         self.wte.call(idx)?.add(&self.wpe.call(&pos)?)
     }
 
-    /// The final hidden states `[B, T, C]` of `idx`, each block checkpointed when asked.
-    fn hidden(&self, idx: &Tensor, checkpointed: bool) -> Result<Tensor> {
+    /// The final hidden states `[B, T, C]` of `idx`, each block checkpointed as asked.
+    fn hidden(&self, idx: &Tensor, checkpointing: &Checkpointing) -> Result<Tensor> {
         let x = self.embed(idx, 0)?;
         // The blocks run in the list's scope, so memory is reported under `h.{i}`.
-        let x = self.list.core().scoped(|| self.blocks(x, checkpointed))?;
+        let x = self.list.core().scoped(|| self.blocks(x, checkpointing))?;
         self.ln_f.call(&x)
     }
 
-    fn blocks(&self, mut x: Tensor, checkpointed: bool) -> Result<Tensor> {
+    fn blocks(&self, mut x: Tensor, checkpointing: &Checkpointing) -> Result<Tensor> {
         for block in &self.h {
-            x = if checkpointed {
-                let block = block.clone();
-                let out = checkpoint(move |t: &[Tensor]| Ok(vec![block.call(&t[0])?]), &[x])?;
-                out.into_iter().next().ok_or_else(|| Error::Unsupported {
-                    op: "Gpt",
-                    message: "a checkpointed block returned no output".into(),
-                })?
-            } else {
-                block.call(&x)?
-            };
+            let block = block.clone();
+            x = checkpointing.run("Gpt", move |x: &Tensor| block.call(x), x)?;
         }
         Ok(x)
     }
@@ -156,7 +148,7 @@ impl Module for Transformer {
 
     /// The final hidden states `[B, T, C]` of the tokens `idx` `[B, T]`.
     fn forward(&self, idx: &Tensor) -> Result<Tensor> {
-        self.hidden(idx, false)
+        self.hidden(idx, &Checkpointing::Off)
     }
 }
 
@@ -211,16 +203,24 @@ impl Gpt {
         &self.config
     }
 
-    /// The logits `[B, T, vocab]` of the tokens `idx` `[B, T]`, each block checkpointed
-    /// when `checkpointed` (only its input is kept; its activations are recomputed in
-    /// backward).
+    /// The logits `[B, T, vocab]` of the tokens `idx` `[B, T]`, each transformer block
+    /// checkpointed as `checkpointing` says: not at all, fully (only its input is kept; its
+    /// activations are recomputed in backward) or selectively (for instance with
+    /// [`Gpt::selective_policy`]).
     #[track_caller]
-    pub fn logits(&self, idx: &Tensor, checkpointed: bool) -> Result<Tensor> {
+    pub fn logits(&self, idx: &Tensor, checkpointing: &Checkpointing) -> Result<Tensor> {
         let at = std::panic::Location::caller();
-        self.core.called_at(at, || self.run(idx, checkpointed))
+        self.core.called_at(at, || self.run(idx, checkpointing))
     }
 
-    fn run(&self, idx: &Tensor, checkpointed: bool) -> Result<Tensor> {
+    /// Selective checkpointing's policy for the blocks: keep the outputs of the products
+    /// (`linear`) and of the fused attention (its output and each row's log-sum-exp),
+    /// recompute the pointwise ops (layer norms, GELU, residual additions).
+    pub fn selective_policy() -> SelectivePolicy {
+        SelectivePolicy::saving(&["linear", "_scaled_dot_product_flash_attention_for_cpu"])
+    }
+
+    fn run(&self, idx: &Tensor, checkpointing: &Checkpointing) -> Result<Tensor> {
         let shape = idx.shape();
         if shape.len() != 2 || shape[1] == 0 || idx.dtype().is_floating() {
             return Err(Error::argument(
@@ -246,7 +246,7 @@ impl Gpt {
         let h = self
             .transformer
             .core()
-            .scoped(|| self.transformer.hidden(idx, checkpointed))?;
+            .scoped(|| self.transformer.hidden(idx, checkpointing))?;
         self.lm_head.call(&h)
     }
 }
@@ -258,6 +258,6 @@ impl Module for Gpt {
 
     /// The logits `[B, T, vocab]` of the tokens `idx` `[B, T]`.
     fn forward(&self, idx: &Tensor) -> Result<Tensor> {
-        self.run(idx, false)
+        self.run(idx, &Checkpointing::Off)
     }
 }
