@@ -105,6 +105,11 @@ fn checkpointing_lowers_the_step_peak_and_learns_alike() {
             Err(e) => panic!("{model:?}: another error: {e}"),
             Ok(_) => panic!("{model:?}: selective checkpointing ran without a policy"),
         }
+        let built = Model::build(model, Some(CheckpointMode::Selective));
+        assert!(
+            matches!(&built, Err(e) if e.to_string().contains("needs a policy")),
+            "{model:?}: Model::build took selective checkpointing without a policy"
+        );
     }
 }
 

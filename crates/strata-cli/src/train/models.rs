@@ -6,7 +6,6 @@ use std::sync::Arc;
 use strata::core::autograd::checkpoint;
 use strata::core::nn::functional::Pair;
 use strata::core::{Error, Result, Tensor};
-
 use strata::nn::gpt::{Gpt, GptConfig};
 use strata::nn::module::shared;
 use strata::nn::{
@@ -93,19 +92,11 @@ impl Model {
     /// backward. `Selective` is an `Err`: the classifiers have no policy. The gpt needs its
     /// vocabulary: build it with [`Model::language_model`].
     pub fn build(kind: ModelKind, checkpoint: Option<CheckpointMode>) -> Result<Model> {
-        let checkpointing =
-            match checkpoint {
-                None => Checkpointing::Off,
-                Some(CheckpointMode::Full) => Checkpointing::Full,
-                Some(CheckpointMode::Selective) => return Err(Error::argument(
-                    "Model::build",
-                    format!(
-                        "selective checkpointing needs a policy, and the {} has none",
-                        kind.name()
-                    ),
-                    Some("checkpoint it fully, or use checkpoint_selective with a SelectivePolicy"),
-                )),
-            };
+        let checkpointing = match checkpoint {
+            None => Checkpointing::Off,
+            Some(CheckpointMode::Full) => Checkpointing::Full,
+            Some(CheckpointMode::Selective) => return Err(no_selective_policy(kind)),
+        };
         let (module, lstm) = match kind {
             ModelKind::Lstm => {
                 let l = Arc::new(LstmClassifier::new()?);
@@ -210,6 +201,18 @@ fn single(outputs: Vec<Tensor>) -> Result<Tensor> {
             op: "checkpoint",
             message: "a checkpointed region returned no output".into(),
         })
+}
+
+/// The error for selective checkpointing of a classifier, which has no policy.
+fn no_selective_policy(kind: ModelKind) -> Error {
+    Error::argument(
+        "Model::build",
+        format!(
+            "selective checkpointing needs a policy, and the {} has none",
+            kind.name()
+        ),
+        Some("checkpoint it fully, or use checkpoint_selective with a SelectivePolicy"),
+    )
 }
 
 /// nanoGPT's `shakespeare_char` model over `vocabulary`, fresh weights.
