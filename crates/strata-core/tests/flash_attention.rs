@@ -214,18 +214,19 @@ fn flash_matches_math_for_grouped_heads_strided_and_3d_inputs() -> Result<()> {
 /// The flash output lies as `[B, L, heads, E]`, as PyTorch's CPU kernel returns it (strides
 /// `(8192, 32, 128, 1)` for these shapes in PyTorch 2.15), so merging the heads back copies
 /// nothing; its gradient arrives through that merge as a strided view and is still exact.
+/// The inputs' gradients take the inputs' layout (here `[B, L, heads, E]` seen through a
+/// transpose), as PyTorch's `zeros_like` gives them, so splitting heads back is free too.
 #[test]
 fn flash_output_lies_as_pytorchs_and_merges_heads_without_a_copy() -> Result<()> {
     let causal = SdpaOptions {
         is_causal: true,
         ..Default::default()
     };
-    let [q, k, v] = qkv(
-        &[2, 4, 64, 32],
-        &[2, 4, 64, 32],
-        &[2, 4, 64, 32],
-        DType::F32,
-    )?;
+    let heads_view = |seed| -> Result<Tensor> {
+        let mut g = Generator::new(seed);
+        Tensor::randn_with(&[2, 64, 4, 32], DType::F32, &mut g)?.transpose(1i64, 2i64)
+    };
+    let [q, k, v] = [heads_view(1)?, heads_view(2)?, heads_view(3)?];
     let grads = |backend| -> Result<Vec<Tensor>> {
         let fresh: Vec<Tensor> = [&q, &k, &v]
             .iter()
@@ -249,10 +250,16 @@ fn flash_output_lies_as_pytorchs_and_merges_heads_without_a_copy() -> Result<()>
             .mul(&w.view(&[2, 64, 128])?)?
             .sum(None, false)?
             .backward()?;
-        fresh
+        let grads: Vec<Tensor> = fresh
             .iter()
-            .map(|t| Ok(t.grad().expect("every input gets a gradient")))
-            .collect()
+            .map(|t| t.grad().expect("every input gets a gradient"))
+            .collect();
+        if backend == SdpBackend::Flash {
+            for g in &grads {
+                assert_eq!(g.stride(), vec![8192, 32, 128, 1], "a gradient's layout");
+            }
+        }
+        Ok(grads)
     };
     let (flash, math) = (grads(SdpBackend::Flash)?, grads(SdpBackend::Math)?);
     for (f, m) in flash.iter().zip(&math) {
@@ -287,7 +294,18 @@ fn flash_matches_math_in_every_floating_dtype() -> Result<()> {
         qkv(&[1, 2, 40, 8], &[1, 2, 45, 8], &[1, 2, 45, 8], DType::F16)?,
         &causal,
         4e-3,
-    )
+    )?;
+    // Half precision through `[B, L, heads, E]` views: the widened gradients are rounded
+    // into the inputs' strided layout row by row.
+    let t = |seed| -> Result<Tensor> {
+        let mut g = Generator::new(seed);
+        Tensor::randn_with(&[2, 12, 3, 8], DType::F32, &mut g)?
+            .to(DType::BF16)?
+            .transpose(1i64, 2i64)?
+            .detach()?
+            .requires_grad_(true)
+    };
+    agree([t(7)?, t(8)?, t(9)?], &causal, 2e-2)
 }
 
 #[test]

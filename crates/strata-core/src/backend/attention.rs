@@ -93,6 +93,28 @@ pub(crate) struct HeadOperand {
     pub(crate) row: usize,
 }
 
+/// Where one of the gradients dq, dk, dv lies: element `(b, h, row, col)` at
+/// `b·batch + h·head + row·row + col` elements from `ptr` (its last dimension contiguous),
+/// written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GradOperand {
+    /// Element `(0, 0, 0, 0)`.
+    pub(crate) ptr: *mut u8,
+    /// Stride between batch entries, in elements.
+    pub(crate) batch: usize,
+    /// Stride between heads, in elements.
+    pub(crate) head: usize,
+    /// Stride between rows, in elements.
+    pub(crate) row: usize,
+}
+
+impl GradOperand {
+    /// Where row `(b, h, i)` starts, in elements.
+    pub(crate) fn row_at(&self, b: usize, h: usize, i: usize) -> usize {
+        b * self.batch + h * self.head + i * self.row
+    }
+}
+
 /// An attention mask broadcast to `[B, heads, L, S]`: bool (true = attend) or floating
 /// (added to the scores), with stride 0 along every broadcast dimension.
 #[derive(Debug, Clone, Copy)]
@@ -247,12 +269,12 @@ pub(crate) struct AttentionBackwardArgs<'a> {
     pub(crate) forward: AttentionArgs<'a>,
     /// The gradient of the output.
     pub(crate) grad: HeadOperand,
-    /// The queries' gradient: contiguous, of the queries' shape and `dtype`, written.
-    pub(crate) dq: *mut u8,
-    /// The keys' gradient: contiguous `[B, kv_heads, S, E]`, written.
-    pub(crate) dk: *mut u8,
-    /// The values' gradient: contiguous `[B, kv_heads, S, Ev]`, written.
-    pub(crate) dv: *mut u8,
+    /// The queries' gradient, of the queries' shape and `dtype`.
+    pub(crate) dq: GradOperand,
+    /// The keys' gradient `[B, kv_heads, S, E]`.
+    pub(crate) dk: GradOperand,
+    /// The values' gradient `[B, kv_heads, S, Ev]`.
+    pub(crate) dv: GradOperand,
     /// The tiles, from [`AttentionTiles::backward`].
     pub(crate) tiles: AttentionTiles,
     /// `slots · backward_slot` elements of the compute dtype.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::matmul::temporary;
 use crate::backend::attention::{
-    AttentionArgs, AttentionBackwardArgs, AttentionProblem, AttentionTiles, HeadOperand,
-    MaskOperand,
+    AttentionArgs, AttentionBackwardArgs, AttentionProblem, AttentionTiles, GradOperand,
+    HeadOperand, MaskOperand,
 };
 use crate::backend::{for_device, Backend};
 use crate::layout::Layout;
@@ -306,9 +306,11 @@ pub(crate) fn attention_backward(
     };
     let tiles = AttentionTiles::backward(&p, dtype, num_threads());
     let room = scratch_len(ctx.op(), tiles.scratch(tiles.backward_slot(&p)))?;
-    let dq = fresh(ctx, x.q, &x.q.shape(), dtype)?;
-    let dk = fresh(ctx, x.q, &x.k.shape(), dtype)?;
-    let dv = fresh(ctx, x.q, &x.v.shape(), dtype)?;
+    // Each gradient takes its input's layout, as PyTorch's `zeros_like` does: a query seen
+    // as `[B, heads, L, E]` through a transpose of `[B, L, heads, E]` gets a gradient that
+    // is contiguous once transposed back, so merging its heads copies nothing.
+    let grad_like = |t: &Tensor| Tensor::uninit_with_layout(ctx, dense_like(t), dtype, t.device());
+    let (dq, dk, dv) = (grad_like(x.q)?, grad_like(x.k)?, grad_like(x.v)?);
     let mut scratch = temporary(ctx, room, compute, x.q.device())?;
     let scratch_ptr = scratch_ptr(&mut scratch);
     let read = Read::of(x);
@@ -330,9 +332,9 @@ pub(crate) fn attention_backward(
             ..operands(&guards, &read, x, &p)
         },
         grad: head_operand(&guards, &gb, esize),
-        dq: guards.write_ptr(&qb.storage),
-        dk: guards.write_ptr(&kb.storage),
-        dv: guards.write_ptr(&vb.storage),
+        dq: grad_operand(&guards, &qb),
+        dk: grad_operand(&guards, &kb),
+        dv: grad_operand(&guards, &vb),
         tiles,
         scratch: scratch_ptr,
     };
@@ -346,6 +348,38 @@ pub(crate) fn attention_backward(
         return Err(no_kernel(ctx.op(), x.q.device()));
     }
     Ok((dq, dk, dv))
+}
+
+/// A dense layout of `t`'s shape whose dimensions lie in memory in the order of `t`'s
+/// strides (PyTorch's `empty_like` of a strided tensor), or the contiguous one when `t`'s
+/// last dimension is not its innermost.
+fn dense_like(t: &Tensor) -> Layout {
+    let (sizes, strides) = (t.shape(), t.stride());
+    let n = sizes.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    // Outermost first; ties (size-1 dimensions) keep their order.
+    order.sort_by(|&a, &b| strides[b].cmp(&strides[a]));
+    if order.last() != Some(&(n - 1)) {
+        return Layout::contiguous(&sizes, 0);
+    }
+    let mut dense = vec![0; n];
+    let mut step = 1usize;
+    for &d in order.iter().rev() {
+        dense[d] = step;
+        step = step.saturating_mul(sizes[d].max(1));
+    }
+    Layout::from_slices(&sizes, &dense, 0)
+}
+
+/// Where a fresh gradient lies, from its locked storage (its layout from `dense_like`).
+fn grad_operand(guards: &StorageGuards<'_>, body: &Body) -> GradOperand {
+    let st = body.layout.strides();
+    GradOperand {
+        ptr: guards.write_ptr(&body.storage),
+        batch: st[0],
+        head: st[1],
+        row: st[2],
+    }
 }
 
 /// The strides of the contiguous log-sum-exp `[B, heads, L]`.

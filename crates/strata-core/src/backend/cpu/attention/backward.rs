@@ -8,7 +8,7 @@ use half::{bf16, f16};
 
 use super::rows::RowOps;
 use super::{head_rows, narrow, product, score_tile, spread, Acc, ReadOnly, Rows, Shared};
-use crate::backend::attention::{AttentionArgs, AttentionBackwardArgs};
+use crate::backend::attention::{AttentionArgs, AttentionBackwardArgs, GradOperand};
 use crate::DType;
 
 /// Runs the backward in compute type `C`.
@@ -19,9 +19,9 @@ pub(super) unsafe fn run<C: RowOps>(a: &AttentionBackwardArgs<'_>) {
     let p = a.forward.problem;
     let items = p.batch * p.kv_heads;
     let grads = Grads {
-        dq: Shared(a.dq),
-        dk: Shared(a.dk),
-        dv: Shared(a.dv),
+        dq: Shared(a.dq.ptr),
+        dk: Shared(a.dk.ptr),
+        dv: Shared(a.dv.ptr),
     };
     let args = ReadOnly(a);
     // SAFETY: the scratch holds `slots` slots (the caller's contract); each item writes only
@@ -101,36 +101,59 @@ fn rooms<'s, C>(a: &AttentionBackwardArgs<'_>, slot: &'s mut [C]) -> Rooms<'s, C
     }
 }
 
-/// A gradient's rows for head `(b, h)` of a contiguous `[B, heads, rows, cols]` output:
-/// where they lie when the dtype is the compute type, else the accumulator `room`. Zeroed.
-fn grad_rows<C: Acc>(
-    dst: Shared<u8>,
-    dtype: DType,
-    head: usize,
-    (rows, cols): (usize, usize),
-    room: &mut [C],
-) -> *mut C {
-    let len = rows * cols;
-    let ptr = if dtype == C::DTYPE {
-        dst.0.cast::<C>().wrapping_add(head * len)
-    } else {
-        room.as_mut_ptr()
-    };
-    // SAFETY: these `len` elements are this item's own (its head of the output, or its
-    // accumulator), writable.
-    unsafe { std::ptr::write_bytes(ptr, 0, len) };
-    ptr
+/// Rows of a gradient being accumulated: `ptr` and the stride between rows, in elements.
+#[derive(Clone, Copy)]
+struct GradRows<C> {
+    ptr: *mut C,
+    stride: usize,
 }
 
-/// Rounds an accumulator into head `head` of a contiguous half-precision gradient.
+/// A gradient's rows for head `(b, h)`, laid out as `layout` says: where they lie when the
+/// dtype is the compute type, else the accumulator `room` (rows of `cols`). Zeroed.
+fn grad_rows<C: Acc>(
+    (dst, layout): (Shared<u8>, &GradOperand),
+    dtype: DType,
+    (b, h): (usize, usize),
+    (rows, cols): (usize, usize),
+    room: &mut [C],
+) -> GradRows<C> {
+    let g = if dtype == C::DTYPE {
+        GradRows {
+            ptr: dst.0.cast::<C>().wrapping_add(layout.row_at(b, h, 0)),
+            stride: layout.row,
+        }
+    } else {
+        GradRows {
+            ptr: room.as_mut_ptr(),
+            stride: cols,
+        }
+    };
+    for r in 0..rows {
+        // SAFETY: these rows are this item's own (its head of the output, or its
+        // accumulator), writable.
+        unsafe { std::ptr::write_bytes(g.ptr.wrapping_add(r * g.stride), 0, cols) };
+    }
+    g
+}
+
+/// Rounds an accumulator of rows of `cols` into head `(b, h)` of a half-precision
+/// gradient laid out as `layout` says.
 ///
 /// # Safety
 /// That head of `dst` must be this item's own, writable.
-unsafe fn store_grad<C: Acc>(dst: Shared<u8>, dtype: DType, head: usize, acc: &[C]) {
-    if dtype != C::DTYPE {
-        let at = dst.0.wrapping_add(head * acc.len() * dtype.size());
-        // SAFETY: forwarded from the caller.
-        unsafe { narrow(dtype, acc, at) };
+unsafe fn store_grad<C: Acc>(
+    (dst, layout): (Shared<u8>, &GradOperand),
+    dtype: DType,
+    (b, h): (usize, usize),
+    acc: &[C],
+    cols: usize,
+) {
+    if dtype != C::DTYPE && cols > 0 {
+        for (r, row) in acc.chunks_exact(cols).enumerate() {
+            let at = dst.0.wrapping_add(layout.row_at(b, h, r) * dtype.size());
+            // SAFETY: forwarded from the caller.
+            unsafe { narrow(dtype, row, at) };
+        }
     }
 }
 
@@ -148,9 +171,8 @@ fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &
             head_rows(&f.v, dtype, (b, kvh, 0), p.s, p.ev, &mut *r.v),
         )
     };
-    let kv_head = b * p.kv_heads + kvh;
-    let dk = grad_rows(g.dk, dtype, kv_head, (p.s, p.e), &mut *r.dk);
-    let dv = grad_rows(g.dv, dtype, kv_head, (p.s, p.ev), &mut *r.dv);
+    let dk = grad_rows((g.dk, &a.dk), dtype, (b, kvh), (p.s, p.e), &mut *r.dk);
+    let dv = grad_rows((g.dv, &a.dv), dtype, (b, kvh), (p.s, p.ev), &mut *r.dv);
     let per_kv = p.heads / p.kv_heads;
     for h in kvh * per_kv..(kvh + 1) * per_kv {
         // SAFETY: as above.
@@ -160,10 +182,9 @@ fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &
                 head_rows(&a.grad, dtype, (b, h, 0), p.l, p.ev, &mut *r.grad),
             )
         };
-        let head = b * p.heads + h;
         // SAFETY: as above.
         unsafe { row_dots(f, (b, h), grad, &mut *r.d) };
-        let dq = grad_rows(g.dq, dtype, head, (p.l, p.e), &mut *r.dq);
+        let dq = grad_rows((g.dq, &a.dq), dtype, (b, h), (p.l, p.e), &mut *r.dq);
         let heads = Head {
             at: (b, h),
             q,
@@ -182,12 +203,12 @@ fn group<C: RowOps>(a: &AttentionBackwardArgs<'_>, b: usize, kvh: usize, slot: &
             i0 += rows;
         }
         // SAFETY: the query head's gradient is this item's own.
-        unsafe { store_grad(g.dq, dtype, head, &*r.dq) };
+        unsafe { store_grad((g.dq, &a.dq), dtype, (b, h), &*r.dq, p.e) };
     }
     // SAFETY: the key/value head's gradients are this item's own.
     unsafe {
-        store_grad(g.dk, dtype, kv_head, &*r.dk);
-        store_grad(g.dv, dtype, kv_head, &*r.dv);
+        store_grad((g.dk, &a.dk), dtype, (b, kvh), &*r.dk, p.e);
+        store_grad((g.dv, &a.dv), dtype, (b, kvh), &*r.dv, p.ev);
     }
 }
 
@@ -229,9 +250,9 @@ struct Head<C> {
     k: Rows<C>,
     v: Rows<C>,
     grad: Rows<C>,
-    dq: *mut C,
-    dk: *mut C,
-    dv: *mut C,
+    dq: GradRows<C>,
+    dk: GradRows<C>,
+    dv: GradRows<C>,
 }
 
 /// Query rows `i0..i0 + rows` of one head against the key blocks the forward visited.
@@ -263,7 +284,7 @@ unsafe fn query_block<C: RowOps>(
             stride: hd.q.stride,
         };
         let go = hd.grad.ptr.add(i0 * hd.grad.stride);
-        let dq = hd.dq.add(i0 * e);
+        let dq = hd.dq.ptr.add(i0 * hd.dq.stride);
         let keys = p.keys_for(i0..i0 + rows);
         let mut j0 = 0;
         while j0 < keys {
@@ -294,8 +315,8 @@ unsafe fn query_block<C: RowOps>(
             // dV[j] += Pᵀ·dO
             product(
                 (cols, ev, rows),
-                hd.dv.add(j0 * ev),
-                ev,
+                hd.dv.ptr.add(j0 * hd.dv.stride),
+                hd.dv.stride,
                 true,
                 (probs.as_ptr(), 1, bk),
                 (go, hd.grad.stride, 1),
@@ -322,7 +343,7 @@ unsafe fn query_block<C: RowOps>(
             product(
                 (rows, e, cols),
                 dq,
-                e,
+                hd.dq.stride,
                 true,
                 (dprobs.as_ptr(), bk, 1),
                 (k.ptr, k.stride, 1),
@@ -330,8 +351,8 @@ unsafe fn query_block<C: RowOps>(
             );
             product(
                 (cols, e, rows),
-                hd.dk.add(j0 * e),
-                e,
+                hd.dk.ptr.add(j0 * hd.dk.stride),
+                hd.dk.stride,
                 true,
                 (dprobs.as_ptr(), 1, bk),
                 (q.ptr, q.stride, 1),
