@@ -172,10 +172,9 @@ impl Model {
             for &(start, end) in regions {
                 h = chain(&children[next..start], &h)?;
                 let part: Vec<Arc<dyn Module>> = children[start..end].to_vec();
-                h = single(checkpoint(
-                    move |t: &[Tensor]| Ok(vec![chain(&part, &t[0])?]),
-                    &[h],
-                )?)?;
+                h = self
+                    .checkpointing
+                    .run("checkpoint", move |x: &Tensor| chain(&part, x), h)?;
                 next = end;
             }
             chain(&children[next..], &h)
@@ -190,17 +189,6 @@ fn chain(modules: &[Arc<dyn Module>], x: &Tensor) -> Result<Tensor> {
         h = m.call(&h)?;
     }
     Ok(h)
-}
-
-/// The one output of a checkpointed region.
-fn single(outputs: Vec<Tensor>) -> Result<Tensor> {
-    outputs
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Unsupported {
-            op: "checkpoint",
-            message: "a checkpointed region returned no output".into(),
-        })
 }
 
 /// The error for selective checkpointing of a classifier, which has no policy.

@@ -10,6 +10,7 @@ use crate::backend::attention::{
     HeadOperand, MaskOperand,
 };
 use crate::backend::{for_device, Backend};
+use crate::layout::order::dense_copy_strides;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::storage::{lock_storages, Access, Storage, StorageGuards};
@@ -339,8 +340,9 @@ pub(crate) fn attention_backward(
         scratch: scratch_ptr,
     };
     // SAFETY: as for the forward; `out` and `lse` are the forward's results in its layouts
-    // (checked above), read; the gradient has a contiguous last dimension and the output's shape; dq, dk
-    // and dv are fresh and contiguous, locked for writing.
+    // (checked above), read; the gradient has a contiguous last dimension and the output's
+    // shape; dq, dk and dv are fresh, dense, with a contiguous last dimension (`dense_like`),
+    // locked for writing.
     let ran = unsafe { backend.attention_backward(&args) };
     drop(guards);
     drop(scratch);
@@ -350,25 +352,17 @@ pub(crate) fn attention_backward(
     Ok((dq, dk, dv))
 }
 
-/// A dense layout of `t`'s shape whose dimensions lie in memory in the order of `t`'s
-/// strides (PyTorch's `empty_like` of a strided tensor), or the contiguous one when `t`'s
-/// last dimension is not its innermost.
+/// A dense layout of `t`'s shape in `t`'s memory order, as PyTorch's `empty_like` gives it
+/// ([`dense_copy_strides`]), or the contiguous one when that would not keep the last
+/// dimension contiguous, which the kernel needs.
 fn dense_like(t: &Tensor) -> Layout {
-    let (sizes, strides) = (t.shape(), t.stride());
-    let n = sizes.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    // Outermost first; ties (size-1 dimensions) keep their order.
-    order.sort_by(|&a, &b| strides[b].cmp(&strides[a]));
-    if order.last() != Some(&(n - 1)) {
-        return Layout::contiguous(&sizes, 0);
+    let layout = t.body().layout;
+    let strides = dense_copy_strides(&layout);
+    let sizes = layout.sizes();
+    if sizes.last().is_some_and(|&n| n > 1) && strides.last() != Some(&1) {
+        return Layout::contiguous(sizes, 0);
     }
-    let mut dense = vec![0; n];
-    let mut step = 1usize;
-    for &d in order.iter().rev() {
-        dense[d] = step;
-        step = step.saturating_mul(sizes[d].max(1));
-    }
-    Layout::from_slices(&sizes, &dense, 0)
+    Layout::from_slices(sizes, &strides, 0)
 }
 
 /// Where a fresh gradient lies, from its locked storage (its layout from `dense_like`).
