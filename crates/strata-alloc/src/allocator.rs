@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use crate::{AllocError, Category, Site};
+use crate::{AllocError, Category, Site, StreamId};
 
 /// Alignment of every block handed out, in bytes (enough for AVX-512 loads of any dtype).
 pub const BLOCK_ALIGN: usize = 64;
@@ -85,6 +85,15 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// that keep no categories ignore it.
     fn set_category(&self, block: &Block, category: Category) {
         let _ = (block, category);
+    }
+
+    /// Records that `stream` (of this allocator's device, other than the block's own) uses
+    /// `block` (live, from this allocator): once freed, its memory is not reused until the
+    /// work queued on `stream` by then has completed (PyTorch's `record_stream`). False when
+    /// the allocator has no streams or the block is not its own.
+    fn record_stream(&self, block: &Block, stream: StreamId) -> bool {
+        let _ = (block, stream);
+        false
     }
 
     /// Counts `bytes` more of a file mapped into memory for this device's tensors (the

@@ -449,6 +449,10 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
         }
     }
 
+    fn record_stream(&self, block: &Block, stream: StreamId) -> bool {
+        CachingAllocator::record_stream(self, block, stream)
+    }
+
     fn add_mapped_bytes(&self, bytes: usize) {
         self.lock_raw().stats.mapped_bytes.increase(bytes);
     }

@@ -12,6 +12,7 @@
 mod driver;
 mod host;
 mod stream;
+pub mod transfer;
 mod vmm;
 
 use std::sync::Mutex;
