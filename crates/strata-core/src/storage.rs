@@ -6,10 +6,10 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use strata_alloc::{Block, Category, DeviceAllocator};
+use strata_alloc::{Block, Category, DeviceAllocator, HostEvent};
 
 use crate::Device;
 
@@ -68,6 +68,10 @@ pub struct Storage {
     inference: bool,
     lock: RwLock<()>,
     roles: Mutex<Roles>,
+    /// Set while a non-blocking copy into these bytes may still be running (`pending` holds
+    /// its event): one atomic load tells a lock there is nothing to wait for.
+    has_pending: AtomicBool,
+    pending: Mutex<Option<HostEvent>>,
 }
 
 /// What a storage's memory is used for, from which its [`Category`] follows: a marked
@@ -159,6 +163,8 @@ impl Storage {
             inference: crate::mode::is_inference_mode_enabled(),
             lock: RwLock::new(()),
             roles: Mutex::new(Roles::default()),
+            has_pending: AtomicBool::new(false),
+            pending: Mutex::new(None),
         }
     }
 
@@ -211,6 +217,46 @@ impl Storage {
     /// race. `None` once it is shared.
     pub(crate) fn unshared_write_ptr(this: &mut Arc<Storage>) -> Option<*mut u8> {
         Arc::get_mut(this).map(|s| *s.ptr.get_mut())
+    }
+
+    /// Tells the allocator the bytes came from that `stream` uses them (see
+    /// [`DeviceAllocator::record_stream`]); false when they are not an allocator's block or
+    /// the allocator has no streams.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn record_stream(&self, stream: strata_alloc::StreamId) -> bool {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        match &*owner {
+            Owner::Block(AllocatorBlock {
+                allocator,
+                block: Some(block),
+            }) => allocator.record_stream(block, stream),
+            _ => false,
+        }
+    }
+
+    /// Marks the bytes as the destination of a non-blocking copy that completes with
+    /// `event`: every later lock of the storage (every op, every read) waits for it first.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn set_pending(&self, event: HostEvent) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(event);
+        self.has_pending.store(true, Ordering::Release);
+    }
+
+    /// Waits for a non-blocking copy into these bytes, if one may still be running. A copy
+    /// whose device failed leaves its error to the device's next call.
+    fn wait_pending(&self) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let event = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(e) = event {
+            let _ = e.wait();
+        }
+        self.has_pending.store(false, Ordering::Release);
     }
 
     /// The in-place version counter shared by every view of this storage.
@@ -396,7 +442,11 @@ impl StorageGuards<'_> {
         let old_len = storage.nbytes();
         let new_ptr = block.ptr().as_ptr();
         let new_len = block.size();
-        // A meta storage's addresses were never mapped: there are no bytes to move.
+        // A meta storage's addresses were never mapped: there are no bytes to move. A device
+        // storage's bytes are not host memory: no op that runs on one resizes its output.
+        if matches!(storage.device, Device::Cuda(_)) {
+            return Err(block);
+        }
         if storage.device != Device::Meta {
             // SAFETY: the old bytes are valid for `old_len` bytes (write lock held, so
             // nothing else touches them), the new block is valid for `new_len >= old_len`
@@ -445,6 +495,9 @@ pub fn lock_storages<'a>(operands: &[(&'a Storage, Access)]) -> StorageGuards<'a
         }
     }
     merged.sort_unstable_by_key(|(s, _)| s.id);
+    for (s, _) in &merged {
+        s.wait_pending();
+    }
     // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
     let guards = merged
         .iter()

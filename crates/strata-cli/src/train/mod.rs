@@ -334,11 +334,14 @@ pub(crate) fn check(o: &TrainOptions) -> Result<()> {
         return Err(TrainError::Options(selective_refusal(o.model)));
     }
     if let Device::Cuda(index) = o.device {
-        // The library's own answer (no driver, no such device, no kernels yet).
+        // The library's own answer (no driver, no such device); with a GPU, the training
+        // step's ops have no CUDA kernels yet.
         let why = match strata::core::cuda::check(index) {
             Err(strata::core::Error::Unsupported { message, .. }) => message,
             Err(e) => e.to_string(),
-            Ok(()) => "strata train does not run on a GPU yet".to_owned(),
+            Ok(()) => "tensors can live on the GPU, but the training step's ops (matmul, \
+                       activations, the loss, the optimizer) have no CUDA kernels yet"
+                .to_owned(),
         };
         return Err(TrainError::Options(format!(
             "--device {} is not available: {why}. Train with --device cpu, or plan the run's \

@@ -4,7 +4,7 @@
 use super::entry::Entry;
 use crate::autograd::formulas::copy as grad;
 use crate::ops::copy as fwd;
-use crate::{DType, Result, Scalar, Tensor};
+use crate::{DType, Device, Result, Scalar, Tensor};
 
 #[track_caller]
 fn fill(x: &Tensor, name: &'static str, value: Scalar) -> Result<Tensor> {
@@ -18,9 +18,15 @@ fn fill(x: &Tensor, name: &'static str, value: Scalar) -> Result<Tensor> {
 impl Tensor {
     /// Copies `src` (broadcast to this tensor's shape, converted to its dtype) into this
     /// tensor, in place. Copying a tensor onto exactly itself moves nothing but is still a
-    /// write: it is checked and recorded like any other, and the version goes up.
+    /// write: it is checked and recorded like any other, and the version goes up. Between
+    /// the host and a CUDA device (either way) the values move first, as
+    /// [`Tensor::to_device`] moves them, then copy in.
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<Tensor> {
+        let (to, from) = (self.device(), src.device());
+        if to != from && to != Device::Meta && from != Device::Meta {
+            return self.copy_(&src.to_device(to)?);
+        }
         Entry::new("copy_", &[self, src])?.run_inplace(
             // A copy onto exactly itself moves nothing but is checked and recorded like
             // any other write, as PyTorch refuses it wherever it refuses an in-place write.

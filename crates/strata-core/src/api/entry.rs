@@ -18,6 +18,11 @@
 //! and views are never cast. The forward runs with recording off, so the parts of a
 //! composite op are not recorded one by one (nor cast again); the op records itself.
 //!
+//! Every runner but the views' first refuses an op that the operands' device has no kernel
+//! for (`backend::refuse_without_kernel`: on a CUDA tensor, anything but copies and fills
+//! in this version), and after the forward takes the error the device's kernels met while
+//! it ran (`backend::take_kernel_error`: a CUDA driver error becomes the op's error).
+//!
 //! An op is thus its infer-and-forward function in [`crate::ops`] (running kernels on the
 //! operands' backend) and its backward formula in [`crate::autograd::formulas`]; the
 //! public method in [`crate::api`] only joins the two through an [`Entry`].
@@ -26,6 +31,7 @@ use smallvec::SmallVec;
 
 use crate::autograd::record::refuse_out_with_grad;
 use crate::autograd::selective::{self, KeptOutputs};
+use crate::backend::{refuse_without_kernel, take_kernel_error};
 use crate::mode::{internal, is_grad_enabled};
 use crate::op::{OpContext, OpInput};
 use crate::{Device, Error, Result, Tensor};
@@ -94,6 +100,27 @@ impl<'a> Entry<'a> {
         self.inputs.iter().copied().collect()
     }
 
+    /// The device the op's kernels run on: its operands' (a 0-d CPU operand, which may join
+    /// tensors of another device, does not decide it).
+    fn kernel_device(&self) -> Option<Device> {
+        let first = self.inputs.first()?.device();
+        if first != Device::Cpu {
+            return Some(first);
+        }
+        let mut others = self.inputs[1..].iter().map(|t| t.device());
+        Some(others.find(|&d| d != Device::Cpu).unwrap_or(first))
+    }
+
+    /// Refuses, before anything runs, an op that its device's backend has no kernel for
+    /// (on a CUDA tensor, anything but copies and fills in this part). Views are never
+    /// refused: they run no kernel, and a view that must copy runs the copy ops.
+    fn check_kernel(&self) -> Result<()> {
+        match self.kernel_device() {
+            Some(d) => refuse_without_kernel(self.ctx.op(), d),
+            None => Ok(()),
+        }
+    }
+
     /// Runs an out-of-place op: `forward(ctx, inputs)` computes the result with recording
     /// off, then, when the op records, `backward(ctx, inputs, result)` gives the result its
     /// node. Inside a selectively checkpointed region, a recorded op the policy saves keeps
@@ -104,14 +131,19 @@ impl<'a> Entry<'a> {
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
         backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
     ) -> Result<T> {
+        self.check_kernel()?;
+        let device = self.kernel_device();
         let operands = self.cast_operands()?;
         let x = operands.refs();
         let records = records(&x);
-        let out = if records {
-            selective::run_op(self.ctx.op(), || internal(|| forward(&self.ctx, &x)))?
-        } else {
-            internal(|| forward(&self.ctx, &x))?
-        };
+        let out = reported(
+            device,
+            if records {
+                selective::run_op(self.ctx.op(), || internal(|| forward(&self.ctx, &x)))
+            } else {
+                internal(|| forward(&self.ctx, &x))
+            },
+        )?;
         if records {
             backward(&self.ctx, &x, &out)?;
         }
@@ -124,9 +156,10 @@ impl<'a> Entry<'a> {
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
+        self.check_kernel()?;
         let operands = self.cast_operands()?;
         let x = operands.refs();
-        internal(|| forward(&self.ctx, &x))
+        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs an in-place op on `inputs[0]`: `begin` applies autograd's in-place refusals
@@ -138,9 +171,10 @@ impl<'a> Entry<'a> {
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<Tensor>,
         finish: impl FnOnce(R, &[&Tensor]) -> Result<()>,
     ) -> Result<Tensor> {
+        self.check_kernel()?;
         let x = self.operands();
         let rec = begin(&self.ctx, &x)?;
-        let out = internal(|| forward(&self.ctx, &x))?;
+        let out = reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))?;
         if let Some(rec) = rec {
             finish(rec, &x)?;
         }
@@ -156,9 +190,10 @@ impl<'a> Entry<'a> {
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<Tensor>,
     ) -> Result<Tensor> {
         check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
+        refuse_without_kernel(self.ctx.op(), out.device())?;
         let x = self.operands();
         refuse_out_with_grad(self.ctx.op(), &x, out)?;
-        internal(|| forward(&self.ctx, &x))
+        reported(Some(out.device()), internal(|| forward(&self.ctx, &x)))
     }
 
     /// [`Entry::run_out`] for an op written into several outputs (`max_dim_out`'s values
@@ -172,9 +207,10 @@ impl<'a> Entry<'a> {
         let x = self.operands();
         for &out in outs {
             check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
+            refuse_without_kernel(self.ctx.op(), out.device())?;
             refuse_out_with_grad(self.ctx.op(), &x, out)?;
         }
-        internal(|| forward(&self.ctx, &x))
+        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs an optimizer's update in place on the operands themselves (never cast), outside
@@ -184,8 +220,9 @@ impl<'a> Entry<'a> {
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
+        self.check_kernel()?;
         let x = self.operands();
-        internal(|| forward(&self.ctx, &x))
+        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs a composite op whose parts record themselves (PyTorch's implicitly
@@ -195,9 +232,13 @@ impl<'a> Entry<'a> {
         self,
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
+        self.check_kernel()?;
         let operands = self.cast_operands()?;
         let x = operands.refs();
-        selective::within_composite(self.ctx.op(), || forward(&self.ctx, &x))
+        reported(
+            self.kernel_device(),
+            selective::within_composite(self.ctx.op(), || forward(&self.ctx, &x)),
+        )
     }
 
     /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view
@@ -210,9 +251,18 @@ impl<'a> Entry<'a> {
         make: impl FnOnce(&OpContext, &Tensor, I) -> Result<T>,
     ) -> Result<T> {
         let x = self.inputs[0];
-        let view = internal(|| forward(&self.ctx, x))?;
+        let view = reported(Some(x.device()), internal(|| forward(&self.ctx, x)))?;
         make(&self.ctx, x, view)
     }
+}
+
+/// `out`, unless the kernels of `device` met an error while the op ran (a CUDA driver
+/// error), which is then the op's error; the kernels' error is taken either way, so that it
+/// is never left for a later op to report.
+fn reported<T>(device: Option<Device>, out: Result<T>) -> Result<T> {
+    let kernels = device.map_or(Ok(()), take_kernel_error);
+    let out = out?;
+    kernels.map(|()| out)
 }
 
 /// `Err` unless every dimensioned operand is on one device; 0-d CPU tensors join any

@@ -5,6 +5,7 @@ use crate::autograd::formulas::copy as grad;
 use crate::backend::check_device;
 use crate::op::OpContext;
 use crate::ops::copy as fwd;
+use crate::ops::transfer;
 use crate::routing::{pinned_host_allocator, with_device_allocator};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::sync::Arc;
@@ -56,14 +57,18 @@ impl Tensor {
     /// `device`, through which gradients flow back to this tensor.
     ///
     /// Any tensor can move to [`Device::Meta`] (keeping its layout rules, reading nothing);
-    /// a meta tensor cannot move anywhere else, having no values, and a device this build
-    /// has no backend for ([`Device::Cuda`] without CUDA support) is an error naming it.
+    /// a meta tensor cannot move anywhere else, having no values. Between the host and a
+    /// CUDA device the copy waits until it is done (see
+    /// [`Tensor::to_device_non_blocking`]); a device this build or machine cannot use
+    /// ([`Device::Cuda`] without a driver or GPU) is an error saying why.
     ///
     /// ```
     /// use strata_core::{DType, Device, Tensor};
     /// let x = Tensor::ones(&[2, 2], DType::F32)?;
     /// assert!(x.to_device(Device::Cpu)?.is_same(&x));
-    /// assert!(x.to_device(Device::Cuda(0)).unwrap_err().to_string().contains("CUDA"));
+    /// if !strata_core::cuda::is_available() {
+    ///     assert!(x.to_device(Device::Cuda(0)).unwrap_err().to_string().contains("CUDA"));
+    /// }
     /// # Ok::<(), strata_core::Error>(())
     /// ```
     #[track_caller]
@@ -86,6 +91,50 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn to_device_dtype(&self, device: Device, dtype: DType) -> Result<Tensor> {
+        self.moved(device, dtype, false)
+    }
+
+    /// This tensor on `device` without waiting for the copy where that is safe: PyTorch's
+    /// `t.to(device, non_blocking=True)`.
+    ///
+    /// - From pinned host memory ([`Tensor::pin_memory`]) to a CUDA device, the copy is
+    ///   queued on the current stream ([`crate::cuda::current_stream`]) and this returns at
+    ///   once; the pinned block is not reused until the copy has read it, even if the source
+    ///   is dropped. Writing the source before then races with the copy, as in PyTorch.
+    /// - From a CUDA device to the host, the result is a new pinned tensor, filled by a
+    ///   queued copy; anything that reads or writes it waits for the copy first.
+    /// - Otherwise (pageable host memory, a conversion, meta) it is [`Tensor::to_device`].
+    ///
+    /// ```
+    /// use strata_core::{DType, Device, Tensor};
+    /// let x = Tensor::ones(&[4], DType::F32)?.pin_memory()?;
+    /// // On the same device, the tensor itself.
+    /// assert!(x.to_device_non_blocking(Device::Cpu)?.is_same(&x));
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn to_device_non_blocking(&self, device: Device) -> Result<Tensor> {
+        self.moved(device, self.dtype(), true)
+    }
+
+    /// This tensor in host memory: PyTorch's `t.cpu()` ([`Tensor::to_device`] to
+    /// [`Device::Cpu`]; a CPU tensor is returned as it is).
+    ///
+    /// ```
+    /// use strata_core::{DType, Tensor};
+    /// let x = Tensor::ones(&[2], DType::F32)?;
+    /// assert!(x.cpu()?.is_same(&x));
+    /// # Ok::<(), strata_core::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to_device(Device::Cpu)
+    }
+
+    /// The move behind [`Tensor::to_device_dtype`] and
+    /// [`Tensor::to_device_non_blocking`].
+    #[track_caller]
+    fn moved(&self, device: Device, dtype: DType, non_blocking: bool) -> Result<Tensor> {
         let from = self.device();
         if device == from {
             return self.to(dtype);
@@ -103,12 +152,56 @@ impl Tensor {
             });
         }
         drop(ctx);
-        // To meta from a device with data: a tensor of the same layout rules as a copy,
-        // recorded as `ToCopyBackward0`; nothing is read.
+        if device == Device::Meta {
+            // To meta from a device with data: a tensor of the same layout rules as a copy,
+            // recorded as `ToCopyBackward0`; nothing is read.
+            return Entry::new("to", &[self])?.run(
+                |ctx, x| fwd::to_meta(ctx, x[0], dtype),
+                |ctx, x, out| grad::copy(ctx, "ToCopyBackward0", x[0], out),
+            );
+        }
+        // Between devices with memory: the gradient goes back to this tensor's device.
         Entry::new("to", &[self])?.run(
-            |ctx, x| fwd::to_meta(ctx, x[0], dtype),
-            |ctx, x, out| grad::copy(ctx, "ToCopyBackward0", x[0], out),
+            |ctx, x| transfer::to_other_device(ctx, x[0], device, dtype, non_blocking),
+            |ctx, x, out| grad::to_device(ctx, x[0], out),
         )
+    }
+
+    /// Marks this CUDA tensor's memory as used by `stream` (PyTorch's
+    /// `t.record_stream(s)`): when the tensor is freed, its block is not reused until the
+    /// work queued on `stream` by then has completed, so a stream other than the one it was
+    /// allocated on may keep reading it. Without this, a block freed while a side stream
+    /// still reads it can be handed to the next allocation of its own stream at once.
+    ///
+    /// An error for a tensor that is not on `stream`'s device, or whose memory is not from
+    /// the device's caching allocator.
+    #[cfg(feature = "cuda")]
+    pub fn record_stream(&self, stream: &crate::cuda::Stream) -> Result<()> {
+        let storage = self.body().storage;
+        let refuse = |why: String| {
+            Err(Error::argument(
+                "record_stream",
+                why,
+                Some("record a stream of the tensor's own CUDA device"),
+            ))
+        };
+        if storage.device() != stream.device() {
+            return refuse(format!(
+                "the tensor is on {}, the stream on {}",
+                storage.device(),
+                stream.device()
+            ));
+        }
+        if storage.nbytes() == 0 {
+            return Ok(());
+        }
+        match storage.record_stream(stream.id()) {
+            true => Ok(()),
+            false => refuse(format!(
+                "the tensor's memory on {} does not come from a caching allocator with streams",
+                storage.device()
+            )),
+        }
     }
 }
 

@@ -22,6 +22,8 @@
 pub(crate) mod args;
 pub(crate) mod attention;
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 pub(crate) mod kernel;
 mod meta;
 pub(crate) mod plan;
@@ -288,51 +290,69 @@ pub(crate) fn for_device(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::Cpu => Ok(&cpu::Cpu),
         Device::Meta => Ok(&meta::Meta),
-        other => Err(no_backend(other, "backend")),
+        Device::Cuda(index) => {
+            cuda_backend(index).map_err(|why| no_backend(device, "backend", why))
+        }
     }
 }
 
-/// `Ok` when this build can make tensors on `device` (the CPU and meta), else the
-/// error `op` reports. Factories and moves check it before anything is allocated, whatever
-/// allocator the device is routed to.
+/// `Ok` when this build can make tensors on `device` (the CPU, meta, and a CUDA device the
+/// driver sees), else the error `op` reports. Factories and moves check it before anything
+/// is allocated, whatever allocator the device is routed to.
 pub(crate) fn check_device(device: Device, op: &'static str) -> Result<()> {
-    for_device(device)
-        .map(drop)
-        .map_err(|_| no_backend(device, op))
+    match device {
+        Device::Cpu | Device::Meta => Ok(()),
+        Device::Cuda(index) => cuda_backend(index)
+            .map(drop)
+            .map_err(|why| no_backend(device, op, why)),
+    }
 }
 
-/// The error for a device this build has no backend for: without the `cuda` feature, the
-/// missing CUDA support; with it, what the driver says (no driver, no such device), else that
-/// tensors on the device have no kernels yet (its memory is managed: `memory::*` works).
-fn no_backend(device: Device, op: &'static str) -> Error {
-    let why = match device {
-        Device::Cuda(index) => cuda_unavailable(index),
-        _ => "this build has no backend for it".to_owned(),
-    };
+/// The error for a device this build or machine has no backend for, saying why.
+fn no_backend(device: Device, op: &'static str, why: String) -> Error {
     let message = format!("cannot place a tensor on {device}: {why}");
     Error::Unsupported { op, message }
 }
 
-/// Why tensors cannot live on CUDA device `index` in this build.
+/// The kernels of CUDA device `index`, or why there are none: no driver, no such device.
 #[cfg(feature = "cuda")]
-fn cuda_unavailable(index: usize) -> String {
-    use strata_alloc::backing::cuda::{device_count, CudaError};
-    match device_count() {
-        Err(e) => e.to_string(),
-        Ok(count) if index >= count => CudaError::NoDevice { index, count }.to_string(),
-        Ok(_) => "strata manages this device's memory (the caching allocator and every \
-                  memory:: function work for it) but has no CUDA kernels yet, so tensors \
-                  cannot live there; use Device::Cpu"
+fn cuda_backend(index: usize) -> std::result::Result<&'static dyn Backend, String> {
+    cuda::backend(index).map(|b| b as &'static dyn Backend)
+}
+
+/// Without the `cuda` feature there are no CUDA kernels.
+#[cfg(not(feature = "cuda"))]
+fn cuda_backend(_index: usize) -> std::result::Result<&'static dyn Backend, String> {
+    Err(
+        "strata was not compiled with CUDA support (feature `cuda`); use Device::Cpu or \
+         Device::Meta"
             .to_owned(),
+    )
+}
+
+/// The first error `device`'s kernels met on this thread since the last call, if any, which
+/// the op then returns: a device whose kernels run asynchronously (CUDA) reports its
+/// driver's errors, or a kernel family it refuses, here, since the kernel methods cannot
+/// fail. Host kernels cannot fail.
+pub(crate) fn take_kernel_error(device: Device) -> Result<()> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::take_error(),
+        _ => Ok(()),
     }
 }
 
-/// Why tensors cannot live on CUDA device `index` in this build.
-#[cfg(not(feature = "cuda"))]
-fn cuda_unavailable(_index: usize) -> String {
-    "strata was not compiled with CUDA support (feature `cuda`); use Device::Cpu or \
-     Device::Meta"
-        .to_owned()
+/// `Err` for op `op` on `device` when the device's backend has no kernel for it yet (a CUDA
+/// tensor's ops other than copies and fills, in this part of CUDA support).
+pub(crate) fn refuse_without_kernel(op: &'static str, device: Device) -> Result<()> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::refuse_without_kernel(op, device),
+        _ => {
+            let _ = op;
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -345,11 +365,21 @@ mod tests {
             for_device(Device::Cpu).map(|b| b.device()).ok(),
             Some(Device::Cpu)
         );
-        let cuda = for_device(Device::Cuda(0)).err().map(|e| e.to_string());
-        assert!(cuda.is_some_and(|m| m.contains("cannot place a tensor on cuda:0")));
         assert_eq!(
             for_device(Device::Meta).map(|b| b.device()).ok(),
             Some(Device::Meta)
         );
+        // On a machine with a GPU its backend; elsewhere (every CI machine) the reason.
+        match for_device(Device::Cuda(0)) {
+            Ok(b) => assert_eq!(b.device(), Device::Cuda(0)),
+            Err(e) => {
+                let m = e.to_string();
+                assert!(m.contains("cannot place a tensor on cuda:0: "), "{m}");
+                assert!(m.contains("CUDA"), "{m}");
+            }
+        }
+        let far = for_device(Device::Cuda(1000)).err().map(|e| e.to_string());
+        assert!(far.is_some_and(|m| m.contains("cannot place a tensor on cuda:1000")));
+        assert!(refuse_without_kernel("add", Device::Cpu).is_ok());
     }
 }

@@ -85,7 +85,7 @@ pub(crate) fn to(ctx: &OpContext, x: &Tensor, dtype: DType) -> Result<Tensor> {
 
 /// The layout of a converted copy of `x`, as PyTorch's: a dense layout's strides are kept,
 /// and any other layout's memory order is kept in dense strides.
-fn converted_layout(x: &Tensor) -> Layout {
+pub(crate) fn converted_layout(x: &Tensor) -> Layout {
     let l = x.layout();
     let strides = if l.is_non_overlapping_and_dense() {
         l.strides().to_vec()

@@ -16,6 +16,7 @@ pub mod promote;
 pub mod reduce;
 pub mod softmax;
 pub mod ternary;
+pub(crate) mod transfer;
 pub mod unary;
 pub(crate) mod update;
 pub mod views;

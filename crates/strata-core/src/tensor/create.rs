@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::backend::{for_device, take_kernel_error, Plan};
 use crate::device::default_device;
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::layout::shape_arg::{new_sizes, IntoShape};
@@ -47,16 +48,62 @@ pub(crate) fn from_fn<T: Element>(
     let storage = alloc_for(ctx, &layout, T::DTYPE, device)?;
     let n = layout.numel();
     // A meta tensor has no elements to write (and a random one draws nothing).
-    if device == Device::Cpu {
-        let guards = lock_storages(&[(&storage, Access::Write)]);
-        let p = guards.write_ptr(&storage) as *mut T;
-        for i in 0..n {
-            // SAFETY: the storage holds `n` elements of T (allocated for this layout) and is
-            // write-locked.
-            unsafe { p.add(i).write(f(i)) };
+    match device {
+        Device::Cpu => {
+            let guards = lock_storages(&[(&storage, Access::Write)]);
+            let p = guards.write_ptr(&storage) as *mut T;
+            for i in 0..n {
+                // SAFETY: the storage holds `n` elements of T (allocated for this layout) and
+                // is write-locked.
+                unsafe { p.add(i).write(f(i)) };
+            }
         }
+        Device::Cuda(_) => {
+            // Made on the host, then copied over (PyTorch's `torch.tensor(data, device=...)`).
+            let values: Vec<T> = (0..n).map(f).collect();
+            // SAFETY: every element type is a plain number (or a one-byte bool) without
+            // padding, so its `n · size` bytes are initialised and may be read as bytes.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(
+                    values.as_ptr().cast::<u8>(),
+                    std::mem::size_of_val(&values[..]),
+                )
+            };
+            let backend = for_device(device)?;
+            let guards = lock_storages(&[(&storage, Access::Write)]);
+            // SAFETY: the storage holds `n` elements of T on the device, write-locked, and
+            // `bytes` is their `n · size` bytes on the host.
+            unsafe { backend.copy_from_host(guards.write_ptr(&storage), bytes) };
+            drop(guards);
+            take_kernel_error(device)?;
+        }
+        Device::Meta => {}
     }
     Ok(Tensor::from_parts(storage, layout, T::DTYPE, None))
+}
+
+/// A new contiguous tensor of `shape` on a device whose memory the host cannot write (a
+/// CUDA device), every element `value`: one fill on the device (`cuMemsetD8` for zeros).
+fn filled_on_device(
+    ctx: &OpContext,
+    device: Device,
+    shape: &[usize],
+    value: Scalar,
+    dtype: DType,
+) -> Result<Tensor> {
+    let layout = Layout::contiguous(shape, 0);
+    crate::backend::check_device(device, ctx.op())?;
+    let storage = alloc_for(ctx, &layout, dtype, device)?;
+    let backend = for_device(device)?;
+    {
+        let guards = lock_storages(&[(&storage, Access::Write)]);
+        let ptr = guards.write_ptr(&storage);
+        let plan = Plan::linear(layout.numel(), std::iter::once((ptr, dtype)), false);
+        // SAFETY: the plan covers the storage's `numel` elements of `dtype`, write-locked.
+        unsafe { backend.fill(&plan, value) };
+    }
+    take_kernel_error(device)?;
+    Ok(Tensor::from_parts(storage, layout, dtype, None))
 }
 
 struct Fill<'a> {
@@ -68,8 +115,12 @@ struct Fill<'a> {
 impl DTypeFn for Fill<'_> {
     type Output = Result<Tensor>;
     fn call<T: Element>(self) -> Result<Tensor> {
+        let device = default_device();
+        if let Device::Cuda(_) = device {
+            return filled_on_device(self.ctx, device, self.shape, self.value, T::DTYPE);
+        }
         let v: T = self.value.to();
-        from_fn(self.ctx, default_device(), self.shape, |_| v)
+        from_fn(self.ctx, device, self.shape, |_| v)
     }
 }
 

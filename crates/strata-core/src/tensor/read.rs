@@ -1,6 +1,6 @@
 //! Reading elements back into Rust values.
 
-use crate::backend::{for_device, Operand, Plan};
+use crate::backend::{for_device, take_kernel_error, Operand, Plan};
 use crate::dtype::Element;
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};
@@ -9,7 +9,7 @@ use crate::{Device, Error, Result, Tensor};
 /// The elements of `t` in row-major logical order, converted to `T`; `op` names the reader
 /// in the error for a tensor without values (on the meta device).
 pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<Vec<T>> {
-    if t.device() != Device::Cpu {
+    if t.device() == Device::Meta {
         return Err(Error::Unsupported {
             op,
             message: format!(
@@ -50,6 +50,8 @@ pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<
     // validated against their storage when made); the destination is our own host vector of
     // `n` elements, disjoint from any storage.
     unsafe { backend.copy_to_host(&plan) };
+    drop(guards);
+    take_kernel_error(t.device())?;
     Ok(out)
 }
 

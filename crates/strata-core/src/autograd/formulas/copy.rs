@@ -14,6 +14,15 @@ pub(crate) fn copy(ctx: &OpContext, name: &'static str, x: &Tensor, out: &Tensor
     })
 }
 
+/// Records a move of `x` to another device with memory (`ToCopyBackward0`): the gradient
+/// goes back to `x`'s device.
+pub(crate) fn to_device(ctx: &OpContext, x: &Tensor, out: &Tensor) -> Result<()> {
+    let device = x.device();
+    record(ctx, "ToCopyBackward0", &[x], out, move |_| {
+        Ok(move |g: Tensor| -> Grads { Ok(vec![Some(g.to_device(device)?)]) })
+    })
+}
+
 /// Validates the write of `src` into `x` (`copy_`) and returns the recorder to finish
 /// after it.
 pub(crate) fn copy_inplace_begin(
