@@ -23,9 +23,11 @@ pub mod transform;
 pub use dataset::{Dataset, Field, SampleContext};
 pub use datasets::{random_split, ConcatDataset, Subset, TensorDataset};
 pub use error::{DataError, Result};
+#[cfg(feature = "cuda")]
+pub use loader::DeviceCopy;
 pub use loader::{
     Batch, Collate, DataLoader, Epoch, IntoBatch, IterableDataset, IterableEpoch, IterableLoader,
-    LoaderOptions, Prefetch, Stream,
+    LoaderOptions, Prefetch, Stage, Stream,
 };
 pub use mnist::{FashionMnist, Mnist, Split};
 pub use sampler::{BatchSampler, RandomSampler, Sampler, SequentialSampler};

@@ -23,7 +23,9 @@ use strata_core::{scope, with_allocator, Device, Tensor};
 
 pub use collate::{Collate, IntoBatch};
 pub use iterable::{IterableDataset, IterableEpoch, IterableLoader, Stream};
-pub use prefetch::Prefetch;
+#[cfg(feature = "cuda")]
+pub use prefetch::DeviceCopy;
+pub use prefetch::{Prefetch, Stage};
 use workers::{Shared, Task, Workers};
 
 use crate::dataset::Dataset;
