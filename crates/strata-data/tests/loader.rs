@@ -459,6 +459,44 @@ fn prefetch_stages_depth_batches_ahead_of_the_consumer() {
     assert!(Prefetch::new(loader.epoch().unwrap(), 3, Ok).is_err());
 }
 
+#[test]
+fn a_stage_is_told_when_each_batch_is_handed_out_after_staging_it() {
+    use strata_data::{Batch, Prefetch, Stage};
+    /// Records what happened, in order, as a device copy stage would see it.
+    struct Log(Vec<String>);
+    impl Stage for Log {
+        fn stage(&mut self, b: Batch) -> strata_data::Result<Batch> {
+            self.0.push(format!("stage {}", b.index));
+            Ok(b)
+        }
+        fn ready(&mut self, b: &Batch) -> strata_data::Result<()> {
+            self.0.push(format!("ready {}", b.index));
+            Ok(())
+        }
+    }
+    let mut loader = DataLoader::new(
+        Arc::new(Rows),
+        LoaderOptions {
+            batch_size: 16,
+            ..LoaderOptions::default()
+        },
+    )
+    .unwrap();
+    let mut it = Prefetch::new(loader.epoch().unwrap(), 1, Log(Vec::new())).unwrap();
+    let mut handed = Vec::new();
+    for b in it.by_ref() {
+        handed.push(b.unwrap().index);
+    }
+    assert_eq!(handed, [0, 1, 2, 3]);
+    // Batch k is made ready as it leaves, and k+1 is staged before the caller's step on k
+    // runs: the copy of k+1 overlaps that step.
+    let log = it.into_stage().0;
+    assert_eq!(
+        log,
+        ["stage 0", "ready 0", "stage 1", "ready 1", "stage 2", "ready 2", "stage 3", "ready 3"]
+    );
+}
+
 /// Sleeps 20 ms per sample and counts the samples started.
 struct Slow(std::sync::atomic::AtomicUsize);
 

@@ -138,6 +138,11 @@ where
         })
     }
 
+    /// The stage, once the caller is done with the batches.
+    pub fn into_stage(self) -> S {
+        self.stage
+    }
+
     /// Batches staged and not yet handed out.
     pub fn staged(&self) -> usize {
         self.staged.len()

@@ -18,6 +18,7 @@
 //! Driver errors do the same: the [`Backend`] methods cannot fail, so the first error of the
 //! thread is kept and [`take_error`] hands it to the op, which returns it.
 
+mod copies;
 mod staging;
 pub(crate) mod transfer;
 
@@ -32,9 +33,9 @@ use super::args::{
     SoftmaxArgs, UpdateArgs,
 };
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
-use super::{cpu, Backend, Plan};
+use super::{Backend, Plan};
 use crate::{DType, Device, Error, Result, Scalar};
-use staging::{covers_extent, extent, is_dense, overlaps, rebased, HostBuffer};
+pub(crate) use copies::Mover;
 
 /// Devices a process can address through this backend.
 const MAX_DEVICES: usize = 64;
@@ -131,150 +132,45 @@ fn driver_failed(call: &'static str, r: std::result::Result<(), CudaError>) -> b
 }
 
 impl Cuda {
-    fn device_index(&self) -> usize {
-        self.index
-    }
-
     /// Refuses a kernel family this part has no CUDA kernel for (see the module docs).
     fn refuse(&self, family: &'static str) {
         fail(no_kernel_error(family, Device::Cuda(self.index)));
     }
+}
 
-    /// Brings `len` bytes of device memory at `src` into `dst`, waiting for them.
-    ///
-    /// # Safety
-    /// `src` addresses `len` readable device bytes, `dst` `len` writable host bytes.
+/// The device's memory moved by the driver on the thread's current stream: host transfers
+/// wait for their copy, copies and fills within the device are queued.
+impl Mover for Cuda {
     unsafe fn download(&self, dst: *mut u8, src: *const u8, len: usize) -> bool {
         // SAFETY: the caller's contract.
         let r = unsafe { driver::copy_to_host(self.index, dst, src as usize, len, Wait::Done) };
         driver_failed("copy to host", r)
     }
 
-    /// Sends `len` host bytes at `src` to device memory at `dst`, waiting for the copy.
-    ///
-    /// # Safety
-    /// `src` addresses `len` readable host bytes, `dst` `len` writable device bytes.
     unsafe fn upload(&self, dst: *mut u8, src: *const u8, len: usize) -> bool {
         // SAFETY: the caller's contract.
         let r = unsafe { driver::copy_to_device(self.index, dst as usize, src, len, Wait::Done) };
         driver_failed("copy to device", r)
     }
 
-    /// Brings operand `k`'s extent to a new host buffer.
-    ///
-    /// # Safety
-    /// Operand `k`'s extent must be readable device memory.
-    unsafe fn stage(&self, plan: &Plan, k: usize) -> Option<HostBuffer> {
-        let len = extent(plan, k);
-        let mut buf = HostBuffer::new(len);
-        // SAFETY: the caller's contract; the buffer holds `len` bytes.
-        unsafe { self.download(buf.ptr(), plan.ptrs[k], len) }.then_some(buf)
-    }
-
-    /// Runs `host` on `plan` rebased onto host copies of its operands (operand 0 the output,
-    /// on the device unless `output_on_host`), and writes the output's extent back.
-    ///
-    /// # Safety
-    /// The plan's contract: device operands valid for the loop and locked, operand 0
-    /// writable (host memory the caller owns when `output_on_host`).
-    unsafe fn staged(&self, plan: &Plan, output_on_host: bool, host: impl FnOnce(&Plan)) {
-        let mut inputs = Vec::with_capacity(plan.num_operands());
-        for k in 1..plan.num_operands() {
-            // SAFETY: the caller's contract: inputs are readable device memory.
-            match unsafe { self.stage(plan, k) } {
-                Some(b) => inputs.push(b),
-                None => return,
-            }
-        }
-        let mut output = None;
-        let out_ptr = if output_on_host {
-            plan.ptrs[0]
-        } else {
-            let staged = if covers_extent(plan, 0) {
-                Some(HostBuffer::new(extent(plan, 0)))
-            } else {
-                // SAFETY: the caller's contract: the output is device memory.
-                unsafe { self.stage(plan, 0) }
-            };
-            let Some(buf) = output.insert(staged) else {
-                return;
-            };
-            buf.ptr()
+    unsafe fn copy_within(&self, dst: *mut u8, src: *const u8, len: usize) {
+        // SAFETY: the caller's contract.
+        let r = unsafe {
+            driver::copy_within(self.index, dst as usize, src as usize, len, Wait::Queued)
         };
-        let mut ptrs = vec![out_ptr];
-        ptrs.extend(inputs.iter_mut().map(HostBuffer::ptr));
-        host(&rebased(plan, &ptrs));
-        if let Some(Some(mut buf)) = output {
-            // SAFETY: the output's extent is writable device memory (the caller's contract);
-            // the buffer holds that many bytes.
-            unsafe { self.upload(plan.ptrs[0], buf.ptr(), extent(plan, 0)) };
-        }
+        driver_failed("copy", r);
     }
 
-    /// Copies operand 1 of `plan` (host memory) into operand 0 (this device's memory),
-    /// converting dtypes; done when this returns.
-    ///
-    /// # Safety
-    /// The plan's contract: operand 0 writable device memory, operand 1 readable host
-    /// memory, both locked.
-    unsafe fn copy_from_host_plan(&self, plan: &Plan) {
-        let n = plan.numel();
-        if n == 0 {
-            return;
-        }
-        if plan.dtypes[0] == plan.dtypes[1] && is_dense(plan, 0) && is_dense(plan, 1) {
-            let len = n * plan.dtypes[0].size();
-            // SAFETY: both operands are `len` dense bytes (the caller's contract).
-            unsafe { self.upload(plan.ptrs[0], plan.ptrs[1], len) };
-            return;
-        }
-        let len = extent(plan, 0);
-        let staged = if covers_extent(plan, 0) {
-            Some(HostBuffer::new(len))
-        } else {
-            // SAFETY: the output is device memory (the caller's contract).
-            unsafe { self.stage(plan, 0) }
-        };
-        let Some(mut buf) = staged else {
-            return;
-        };
-        // SAFETY: the CPU's copy reads the caller's host operand and writes the buffer, which
-        // holds the output's extent.
-        unsafe { cpu::Cpu.copy(&rebased(plan, &[buf.ptr(), plan.ptrs[1]])) };
-        // SAFETY: the output's extent is writable device memory; the buffer holds it.
-        unsafe { self.upload(plan.ptrs[0], buf.ptr(), len) };
-    }
-
-    /// The bytes of `value` as one element of `dtype`.
-    fn element_bytes(value: Scalar, dtype: DType) -> u64 {
-        let mut buf = HostBuffer::new(8);
-        let plan = Plan::linear(1, std::iter::once((buf.ptr(), dtype)), false);
-        // SAFETY: the buffer holds 16 bytes, enough for one element of any dtype.
-        unsafe { cpu::Cpu.fill(&plan, value) };
-        let mut bytes = [0u8; 8];
-        // SAFETY: the buffer holds at least 8 initialised bytes.
-        unsafe { std::ptr::copy_nonoverlapping(buf.ptr(), bytes.as_mut_ptr(), 8) };
-        let used = dtype.size().min(8);
-        bytes[used..].fill(0);
-        u64::from_le_bytes(bytes)
-    }
-
-    /// The memset pattern writing `count` elements of `size` bytes holding `bits`, with the
-    /// number of pattern units, when one exists.
-    fn pattern(bits: u64, size: usize, count: usize) -> Option<(Pattern, usize)> {
-        match size {
-            1 => Some((Pattern::U8(bits as u8), count)),
-            2 => Some((Pattern::U16(bits as u16), count)),
-            4 => Some((Pattern::U32(bits as u32), count)),
-            8 if bits as u32 == (bits >> 32) as u32 => Some((Pattern::U32(bits as u32), 2 * count)),
-            _ => None,
-        }
+    unsafe fn fill(&self, dst: *mut u8, pattern: Pattern, count: usize) {
+        // SAFETY: the caller's contract.
+        let r = unsafe { driver::fill(self.index, dst as usize, pattern, count, Wait::Queued) };
+        driver_failed("fill", r);
     }
 }
 
 impl Backend for Cuda {
     fn device(&self) -> Device {
-        Device::Cuda(self.device_index())
+        Device::Cuda(self.index)
     }
 
     unsafe fn float_unary(&self, _: &Plan, _: FloatOp, _: DType) {
@@ -299,41 +195,13 @@ impl Backend for Cuda {
     }
 
     unsafe fn copy(&self, plan: &Plan) {
-        let n = plan.numel();
-        if n == 0 {
-            return;
-        }
-        let len = n * plan.dtypes[0].size();
-        let (dst, src) = (plan.ptrs[0] as usize, plan.ptrs[1] as usize);
-        if plan.dtypes[0] == plan.dtypes[1]
-            && is_dense(plan, 0)
-            && is_dense(plan, 1)
-            && !overlaps(dst, src, len)
-        {
-            // SAFETY: both operands are `len` dense device bytes (the plan's contract), apart.
-            let r = unsafe { driver::copy_within(self.index, dst, src, len, Wait::Queued) };
-            driver_failed("copy", r);
-            return;
-        }
-        // SAFETY: forwarded from the caller; the CPU's copy runs on host buffers.
-        unsafe { self.staged(plan, false, |p| cpu::Cpu.copy(p)) }
+        // SAFETY: forwarded from the caller.
+        unsafe { copies::copy(self, plan) }
     }
 
     unsafe fn copy_to_host(&self, plan: &Plan) {
-        let n = plan.numel();
-        if n == 0 {
-            return;
-        }
-        if plan.dtypes[0] == plan.dtypes[1] && is_dense(plan, 0) && is_dense(plan, 1) {
-            let len = n * plan.dtypes[0].size();
-            // SAFETY: operand 1 is `len` dense device bytes and operand 0 `len` host bytes
-            // the caller owns (the method's contract).
-            unsafe { self.download(plan.ptrs[0], plan.ptrs[1], len) };
-            return;
-        }
-        // SAFETY: forwarded from the caller; the CPU's copy writes the caller's host memory
-        // from a host copy of the source.
-        unsafe { self.staged(plan, true, |p| cpu::Cpu.copy(p)) }
+        // SAFETY: forwarded from the caller.
+        unsafe { copies::copy_to_host(self, plan) }
     }
 
     unsafe fn copy_from_host(&self, dst: *mut u8, src: &[u8]) {
@@ -342,31 +210,8 @@ impl Backend for Cuda {
     }
 
     unsafe fn fill(&self, plan: &Plan, value: Scalar) {
-        let n = plan.numel();
-        if n == 0 {
-            return;
-        }
-        let dtype = plan.dtypes[0];
-        let bits = Self::element_bytes(value, dtype);
-        if is_dense(plan, 0) {
-            if let Some((pattern, count)) = Self::pattern(bits, dtype.size(), n) {
-                // SAFETY: operand 0 is `n` dense, writable device elements (the plan's
-                // contract), aligned to their size.
-                let r = unsafe {
-                    driver::fill(
-                        self.index,
-                        plan.ptrs[0] as usize,
-                        pattern,
-                        count,
-                        Wait::Queued,
-                    )
-                };
-                driver_failed("fill", r);
-                return;
-            }
-        }
-        // SAFETY: forwarded from the caller; the CPU's fill runs on a host buffer.
-        unsafe { self.staged(plan, false, |p| cpu::Cpu.fill(p, value)) }
+        // SAFETY: forwarded from the caller.
+        unsafe { copies::fill(self, plan, value) }
     }
 
     unsafe fn fold(&self, _: &Plan, _: DType, _: DType, _: Fold) {
@@ -413,24 +258,6 @@ impl Backend for Cuda {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fills_find_the_memset_pattern_that_repeats_the_element() {
-        let f32_one = Cuda::element_bytes(Scalar::Float(1.0), DType::F32);
-        assert_eq!(f32_one, 1.0f32.to_bits() as u64);
-        assert_eq!(
-            Cuda::pattern(f32_one, 4, 10),
-            Some((Pattern::U32(0x3f80_0000), 10))
-        );
-        let f64_zero = Cuda::element_bytes(Scalar::Int(0), DType::F64);
-        assert_eq!(Cuda::pattern(f64_zero, 8, 3), Some((Pattern::U32(0), 6)));
-        let f64_one = Cuda::element_bytes(Scalar::Float(1.0), DType::F64);
-        assert_eq!(Cuda::pattern(f64_one, 8, 3), None);
-        let bf16 = Cuda::element_bytes(Scalar::Float(-2.0), DType::BF16);
-        assert_eq!(Cuda::pattern(bf16, 2, 5), Some((Pattern::U16(0xc000), 5)));
-        let flag = Cuda::element_bytes(Scalar::Bool(true), DType::Bool);
-        assert_eq!(Cuda::pattern(flag, 1, 2), Some((Pattern::U8(1), 2)));
-    }
 
     #[test]
     fn only_copies_and_fills_pass_the_entry_and_the_refusal_says_what_to_do() {

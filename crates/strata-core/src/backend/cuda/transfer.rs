@@ -6,7 +6,7 @@
 use strata_alloc::backing::cuda::transfer::{self as driver, Wait};
 use strata_alloc::HostEvent;
 
-use super::staging::is_dense;
+use super::copies::same_bytes;
 use crate::backend::Backend;
 use crate::backend::Plan;
 use crate::routing::cuda_error;
@@ -74,7 +74,7 @@ pub(crate) unsafe fn upload(index: usize, plan: &Plan, queued: bool) -> Option<H
             .ok();
     }
     // SAFETY: forwarded from the caller.
-    unsafe { gpu.copy_from_host_plan(plan) };
+    unsafe { super::copies::copy_from_host(gpu, plan) };
     None
 }
 
@@ -96,9 +96,4 @@ pub(crate) unsafe fn download(index: usize, plan: &Plan, queued: bool) -> Option
     // SAFETY: forwarded from the caller.
     unsafe { gpu.copy_to_host(plan) };
     None
-}
-
-/// Whether a copy over `plan` moves bytes as they are: one dense run of one dtype.
-fn same_bytes(plan: &Plan) -> bool {
-    plan.dtypes[0] == plan.dtypes[1] && is_dense(plan, 0) && is_dense(plan, 1)
 }
