@@ -5,9 +5,10 @@
 //!
 //! Where a CUDA device is there (feature `cuda`, a driver and a device), blocks are
 //! page-locked memory from the driver (`cuMemHostAlloc`, as PyTorch's `cudaHostAlloc`);
-//! otherwise ordinary host memory ([`PinnedHostAllocator::is_page_locked`] says which). The
-//! events are completed by whoever recorded them ([`HostEvent::complete`]); the accounting
-//! and the reuse rule are PyTorch's either way. The statistics carry PyTorch's
+//! otherwise ordinary host memory ([`PinnedHostAllocator::is_page_locked`] says which). An
+//! event is a CUDA event recorded after the copy that uses the block (`HostEvent::from_cuda`,
+//! what strata's non-blocking copies record), or a flag its recorder completes
+//! ([`HostEvent::complete`]); the accounting and the reuse rule are PyTorch's either way. The statistics carry PyTorch's
 //! `host_memory_stats` keys.
 
 use std::alloc::{alloc, dealloc, Layout};

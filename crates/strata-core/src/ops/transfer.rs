@@ -42,13 +42,13 @@ pub(crate) fn to_other_device(
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use crate::backend::cuda::transfer;
+    use crate::backend::cuda::transfer::{self, Direction};
     use crate::backend::take_kernel_error;
     use crate::ops::copy::converted_layout;
     use crate::ops::iter::{ElementwiseSpec, Output};
     use crate::routing::{pinned_host_allocator, with_device_allocator};
     use std::sync::Arc;
-    use strata_alloc::DeviceAllocator;
+    use strata_alloc::{DeviceAllocator, HostEvent};
 
     /// `x` (host memory) on CUDA device `index` as `dtype`.
     pub(super) fn upload(
@@ -60,18 +60,7 @@ mod cuda {
     ) -> Result<Tensor> {
         let out = Tensor::uninit_with_layout(ctx, converted_layout(x), dtype, Device::Cuda(index))?;
         let queued = non_blocking && x.is_pinned();
-        let mut event = None;
-        ElementwiseSpec::new(Output::Existing(&out), vec![x])
-            .infer(ctx.op())?
-            .without_version_bump()
-            .execute(ctx, |plan| {
-                // SAFETY: `execute` locks both storages and passes a plan valid for them: the
-                // output in the device's memory, the input in host memory (pinned when
-                // queued; the pinned block is held until the copy's event completes).
-                event = unsafe { transfer::upload(index, plan, queued) }
-            })?;
-        take_kernel_error(Device::Cuda(index))?;
-        if let Some(e) = event {
+        if let Some(e) = copy(ctx, x, &out, index, Direction::ToDevice, queued)? {
             // The pinned block is not reused until the copy reading it completes.
             pinned_host_allocator().record_event(x.body().storage.data_ptr(), &e);
         }
@@ -96,22 +85,36 @@ mod cuda {
             Tensor::uninit_with_layout(ctx, layout, dtype, Device::Cpu)?
         };
         let queued = non_blocking && out.is_pinned();
-        let mut event = None;
-        ElementwiseSpec::new(Output::Existing(&out), vec![x])
-            .infer(ctx.op())?
-            .without_version_bump()
-            .execute(ctx, |plan| {
-                // SAFETY: `execute` locks both storages and passes a plan valid for them: the
-                // output in host memory this op owns (pinned when queued, and waited for by
-                // every later lock), the input on the device.
-                event = unsafe { transfer::download(index, plan, queued) }
-            })?;
-        take_kernel_error(Device::Cuda(index))?;
-        if let Some(e) = event {
+        if let Some(e) = copy(ctx, x, &out, index, Direction::ToHost, queued)? {
             let storage = out.body().storage;
             pinned_host_allocator().record_event(storage.data_ptr(), &e);
             storage.set_pending(e);
         }
         Ok(out)
+    }
+
+    /// Copies `x` into the new `out` across devices, `queued` where it can be (see
+    /// [`transfer::copy`]), returning the queued copy's event.
+    fn copy(
+        ctx: &OpContext,
+        x: &Tensor,
+        out: &Tensor,
+        index: usize,
+        direction: Direction,
+        queued: bool,
+    ) -> Result<Option<HostEvent>> {
+        let mut event = None;
+        ElementwiseSpec::new(Output::Existing(out), vec![x])
+            .infer(ctx.op())?
+            .without_version_bump()
+            .execute(ctx, |plan| {
+                // SAFETY: `execute` locks both storages and passes a plan valid for them,
+                // each operand in the memory `direction` names; a queued copy's host side
+                // is pinned, held by the event (a pinned source's block) or waited for by
+                // every later lock (a new pinned destination) until the copy completes.
+                event = unsafe { transfer::copy(index, plan, direction, queued) }
+            })?;
+        take_kernel_error(Device::Cuda(index))?;
+        Ok(event)
     }
 }

@@ -52,6 +52,23 @@ fn finish(stream: sys::CUstream, wait: Wait) -> Result<(), CudaError> {
     }
 }
 
+/// Queues `op` (a driver call given the current stream of `device`) unless `count` says
+/// there is nothing to do, then waits for it when `wait` asks.
+fn queue(
+    device: usize,
+    count: usize,
+    wait: Wait,
+    call: &'static str,
+    op: impl FnOnce(sys::CUstream) -> sys::CUresult,
+) -> Result<(), CudaError> {
+    if count == 0 {
+        return Ok(());
+    }
+    let stream = current(device)?;
+    check(op(stream), call)?;
+    finish(stream, wait)
+}
+
 /// Copies `len` bytes from host memory at `src` to device address `dst` of `device`.
 ///
 /// # Safety
@@ -65,16 +82,10 @@ pub unsafe fn copy_to_device(
     len: usize,
     wait: Wait,
 ) -> Result<(), CudaError> {
-    if len == 0 {
-        return Ok(());
-    }
-    let stream = current(device)?;
-    check(
+    queue(device, len, wait, "cuMemcpyHtoDAsync", |stream| {
         // SAFETY: the caller's contract; the context is bound and the stream live.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst as sys::CUdeviceptr, src.cast(), len, stream) },
-        "cuMemcpyHtoDAsync",
-    )?;
-    finish(stream, wait)
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst as sys::CUdeviceptr, src.cast(), len, stream) }
+    })
 }
 
 /// Copies `len` bytes from device address `src` of `device` to host memory at `dst`.
@@ -89,16 +100,10 @@ pub unsafe fn copy_to_host(
     len: usize,
     wait: Wait,
 ) -> Result<(), CudaError> {
-    if len == 0 {
-        return Ok(());
-    }
-    let stream = current(device)?;
-    check(
+    queue(device, len, wait, "cuMemcpyDtoHAsync", |stream| {
         // SAFETY: the caller's contract; the context is bound and the stream live.
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as sys::CUdeviceptr, len, stream) },
-        "cuMemcpyDtoHAsync",
-    )?;
-    finish(stream, wait)
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as sys::CUdeviceptr, len, stream) }
+    })
 }
 
 /// Copies `len` bytes between two addresses of `device`'s memory.
@@ -113,23 +118,11 @@ pub unsafe fn copy_within(
     len: usize,
     wait: Wait,
 ) -> Result<(), CudaError> {
-    if len == 0 {
-        return Ok(());
-    }
-    let stream = current(device)?;
-    check(
+    let (d, s) = (dst as sys::CUdeviceptr, src as sys::CUdeviceptr);
+    queue(device, len, wait, "cuMemcpyDtoDAsync", |stream| {
         // SAFETY: the caller's contract; the context is bound and the stream live.
-        unsafe {
-            sys::cuMemcpyDtoDAsync_v2(
-                dst as sys::CUdeviceptr,
-                src as sys::CUdeviceptr,
-                len,
-                stream,
-            )
-        },
-        "cuMemcpyDtoDAsync",
-    )?;
-    finish(stream, wait)
+        unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, len, stream) }
+    })
 }
 
 /// Writes `pattern` `count` times from device address `dst` of `device`.
@@ -144,32 +137,22 @@ pub unsafe fn fill(
     count: usize,
     wait: Wait,
 ) -> Result<(), CudaError> {
-    if count == 0 {
-        return Ok(());
-    }
-    let stream = current(device)?;
     let d = dst as sys::CUdeviceptr;
-    // SAFETY (each call below): the caller's contract; the context is bound and the stream
-    // live.
-    let (result, call) = match pattern {
-        // SAFETY: see above.
-        Pattern::U8(v) => (
-            unsafe { sys::cuMemsetD8Async(d, v, count, stream) },
-            "cuMemsetD8Async",
-        ),
-        // SAFETY: see above.
-        Pattern::U16(v) => (
-            unsafe { sys::cuMemsetD16Async(d, v, count, stream) },
-            "cuMemsetD16Async",
-        ),
-        // SAFETY: see above.
-        Pattern::U32(v) => (
-            unsafe { sys::cuMemsetD32Async(d, v, count, stream) },
-            "cuMemsetD32Async",
-        ),
+    let call = match pattern {
+        Pattern::U8(_) => "cuMemsetD8Async",
+        Pattern::U16(_) => "cuMemsetD16Async",
+        Pattern::U32(_) => "cuMemsetD32Async",
     };
-    check(result, call)?;
-    finish(stream, wait)
+    // SAFETY (the three calls below): the caller's contract; the context is bound and the
+    // stream live.
+    queue(device, count, wait, call, |stream| match pattern {
+        // SAFETY: as above.
+        Pattern::U8(v) => unsafe { sys::cuMemsetD8Async(d, v, count, stream) },
+        // SAFETY: as above.
+        Pattern::U16(v) => unsafe { sys::cuMemsetD16Async(d, v, count, stream) },
+        // SAFETY: as above.
+        Pattern::U32(v) => unsafe { sys::cuMemsetD32Async(d, v, count, stream) },
+    })
 }
 
 /// A new event (without timing) recorded at the current end of `device`'s current stream on

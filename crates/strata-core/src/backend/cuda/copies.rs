@@ -211,8 +211,12 @@ fn element_bytes(value: Scalar, dtype: DType) -> u64 {
 }
 
 /// The memset pattern that writes `count` elements of `size` bytes holding `bits`, with the
-/// number of pattern units, when one exists.
+/// number of pattern units, when one exists: zeros byte by byte (`cuMemsetD8`, as PyTorch's
+/// `zeros`), else the element's own width.
 fn pattern(bits: u64, size: usize, count: usize) -> Option<(Pattern, usize)> {
+    if bits == 0 {
+        return Some((Pattern::U8(0), count * size));
+    }
     match size {
         1 => Some((Pattern::U8(bits as u8), count)),
         2 => Some((Pattern::U16(bits as u16), count)),
@@ -433,7 +437,11 @@ mod tests {
         );
         assert_eq!(
             pattern(element_bytes(Scalar::Int(0), DType::I64), 8, 3),
-            Some((Pattern::U32(0), 6))
+            Some((Pattern::U8(0), 24))
+        );
+        assert_eq!(
+            pattern(element_bytes(Scalar::Float(1.0), DType::F32), 4, 3),
+            Some((Pattern::U32(0x3f80_0000), 3))
         );
     }
 }

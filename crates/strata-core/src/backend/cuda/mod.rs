@@ -1,10 +1,11 @@
 //! The CUDA backend, part 1: what runs on a CUDA tensor before the device has kernels of
 //! strata's own. Copies (with dtype conversion and any strides), fills and the transfers to
-//! and from host memory; every other kernel family is refused.
+//! and from host memory ([`copies`], written over a [`Mover`] that is the driver here);
+//! every other kernel family is refused.
 //!
 //! - A dense copy of one dtype is one `cuMemcpyDtoDAsync`, and a fill of a dense tensor one
-//!   `cuMemsetD8/D16/D32Async` (8-byte values whose halves agree too): both queued on the
-//!   calling thread's current stream, ordered with the work already there, as PyTorch's.
+//!   `cuMemsetD8/D16/D32Async` (zeros byte by byte): both queued on the calling thread's
+//!   current stream, ordered with the work already there, as PyTorch's.
 //! - Anything else (a strided or converting copy, an 8-byte fill that no 4-byte pattern
 //!   repeats) is staged: the operands' byte extents come to aligned host buffers, the CPU's
 //!   kernel runs on the same plan over them, and the written extent goes back. That waits
