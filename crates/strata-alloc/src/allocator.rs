@@ -3,7 +3,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use crate::{AllocError, Category, Site, StreamId};
+use crate::{AllocError, Category, HostEvent, Site, StreamId};
 
 /// Alignment of every block handed out, in bytes (enough for AVX-512 loads of any dtype).
 pub const BLOCK_ALIGN: usize = 64;
@@ -93,6 +93,15 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// the allocator has no streams or the block is not its own.
     fn record_stream(&self, block: &Block, stream: StreamId) -> bool {
         let _ = (block, stream);
+        false
+    }
+
+    /// Records `event` on `block` (live, from this allocator): a copy that uses the block's
+    /// host memory has been queued, so once freed the block is reused only after the event
+    /// completes (PyTorch's `CachingHostAllocator` rule). False when the allocator keeps no
+    /// such events (its memory is not pinned).
+    fn record_host_event(&self, block: &Block, event: &HostEvent) -> bool {
+        let _ = (block, event);
         false
     }
 

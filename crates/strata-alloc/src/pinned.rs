@@ -462,6 +462,10 @@ impl DeviceAllocator for PinnedHostAllocator {
         }
     }
 
+    fn record_host_event(&self, block: &Block, event: &HostEvent) -> bool {
+        block.size() > 0 && self.record_event(block.ptr().as_ptr(), event)
+    }
+
     fn memory_allocated(&self) -> usize {
         self.stats().active_bytes.current as usize
     }

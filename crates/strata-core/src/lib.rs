@@ -22,6 +22,7 @@ pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub(crate) mod kernel_error;
 pub mod layout;
 pub mod memory;
 pub mod mode;

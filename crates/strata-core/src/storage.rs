@@ -234,6 +234,21 @@ impl Storage {
         }
     }
 
+    /// Records `event` on the pinned block these bytes are (see
+    /// [`DeviceAllocator::record_host_event`]): the block is not reused before it completes.
+    /// False when the bytes are not a block of an allocator that keeps host events.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn record_host_event(&self, event: &HostEvent) -> bool {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        match &*owner {
+            Owner::Block(AllocatorBlock {
+                allocator,
+                block: Some(block),
+            }) => allocator.record_host_event(block, event),
+            _ => false,
+        }
+    }
+
     /// Marks the bytes as the destination of a non-blocking copy that completes with
     /// `event`: every later lock of the storage (every op, every read) waits for it first.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -242,20 +257,27 @@ impl Storage {
         self.has_pending.store(true, Ordering::Release);
     }
 
-    /// Waits for a non-blocking copy into these bytes, if one may still be running. A copy
-    /// whose device failed leaves its error to the device's next call.
+    /// Waits for a non-blocking copy into these bytes, if one may still be running. The wait
+    /// holds the event's lock, so a second thread locking the storage meanwhile waits too.
+    /// A copy whose device failed leaves the bytes unwritten: its error is kept for the op
+    /// that took the lock ([`crate::kernel_error`]), which returns it.
     fn wait_pending(&self) {
         if !self.has_pending.load(Ordering::Acquire) {
             return;
         }
-        let event = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(e) = event {
-            let _ = e.wait();
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = pending.as_ref() {
+            if let Err(why) = e.wait() {
+                crate::kernel_error::fail(crate::Error::Unsupported {
+                    op: "non_blocking copy",
+                    message: format!(
+                        "the copy into this tensor failed on the device, so its values were \
+                         never written: {why}"
+                    ),
+                });
+            }
         }
+        *pending = None;
         self.has_pending.store(false, Ordering::Release);
     }
 

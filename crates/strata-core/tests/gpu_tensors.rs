@@ -16,6 +16,18 @@ fn device() -> Device {
     Device::Cuda(0)
 }
 
+/// Queues tens of milliseconds of work on the current stream of `gpu` (64 copies of 1 GiB,
+/// about 45 ms on an H100), returning at once: what the host does meanwhile sees it still
+/// running.
+fn keep_busy(gpu: Device) {
+    let big = Tensor::on(gpu)
+        .zeros(&[1 << 28], DType::F32)
+        .expect("1 GiB");
+    for _ in 0..64 {
+        drop(big.deep_clone().expect("a device copy"));
+    }
+}
+
 fn values(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32 * 0.5 - 3.0).collect()
 }
@@ -166,19 +178,27 @@ fn non_blocking_copies_hold_the_pinned_block_and_reads_wait_for_them() {
     assert!(pinned.is_pinned());
     let addr = pinned.data_ptr();
     let side = cuda::Stream::new(0).expect("a stream");
-    let on_gpu =
-        cuda::with_stream(&side, || pinned.to_device_non_blocking(gpu)).expect("queued copy");
+    // The copy waits behind long work on its stream, so it is still queued below.
+    let on_gpu = cuda::with_stream(&side, || {
+        keep_busy(gpu);
+        pinned.to_device_non_blocking(gpu)
+    })
+    .expect("queued copy");
     // The pinned block is held until the copy has read it, even with the tensor dropped:
-    // a new pinned tensor of the same size gets it only once the copy is done.
+    // a new pinned tensor of the same size does not get it while the copy is queued.
     drop(pinned);
     let again = Tensor::zeros(&[n], DType::F32)
         .unwrap()
         .pin_memory()
         .expect("pinned");
-    let reused = again.data_ptr() == addr;
-    let done = side.query().expect("queried");
+    let queued = !side.query().expect("queried");
     assert!(
-        !reused || done,
+        queued,
+        "the side stream's work ended too soon to test anything"
+    );
+    assert_ne!(
+        again.data_ptr(),
+        addr,
         "a pinned block was reused while a copy read it"
     );
     side.synchronize().expect("synchronized");
@@ -206,16 +226,21 @@ fn record_stream_keeps_a_freed_block_from_its_stream_until_the_other_stream_is_d
     let addr = a.data_ptr();
     a.record_stream(&side).expect("record_stream");
     // Work on the side stream that the block's stream knows nothing about.
-    cuda::with_stream(&side, || {
-        Tensor::on(gpu)
-            .zeros(&[1 << 26], DType::F32)
-            .expect("side work")
-    });
+    cuda::with_stream(&side, || keep_busy(gpu));
     drop(a);
     let b = Tensor::on(gpu)
         .zeros(&[1 << 20], DType::F32)
         .expect("zeros");
-    let reused_early = b.data_ptr() == addr;
+    let side_busy = !side.query().expect("queried");
+    assert!(
+        side_busy,
+        "the side stream's work ended too soon to test anything"
+    );
+    assert_ne!(
+        b.data_ptr(),
+        addr,
+        "the block was handed out while the side stream could still use it"
+    );
     side.synchronize().expect("synchronized");
     drop(b);
     let c = Tensor::on(gpu)
@@ -223,10 +248,6 @@ fn record_stream_keeps_a_freed_block_from_its_stream_until_the_other_stream_is_d
         .expect("zeros");
     // Once the side stream is done, the block is free for its own stream again.
     assert_eq!(c.data_ptr(), addr);
-    assert!(
-        !reused_early || side.query().expect("queried"),
-        "the block was handed out while the side stream could still use it"
-    );
     // A tensor cannot record a stream of another device or a host tensor.
     let host = Tensor::zeros(&[4], DType::F32).unwrap();
     assert!(host.record_stream(&side).is_err());

@@ -47,6 +47,7 @@ mod cuda {
     use crate::ops::copy::converted_layout;
     use crate::ops::iter::{ElementwiseSpec, Output};
     use crate::routing::{pinned_host_allocator, with_device_allocator};
+    use crate::storage::Storage;
     use std::sync::Arc;
     use strata_alloc::{DeviceAllocator, HostEvent};
 
@@ -60,10 +61,11 @@ mod cuda {
     ) -> Result<Tensor> {
         let out = Tensor::uninit_with_layout(ctx, converted_layout(x), dtype, Device::Cuda(index))?;
         let queued = non_blocking && x.is_pinned();
-        if let Some(e) = copy(ctx, x, &out, index, Direction::ToDevice, queued)? {
-            // The pinned block is not reused until the copy reading it completes.
-            pinned_host_allocator().record_event(x.body().storage.data_ptr(), &e);
-        }
+        let source = x.body().storage;
+        // The pinned block is not reused until the copy reading it completes.
+        copy(ctx, x, &out, index, Direction::ToDevice, queued, |e| {
+            hold(&source, e)
+        })?;
         Ok(out)
     }
 
@@ -85,16 +87,32 @@ mod cuda {
             Tensor::uninit_with_layout(ctx, layout, dtype, Device::Cpu)?
         };
         let queued = non_blocking && out.is_pinned();
-        if let Some(e) = copy(ctx, x, &out, index, Direction::ToHost, queued)? {
-            let storage = out.body().storage;
-            pinned_host_allocator().record_event(storage.data_ptr(), &e);
+        let storage = out.body().storage;
+        // Every read or write of the result waits for the copy, and its block is not
+        // reused before it completes.
+        copy(ctx, x, &out, index, Direction::ToHost, queued, |e| {
+            hold(&storage, e.clone());
             storage.set_pending(e);
-        }
+        })?;
         Ok(out)
     }
 
+    /// Records `event` on `storage`'s pinned block, or, where its allocator keeps no host
+    /// events, waits for it: the copy never runs on memory that could be reused under it.
+    fn hold(storage: &Storage, event: HostEvent) {
+        if !storage.record_host_event(&event) {
+            if let Err(e) = event.wait() {
+                crate::kernel_error::fail(Error::Unsupported {
+                    op: "to",
+                    message: e,
+                });
+            }
+        }
+    }
+
     /// Copies `x` into the new `out` across devices, `queued` where it can be (see
-    /// [`transfer::copy`]), returning the queued copy's event.
+    /// [`transfer::copy`]); a queued copy's event goes to `attach` before anything else can
+    /// fail, so the host memory it uses is always held.
     fn copy(
         ctx: &OpContext,
         x: &Tensor,
@@ -102,19 +120,24 @@ mod cuda {
         index: usize,
         direction: Direction,
         queued: bool,
-    ) -> Result<Option<HostEvent>> {
+        attach: impl FnOnce(HostEvent),
+    ) -> Result<()> {
         let mut event = None;
-        ElementwiseSpec::new(Output::Existing(out), vec![x])
-            .infer(ctx.op())?
-            .without_version_bump()
-            .execute(ctx, |plan| {
-                // SAFETY: `execute` locks both storages and passes a plan valid for them,
-                // each operand in the memory `direction` names; a queued copy's host side
-                // is pinned, held by the event (a pinned source's block) or waited for by
-                // every later lock (a new pinned destination) until the copy completes.
-                event = unsafe { transfer::copy(index, plan, direction, queued) }
-            })?;
+        let ran = ElementwiseSpec::new(Output::Existing(out), vec![x])
+            .infer(ctx.op())
+            .and_then(|p| {
+                p.without_version_bump().execute(ctx, |plan| {
+                    // SAFETY: `execute` locks both storages and passes a plan valid for
+                    // them, each operand in the memory `direction` names; a queued copy's
+                    // host side is pinned and held by its event (below) until the copy
+                    // completes.
+                    event = unsafe { transfer::copy(index, plan, direction, queued) }
+                })
+            });
+        if let Some(e) = event {
+            attach(e);
+        }
         take_kernel_error(Device::Cuda(index))?;
-        Ok(event)
+        ran.map(drop)
     }
 }

@@ -52,9 +52,20 @@ impl Tensor {
             ctx.observe_alloc(site, block.size(), body.storage.device());
             let guards = lock_storages(&[(&body.storage, Access::Write)]);
             if let Err(block) = guards.grow(&body.storage, allocator.clone(), block) {
-                // Another thread grew it meanwhile: ours is not needed.
+                // Another thread grew it meanwhile (ours is not needed), or the storage's
+                // bytes cannot move (a device storage).
                 // SAFETY: the block came from `allocator` just above and was never used.
                 unsafe { allocator.deallocate(block) };
+                if body.storage.nbytes() < needed {
+                    return Err(Error::Unsupported {
+                        op: ctx.op(),
+                        message: format!(
+                            "cannot resize an output on {} in place; pass an output of the \
+                             result's shape",
+                            body.storage.device()
+                        ),
+                    });
+                }
             }
         }
         if body.layout.numel() > 0 {

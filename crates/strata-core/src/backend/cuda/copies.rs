@@ -47,9 +47,14 @@ pub(crate) trait Mover {
 /// Operand `k`'s extent must be readable device memory.
 unsafe fn stage(m: &impl Mover, plan: &Plan, k: usize) -> Option<HostBuffer> {
     let len = extent(plan, k);
-    let mut buf = HostBuffer::new(len);
+    let mut buf = host_buffer(len)?;
     // SAFETY: the caller's contract; the buffer holds `len` bytes.
     unsafe { m.download(buf.ptr(), plan.ptrs[k], len) }.then_some(buf)
+}
+
+/// A host buffer of `len` bytes, or nothing with the error kept for the op.
+fn host_buffer(len: usize) -> Option<HostBuffer> {
+    HostBuffer::new(len).map_err(super::fail).ok()
 }
 
 /// A host buffer for the output's extent: empty when the output writes all of it, else
@@ -59,7 +64,7 @@ unsafe fn stage(m: &impl Mover, plan: &Plan, k: usize) -> Option<HostBuffer> {
 /// The output's extent must be readable device memory.
 unsafe fn stage_output(m: &impl Mover, plan: &Plan) -> Option<HostBuffer> {
     if covers_extent(plan, 0) {
-        Some(HostBuffer::new(extent(plan, 0)))
+        host_buffer(extent(plan, 0))
     } else {
         // SAFETY: the caller's contract.
         unsafe { stage(m, plan, 0) }
@@ -199,15 +204,12 @@ pub(super) unsafe fn fill(m: &impl Mover, plan: &Plan, value: Scalar) {
 
 /// The bytes of `value` as one element of `dtype` (little-endian, zero above its size).
 fn element_bytes(value: Scalar, dtype: DType) -> u64 {
-    let mut buf = HostBuffer::new(8);
-    let plan = Plan::linear(1, std::iter::once((buf.ptr(), dtype)), false);
-    // SAFETY: the buffer holds 16 bytes, enough for one element of any dtype.
+    let mut word = 0u64;
+    let ptr = (&mut word as *mut u64).cast::<u8>();
+    let plan = Plan::linear(1, std::iter::once((ptr, dtype)), false);
+    // SAFETY: the word holds 8 bytes, aligned for any dtype's one element (at most 8 bytes).
     unsafe { cpu::Cpu.fill(&plan, value) };
-    let mut bytes = [0u8; 8];
-    // SAFETY: the buffer holds at least 8 initialised bytes.
-    unsafe { std::ptr::copy_nonoverlapping(buf.ptr(), bytes.as_mut_ptr(), 8) };
-    bytes[dtype.size().min(8)..].fill(0);
-    u64::from_le_bytes(bytes)
+    u64::from_le(word)
 }
 
 /// The memset pattern that writes `count` elements of `size` bytes holding `bits`, with the

@@ -17,13 +17,12 @@
 //! ([`refuse_without_kernel`]); the kernel families below that refuse anyway (a path that
 //! reached them without the entry) write nothing and leave the error for the op to report.
 //! Driver errors do the same: the [`Backend`] methods cannot fail, so the first error of the
-//! thread is kept and [`take_error`] hands it to the op, which returns it.
+//! thread is kept ([`crate::kernel_error`]) and the op takes and returns it, which returns it.
 
 mod copies;
 mod staging;
 pub(crate) mod transfer;
 
-use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use strata_alloc::backing::cuda::transfer::{self as driver, Pattern, Wait};
@@ -80,6 +79,14 @@ pub(crate) fn backend(index: usize) -> std::result::Result<&'static Cuda, String
         .ok_or_else(|| format!("strata addresses at most {MAX_DEVICES} CUDA devices"))
 }
 
+/// The error for CUDA device `index`, which the backend cannot reach: `why`.
+fn no_device_error(index: usize, why: String) -> Error {
+    Error::Unsupported {
+        op: "to",
+        message: format!("cannot reach cuda:{index}: {why}"),
+    }
+}
+
 /// `Err` for op `op` on a CUDA tensor unless this part runs it: its kernel comes with the
 /// CUDA kernels (NVRTC and cuBLAS), not yet built.
 pub(crate) fn refuse_without_kernel(op: &'static str, device: Device) -> Result<()> {
@@ -101,24 +108,9 @@ fn no_kernel_error(op: &'static str, device: Device) -> Error {
     }
 }
 
-thread_local! {
-    /// The first error of a CUDA kernel on this thread that no op has reported yet.
-    static FAILED: RefCell<Option<Error>> = const { RefCell::new(None) };
-}
-
-/// Keeps `e` for the op to report, unless an earlier error is still waiting.
+/// Keeps `e` for the op to report (see [`crate::kernel_error`]).
 pub(super) fn fail(e: Error) {
-    FAILED.with(|f| {
-        f.borrow_mut().get_or_insert(e);
-    });
-}
-
-/// Hands this thread's waiting kernel error to the op, if there is one.
-pub(crate) fn take_error() -> Result<()> {
-    match FAILED.with(|f| f.borrow_mut().take()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    crate::kernel_error::fail(e);
 }
 
 /// Keeps a driver error as the op's error.
@@ -277,12 +269,12 @@ mod tests {
 
     #[test]
     fn a_refused_family_leaves_its_first_error_for_the_op() {
-        assert!(take_error().is_ok());
+        assert!(crate::kernel_error::take().is_ok());
         let gpu = Cuda { index: 0 };
         gpu.refuse("matmul");
         gpu.refuse("softmax");
-        let e = take_error().unwrap_err().to_string();
+        let e = crate::kernel_error::take().unwrap_err().to_string();
         assert!(e.starts_with("matmul:"), "{e}");
-        assert!(take_error().is_ok());
+        assert!(crate::kernel_error::take().is_ok());
     }
 }

@@ -3,14 +3,26 @@
 //! plan rebased onto the buffers, and the written extent goes back.
 
 use crate::backend::plan::{PerOperand, Plan};
+use crate::{Error, Result};
 
 /// Host memory aligned for every element type (16 bytes), at least `bytes` long.
 pub(super) struct HostBuffer(Vec<u128>);
 
 impl HostBuffer {
-    /// A zeroed buffer of at least `bytes` bytes.
-    pub(super) fn new(bytes: usize) -> HostBuffer {
-        HostBuffer(vec![0u128; bytes.div_ceil(16)])
+    /// A zeroed buffer of at least `bytes` bytes, or the error saying the host cannot spare
+    /// them (a staged view of a huge tensor spans its whole extent).
+    pub(super) fn new(bytes: usize) -> Result<HostBuffer> {
+        let words = bytes.div_ceil(16);
+        let mut v = Vec::new();
+        v.try_reserve_exact(words).map_err(|_| Error::Unsupported {
+            op: "copy",
+            message: format!(
+                "staging a strided CUDA copy needs {bytes} bytes of host memory, which this \
+                 machine cannot allocate; copy a contiguous tensor, or a smaller view"
+            ),
+        })?;
+        v.resize(words, 0u128);
+        Ok(HostBuffer(v))
     }
 
     /// Address of the first byte.
@@ -122,7 +134,7 @@ mod tests {
         assert!(overlaps(0, 8, 16) && overlaps(8, 0, 16));
         assert!(!overlaps(0, 16, 16) && !overlaps(16, 0, 16));
         assert!(!overlaps(0, 0, 0));
-        let mut b = HostBuffer::new(17);
+        let mut b = HostBuffer::new(17).unwrap();
         assert_eq!(b.ptr() as usize % 16, 0);
     }
 }

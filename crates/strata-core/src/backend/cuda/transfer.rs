@@ -4,6 +4,7 @@
 //! (not reused before it completes) and, for a copy to the host, to the destination (every
 //! host read waits for it).
 
+use strata_alloc::backing::cuda::synchronize_device as driver_sync;
 use strata_alloc::backing::cuda::transfer::{self as driver, Wait};
 use strata_alloc::HostEvent;
 
@@ -24,7 +25,7 @@ pub(crate) enum Direction {
 /// converting dtypes: PyTorch's cross-device `copy_`. With `queued`, a plan that is one
 /// dense run of one dtype (the bytes as they are) is only queued, and the event that
 /// completes with it returned; otherwise the copy is done when this returns. A driver error
-/// is left for the op ([`super::take_error`]).
+/// is left for the op ([`crate::kernel_error`]).
 ///
 /// # Safety
 /// The plan's contract, each operand in the memory `direction` says, both locked; with
@@ -36,7 +37,13 @@ pub(crate) unsafe fn copy(
     direction: Direction,
     queued: bool,
 ) -> Option<HostEvent> {
-    let gpu = super::backend(index).ok()?;
+    let gpu = match super::backend(index) {
+        Ok(gpu) => gpu,
+        Err(why) => {
+            super::fail(super::no_device_error(index, why));
+            return None;
+        }
+    };
     if !(queued && same_bytes(plan)) {
         match direction {
             // SAFETY: forwarded from the caller.
@@ -62,6 +69,9 @@ pub(crate) unsafe fn copy(
     match queued {
         Ok(event) => Some(HostEvent::from_cuda(event)),
         Err(e) => {
+            // The copy may be queued without an event to hold its host memory by: wait for
+            // the device, so that nothing it reads or writes is reused under it.
+            let _ = driver_sync(index);
             super::fail(cuda_error("to", &e));
             None
         }
