@@ -24,6 +24,7 @@ pub mod caching;
 mod category;
 mod error;
 mod host;
+mod host_event;
 mod mapped;
 pub mod offline;
 mod pinned;
@@ -42,7 +43,8 @@ pub use caching::{
 pub use category::Category;
 pub use error::{AllocError, OomReport};
 pub use host::HostAllocator;
+pub use host_event::HostEvent;
 pub use mapped::MappedBytes;
 pub use offline::SnapshotReadError;
-pub use pinned::{HostEvent, HostStats, PinnedHostAllocator, Timing};
+pub use pinned::{HostStats, PinnedHostAllocator, Timing};
 pub use site::{GroupUsage, Grouping, Site, SiteUsage};
