@@ -219,19 +219,26 @@ impl Storage {
         Arc::get_mut(this).map(|s| *s.ptr.get_mut())
     }
 
-    /// Tells the allocator the bytes came from that `stream` uses them (see
-    /// [`DeviceAllocator::record_stream`]); false when they are not an allocator's block or
-    /// the allocator has no streams.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn record_stream(&self, stream: strata_alloc::StreamId) -> bool {
+    /// `f` of the allocator block these bytes are and its allocator; `None` when the bytes
+    /// are not an allocator's block.
+    fn with_block<R>(&self, f: impl FnOnce(&Arc<dyn DeviceAllocator>, &Block) -> R) -> Option<R> {
         let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
         match &*owner {
             Owner::Block(AllocatorBlock {
                 allocator,
                 block: Some(block),
-            }) => allocator.record_stream(block, stream),
-            _ => false,
+            }) => Some(f(allocator, block)),
+            _ => None,
         }
+    }
+
+    /// Tells the allocator the bytes came from that `stream` uses them (see
+    /// [`DeviceAllocator::record_stream`]); false when they are not an allocator's block or
+    /// the allocator has no streams.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn record_stream(&self, stream: strata_alloc::StreamId) -> bool {
+        self.with_block(|a, b| a.record_stream(b, stream))
+            .unwrap_or(false)
     }
 
     /// Records `event` on the pinned block these bytes are (see
@@ -239,14 +246,8 @@ impl Storage {
     /// False when the bytes are not a block of an allocator that keeps host events.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn record_host_event(&self, event: &HostEvent) -> bool {
-        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
-        match &*owner {
-            Owner::Block(AllocatorBlock {
-                allocator,
-                block: Some(block),
-            }) => allocator.record_host_event(block, event),
-            _ => false,
-        }
+        self.with_block(|a, b| a.record_host_event(b, event))
+            .unwrap_or(false)
     }
 
     /// Marks the bytes as the destination of a non-blocking copy that completes with
@@ -360,14 +361,7 @@ impl Storage {
     }
 
     fn tell_allocator(&self, category: Category) {
-        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Owner::Block(AllocatorBlock {
-            allocator,
-            block: Some(block),
-        }) = &*owner
-        {
-            allocator.set_category(block, category);
-        }
+        self.with_block(|a, b| a.set_category(b, category));
     }
 }
 
