@@ -21,7 +21,7 @@
 //! Every runner but the views' first refuses an op that the operands' device has no kernel
 //! for (`backend::refuse_without_kernel`: on a CUDA tensor, anything but copies and fills
 //! in this version), and after the forward takes the error the device's kernels met while
-//! it ran (`backend::take_kernel_error`: a CUDA driver error becomes the op's error).
+//! it ran (`kernel_error::take`: a CUDA driver error becomes the op's error).
 //!
 //! An op is thus its infer-and-forward function in [`crate::ops`] (running kernels on the
 //! operands' backend) and its backward formula in [`crate::autograd::formulas`]; the
@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 
 use crate::autograd::record::refuse_out_with_grad;
 use crate::autograd::selective::{self, KeptOutputs};
-use crate::backend::{refuse_without_kernel, take_kernel_error};
+use crate::backend::refuse_without_kernel;
 use crate::mode::{internal, is_grad_enabled};
 use crate::op::{OpContext, OpInput};
 use crate::{Device, Error, Result, Tensor};
@@ -132,18 +132,14 @@ impl<'a> Entry<'a> {
         backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
     ) -> Result<T> {
         self.check_kernel()?;
-        let device = self.kernel_device();
         let operands = self.cast_operands()?;
         let x = operands.refs();
         let records = records(&x);
-        let out = reported(
-            device,
-            if records {
-                selective::run_op(self.ctx.op(), || internal(|| forward(&self.ctx, &x)))
-            } else {
-                internal(|| forward(&self.ctx, &x))
-            },
-        )?;
+        let out = reported(if records {
+            selective::run_op(self.ctx.op(), || internal(|| forward(&self.ctx, &x)))
+        } else {
+            internal(|| forward(&self.ctx, &x))
+        })?;
         if records {
             backward(&self.ctx, &x, &out)?;
         }
@@ -159,7 +155,7 @@ impl<'a> Entry<'a> {
         self.check_kernel()?;
         let operands = self.cast_operands()?;
         let x = operands.refs();
-        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs an in-place op on `inputs[0]`: `begin` applies autograd's in-place refusals
@@ -174,7 +170,7 @@ impl<'a> Entry<'a> {
         self.check_kernel()?;
         let x = self.operands();
         let rec = begin(&self.ctx, &x)?;
-        let out = reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))?;
+        let out = reported(internal(|| forward(&self.ctx, &x)))?;
         if let Some(rec) = rec {
             finish(rec, &x)?;
         }
@@ -193,7 +189,7 @@ impl<'a> Entry<'a> {
         refuse_without_kernel(self.ctx.op(), out.device())?;
         let x = self.operands();
         refuse_out_with_grad(self.ctx.op(), &x, out)?;
-        reported(Some(out.device()), internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, &x)))
     }
 
     /// [`Entry::run_out`] for an op written into several outputs (`max_dim_out`'s values
@@ -210,7 +206,7 @@ impl<'a> Entry<'a> {
             refuse_without_kernel(self.ctx.op(), out.device())?;
             refuse_out_with_grad(self.ctx.op(), &x, out)?;
         }
-        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs an optimizer's update in place on the operands themselves (never cast), outside
@@ -222,7 +218,7 @@ impl<'a> Entry<'a> {
     ) -> Result<T> {
         self.check_kernel()?;
         let x = self.operands();
-        reported(self.kernel_device(), internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, &x)))
     }
 
     /// Runs a composite op whose parts record themselves (PyTorch's implicitly
@@ -235,10 +231,9 @@ impl<'a> Entry<'a> {
         self.check_kernel()?;
         let operands = self.cast_operands()?;
         let x = operands.refs();
-        reported(
-            self.kernel_device(),
-            selective::within_composite(self.ctx.op(), || forward(&self.ctx, &x)),
-        )
+        reported(selective::within_composite(self.ctx.op(), || {
+            forward(&self.ctx, &x)
+        }))
     }
 
     /// Runs a view op on `inputs[0]` itself (never on a mixed-precision cast of it: a view
@@ -251,16 +246,16 @@ impl<'a> Entry<'a> {
         make: impl FnOnce(&OpContext, &Tensor, I) -> Result<T>,
     ) -> Result<T> {
         let x = self.inputs[0];
-        let view = reported(Some(x.device()), internal(|| forward(&self.ctx, x)))?;
+        let view = reported(internal(|| forward(&self.ctx, x)))?;
         make(&self.ctx, x, view)
     }
 }
 
-/// `out`, unless the kernels of `device` met an error while the op ran (a CUDA driver
-/// error), which is then the op's error; the kernels' error is taken either way, so that it
-/// is never left for a later op to report.
-fn reported<T>(device: Option<Device>, out: Result<T>) -> Result<T> {
-    let kernels = device.map_or(Ok(()), take_kernel_error);
+/// `out`, unless the kernels met an error while the op ran (a CUDA driver error), which is
+/// then the op's error; the kernels' error is taken either way, so that it is never left for
+/// a later op to report.
+fn reported<T>(out: Result<T>) -> Result<T> {
+    let kernels = crate::kernel_error::take();
     let out = out?;
     kernels.map(|()| out)
 }

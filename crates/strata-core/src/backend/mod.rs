@@ -330,16 +330,6 @@ fn cuda_backend(_index: usize) -> std::result::Result<&'static dyn Backend, Stri
     )
 }
 
-/// The first error the kernels (of `device` or any other: a CUDA copy's wait can fail
-/// inside a host op's lock) met on this thread since the last call, if any, which the op
-/// then returns: a device whose kernels run asynchronously (CUDA) reports its driver's
-/// errors, or a kernel family it refuses, here, since the kernel methods cannot fail (see
-/// [`crate::kernel_error`]). Host kernels cannot fail.
-pub(crate) fn take_kernel_error(device: Device) -> Result<()> {
-    let _ = device;
-    crate::kernel_error::take()
-}
-
 /// `Err` for op `op` on `device` when the device's backend has no kernel for it yet (a CUDA
 /// tensor's ops other than copies and fills, in this part of CUDA support).
 pub(crate) fn refuse_without_kernel(op: &'static str, device: Device) -> Result<()> {

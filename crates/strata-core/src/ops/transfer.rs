@@ -43,7 +43,6 @@ pub(crate) fn to_other_device(
 mod cuda {
     use super::*;
     use crate::backend::cuda::transfer::{self, Direction};
-    use crate::backend::take_kernel_error;
     use crate::ops::copy::converted_layout;
     use crate::ops::iter::{ElementwiseSpec, Output};
     use crate::routing::{pinned_host_allocator, with_device_allocator};
@@ -137,7 +136,7 @@ mod cuda {
         if let Some(e) = event {
             attach(e);
         }
-        take_kernel_error(Device::Cuda(index))?;
+        crate::kernel_error::take()?;
         ran.map(drop)
     }
 }

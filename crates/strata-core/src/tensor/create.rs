@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{for_device, take_kernel_error, Plan};
+use crate::backend::{for_device, Plan};
 use crate::device::default_device;
 use crate::dtype::{cast, dispatch, DTypeFn, Element};
 use crate::layout::shape_arg::{new_sizes, IntoShape};
@@ -75,7 +75,7 @@ pub(crate) fn from_fn<T: Element>(
             // `bytes` is their `n · size` bytes on the host.
             unsafe { backend.copy_from_host(guards.write_ptr(&storage), bytes) };
             drop(guards);
-            take_kernel_error(device)?;
+            crate::kernel_error::take()?;
         }
         Device::Meta => {}
     }
@@ -102,7 +102,7 @@ fn filled_on_device(
         // SAFETY: the plan covers the storage's `numel` elements of `dtype`, write-locked.
         unsafe { backend.fill(&plan, value) };
     }
-    take_kernel_error(device)?;
+    crate::kernel_error::take()?;
     Ok(Tensor::from_parts(storage, layout, dtype, None))
 }
 

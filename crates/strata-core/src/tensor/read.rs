@@ -1,6 +1,6 @@
 //! Reading elements back into Rust values.
 
-use crate::backend::{for_device, take_kernel_error, Operand, Plan};
+use crate::backend::{for_device, Operand, Plan};
 use crate::dtype::Element;
 use crate::layout::contiguous_strides;
 use crate::storage::{lock_storages, Access};
@@ -51,7 +51,7 @@ pub(crate) fn read_elements<T: Element>(op: &'static str, t: &Tensor) -> Result<
     // `n` elements, disjoint from any storage.
     unsafe { backend.copy_to_host(&plan) };
     drop(guards);
-    take_kernel_error(t.device())?;
+    crate::kernel_error::take()?;
     Ok(out)
 }
 
