@@ -79,12 +79,13 @@ impl AttentionProblem {
     }
 }
 
-/// Where one of `q`, `k`, `v` (or the output's gradient) lies: element `(b, h, row, col)` at
+/// Where a `[B, heads, rows, cols]` operand lies: element `(b, h, row, col)` at
 /// `b·batch + h·head + row·row + col` elements from `ptr` (its last dimension contiguous).
+/// `P` is the pointer: read (`*const u8`) or written (`*mut u8`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HeadOperand {
+pub(crate) struct HeadLayout<P> {
     /// Element `(0, 0, 0, 0)`.
-    pub(crate) ptr: *const u8,
+    pub(crate) ptr: P,
     /// Stride between batch entries, in elements.
     pub(crate) batch: usize,
     /// Stride between heads, in elements.
@@ -93,27 +94,18 @@ pub(crate) struct HeadOperand {
     pub(crate) row: usize,
 }
 
-/// Where one of the gradients dq, dk, dv lies: element `(b, h, row, col)` at
-/// `b·batch + h·head + row·row + col` elements from `ptr` (its last dimension contiguous),
-/// written.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct GradOperand {
-    /// Element `(0, 0, 0, 0)`.
-    pub(crate) ptr: *mut u8,
-    /// Stride between batch entries, in elements.
-    pub(crate) batch: usize,
-    /// Stride between heads, in elements.
-    pub(crate) head: usize,
-    /// Stride between rows, in elements.
-    pub(crate) row: usize,
-}
-
-impl GradOperand {
+impl<P> HeadLayout<P> {
     /// Where row `(b, h, i)` starts, in elements.
     pub(crate) fn row_at(&self, b: usize, h: usize, i: usize) -> usize {
         b * self.batch + h * self.head + i * self.row
     }
 }
+
+/// One of `q`, `k`, `v` (or the output's gradient), read.
+pub(crate) type HeadOperand = HeadLayout<*const u8>;
+
+/// One of the gradients dq, dk, dv, written.
+pub(crate) type GradOperand = HeadLayout<*mut u8>;
 
 /// An attention mask broadcast to `[B, heads, L, S]`: bool (true = attend) or floating
 /// (added to the scores), with stride 0 along every broadcast dimension.

@@ -168,8 +168,7 @@ struct Rows<C> {
 
 /// Row 0 of head `(b, h)` of `op`, an operand of `dtype`.
 fn head_start(op: &HeadOperand, dtype: DType, b: usize, h: usize) -> *const u8 {
-    op.ptr
-        .wrapping_add((b * op.batch + h * op.head) * dtype.size())
+    op.ptr.wrapping_add(op.row_at(b, h, 0) * dtype.size())
 }
 
 /// Rows `first..first + rows` of head `(b, h)` of `op` as rows of the compute type: where
