@@ -106,6 +106,39 @@ fn epochs_reshuffle_and_persistent_workers_give_the_same_epochs() {
     assert_eq!((a0, a1), (b0, b1));
 }
 
+#[test]
+fn an_epoch_started_mid_way_gives_the_batches_an_uninterrupted_run_gives_there() {
+    // What a resumed run relies on: epoch 1 from batch 5, in a fresh loader, is the
+    // uninterrupted loader's epoch 1 from batch 5, for any worker count.
+    let mut whole = DataLoader::new(numbers(), options(2)).unwrap();
+    let _ = epoch_of(&mut whole);
+    let want = epoch_of(&mut whole);
+    for workers in [0, 2] {
+        let mut resumed = DataLoader::new(numbers(), options(workers)).unwrap();
+        resumed.set_epoch(1);
+        assert_eq!(resumed.next_epoch(), 1);
+        let rest: Vec<_> = resumed
+            .epoch_from(5)
+            .unwrap()
+            .map(|b| {
+                let b = b.unwrap();
+                (b.index, b.tensors[0].to_vec::<i64>().unwrap())
+            })
+            .collect();
+        assert_eq!(rest.len(), want.len() - 5, "{workers} workers");
+        for (k, (index, ids)) in rest.iter().enumerate() {
+            assert_eq!(*index, k + 5);
+            assert_eq!(ids, &want[k + 5].1);
+        }
+        // The epoch after it is epoch 2, as in the uninterrupted run.
+        assert_eq!(resumed.next_epoch(), 2);
+    }
+    let mut loader = DataLoader::new(numbers(), options(0)).unwrap();
+    assert_eq!(loader.epoch_from(13).unwrap().count(), 0);
+    let err = loader.epoch_from(14).err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("past the end")));
+}
+
 /// Each sample draws noise from its own generator.
 struct Noisy;
 

@@ -193,10 +193,43 @@ impl DataLoader {
         self.options.prefetch_factor.unwrap_or(2)
     }
 
+    /// The dataset the loader reads.
+    pub fn dataset(&self) -> &Arc<dyn Dataset> {
+        &self.dataset
+    }
+
+    /// The number the next [`DataLoader::epoch`] will have (0 for a new loader).
+    pub fn next_epoch(&self) -> u64 {
+        self.next_epoch
+    }
+
+    /// Makes the next epoch epoch `epoch` (PyTorch's `sampler.set_epoch`): its order, and
+    /// every sample's generator, are those of that epoch in any run with the same seed, so
+    /// a resumed run sees the batches the interrupted one would have seen.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.next_epoch = epoch;
+    }
+
     /// Starts the next epoch (the first is epoch 0): an iterator of its batches in sampler
     /// order. Dropping it before the end stops the workers (unless persistent) after the
     /// batches they are building and frees every batch not handed out.
     pub fn epoch(&mut self) -> Result<Epoch<'_>> {
+        self.epoch_from(0)
+    }
+
+    /// Starts the next epoch at its batch `start`: the batches before it are neither built
+    /// nor handed out (a run resumed in the middle of an epoch). `start` may be the epoch's
+    /// length (an epoch with nothing left), not more.
+    pub fn epoch_from(&mut self, start: usize) -> Result<Epoch<'_>> {
+        if start > self.len() {
+            return Err(DataError::argument(
+                "DataLoader::epoch_from",
+                format!(
+                    "batch {start} is past the end of an epoch of {} batches",
+                    self.len()
+                ),
+            ));
+        }
         let epoch = self.next_epoch;
         self.next_epoch += 1;
         let allocator: Arc<dyn DeviceAllocator> = match (&self.allocator, self.options.pin_memory) {
@@ -219,8 +252,8 @@ impl DataLoader {
         Ok(Epoch {
             batches: self.batches.batches(epoch),
             epoch,
-            next: 0,
-            dispatched: 0,
+            next: start,
+            dispatched: start,
             ready: BTreeMap::new(),
             allocator,
             loader: self,

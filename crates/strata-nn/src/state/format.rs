@@ -283,15 +283,13 @@ fn parse_metadata(path: &Path, value: serde_json::Value) -> Result<Metadata, Sta
         .collect()
 }
 
-/// Writes `entries` to `path` as a safetensors file, atomically: into a temporary file
-/// beside it, flushed to disk, then renamed over `path` (and the directory synced), so a
-/// crash leaves either the old file or the new one. Tensors are laid out as safetensors
-/// does (by dtype size, largest first, then by name), which keeps each one aligned.
-pub(crate) fn write(
-    path: &Path,
-    entries: &[(String, Tensor)],
+/// The entries in the order their bytes are laid out (by dtype size, largest first, then by
+/// name, as safetensors does, which keeps each one aligned) and the header that describes
+/// them, padded with spaces to a multiple of 8 bytes.
+fn layout<'a>(
+    entries: &'a [(String, Tensor)],
     metadata: &Metadata,
-) -> Result<(), StateError> {
+) -> (Vec<&'a (String, Tensor)>, Vec<u8>) {
     let mut order: Vec<&(String, Tensor)> = entries.iter().collect();
     order.sort_by(|(a, x), (b, y)| y.dtype().size().cmp(&x.dtype().size()).then(a.cmp(b)));
     let mut header = serde_json::Map::new();
@@ -316,7 +314,45 @@ pub(crate) fn write(
     }
     let mut text = serde_json::Value::Object(header).to_string().into_bytes();
     text.resize(text.len().next_multiple_of(8), b' ');
+    (order, text)
+}
 
+/// Writes the safetensors bytes of `entries` (header length, header, data) to `w`.
+fn write_to(
+    w: &mut impl Write,
+    entries: &[(String, Tensor)],
+    metadata: &Metadata,
+    io: impl Fn(std::io::Error) -> StateError,
+) -> Result<(), StateError> {
+    let (order, text) = layout(entries, metadata);
+    w.write_all(&(text.len() as u64).to_le_bytes())
+        .map_err(&io)?;
+    w.write_all(&text).map_err(&io)?;
+    for (_, t) in &order {
+        w.write_all(&tensor_bytes(t)?).map_err(&io)?;
+    }
+    Ok(())
+}
+
+/// The safetensors bytes of `entries`, in memory.
+pub(crate) fn encode(
+    entries: &[(String, Tensor)],
+    metadata: &Metadata,
+) -> Result<Vec<u8>, StateError> {
+    let mut out = Vec::new();
+    let io = |e| StateError::io(Path::new("<memory>"), e);
+    write_to(&mut out, entries, metadata, io)?;
+    Ok(out)
+}
+
+/// Writes `entries` to `path` as a safetensors file, atomically: into a temporary file
+/// beside it, flushed to disk, then renamed over `path` (and the directory synced), so a
+/// crash leaves either the old file or the new one.
+pub(crate) fn write(
+    path: &Path,
+    entries: &[(String, Tensor)],
+    metadata: &Metadata,
+) -> Result<(), StateError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -336,12 +372,7 @@ pub(crate) fn write(
         let file = std::fs::File::create(&tmp).map_err(|e| StateError::io(&tmp, e))?;
         let mut w = std::io::BufWriter::new(file);
         let io = |e| StateError::io(&tmp, e);
-        w.write_all(&(text.len() as u64).to_le_bytes())
-            .map_err(io)?;
-        w.write_all(&text).map_err(io)?;
-        for (_, t) in &order {
-            w.write_all(&tensor_bytes(t)?).map_err(io)?;
-        }
+        write_to(&mut w, entries, metadata, io)?;
         let file = w
             .into_inner()
             .map_err(|e| StateError::io(&tmp, e.into_error()))?;

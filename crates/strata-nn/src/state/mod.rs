@@ -90,6 +90,28 @@ impl StateDict {
         format::write(path.as_ref(), &self.entries, &self.metadata)
     }
 
+    /// The dict as the bytes of a safetensors file (what [`StateDict::save`] writes), for a
+    /// container that holds one inside its own framing.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, StateError> {
+        format::encode(&self.entries, &self.metadata)
+    }
+
+    /// Reads a dict from the bytes of a safetensors file, copying every tensor; `origin`
+    /// names the bytes in errors. Every problem is an error, as for [`StateDict::load`].
+    pub fn from_bytes(bytes: &[u8], origin: impl AsRef<Path>) -> Result<StateDict, StateError> {
+        let path = origin.as_ref();
+        let header = format::parse(path, bytes)?;
+        let mut entries = Vec::with_capacity(header.entries.len());
+        for e in &header.entries {
+            let data = &bytes[header.data_start + e.start..header.data_start + e.end];
+            entries.push((e.key.clone(), format::decode(path, e, data)?));
+        }
+        Ok(StateDict {
+            entries,
+            metadata: header.metadata,
+        })
+    }
+
     /// Sets a metadata string, saved in the file's `__metadata__`.
     pub fn set_metadata(&mut self, key: impl Into<String>, value: impl Into<String>) {
         self.metadata.insert(key.into(), value.into());

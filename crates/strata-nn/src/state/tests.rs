@@ -65,6 +65,33 @@ fn round_trip_keeps_keys_values_and_dtypes() {
 }
 
 #[test]
+fn bytes_in_memory_are_the_files_bytes_and_read_back_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(&dir, "m.safetensors");
+    let mut dict = net().state_dict();
+    dict.set_metadata("note", "kept");
+    dict.save(&path).unwrap();
+    let bytes = dict.to_bytes().unwrap();
+    assert_eq!(bytes, std::fs::read(&path).unwrap());
+    let back = StateDict::from_bytes(&bytes, "inside").unwrap();
+    assert_eq!(back.metadata("note"), Some("kept"));
+    for (k, t) in dict.iter() {
+        let b = back.get(k).unwrap();
+        assert_eq!(
+            b.to_vec::<f32>().unwrap(),
+            t.to_vec::<f32>().unwrap(),
+            "{k}"
+        );
+    }
+    let cut = StateDict::from_bytes(&bytes[..bytes.len() - 3], "inside").err();
+    let message = cut.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("inside") && message.contains("truncated"),
+        "{message}"
+    );
+}
+
+#[test]
 fn loading_copies_into_the_same_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let path = file(&dir, "m.safetensors");
