@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod conform;
+pub mod crash;
 pub mod demo;
 pub mod explain;
 pub mod replay;

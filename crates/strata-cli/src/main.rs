@@ -33,7 +33,7 @@ enum Command {
     Bench(BenchArgs),
     /// Train a model (Fashion-MNIST's classifiers, or the gpt on Shakespeare) and report
     /// accuracy or validation loss, time and memory.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Generate text with a trained gpt and its key/value cache, and report the memory.
     Sample(SampleArgs),
     /// Replay a snapshot's recorded history under other allocator settings (strata's or
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
         Command::Demo => commands::demo::run(),
         Command::Conform(args) => commands::conform::run(args),
         Command::Bench(args) => commands::bench::run(args),
-        Command::Train(args) => commands::train::run(args),
+        Command::Train(args) => commands::train::run(*args),
         Command::Sample(args) => commands::sample::run(args),
         Command::Replay(args) => commands::replay::run(args),
         Command::Explain(args) => commands::explain::run(args),

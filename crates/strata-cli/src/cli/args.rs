@@ -149,6 +149,23 @@ pub(crate) struct TrainArgs {
     /// Record the allocator's history and write the memory page here (see `strata viz`).
     #[arg(long)]
     pub(crate) html: Option<PathBuf>,
+    /// Also write a checkpoint every N steps (one is written at the end of each epoch
+    /// whenever there is a checkpoint folder).
+    #[arg(long, value_name = "N")]
+    pub(crate) checkpoint_every: Option<usize>,
+    /// Write checkpoints into this folder (made if missing; default: the --resume folder).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Keep the newest K checkpoints, removing older ones.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub(crate) keep: usize,
+    /// Resume from the newest intact checkpoint in DIR; the other options must be the
+    /// run's (--epochs may be raised).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) resume: Option<PathBuf>,
+    /// With --resume: start from the beginning when DIR holds no intact checkpoint.
+    #[arg(long, requires = "resume")]
+    pub(crate) resume_or_start: bool,
 }
 
 /// `strata replay`'s options.

@@ -122,10 +122,35 @@ impl Data {
         }
     }
 
+    /// The dataset behind the batches (`None` on meta).
+    pub(crate) fn dataset(&self) -> Option<&Arc<dyn Dataset>> {
+        match self {
+            Data::Real(l) => Some(l.dataset()),
+            Data::Meta { .. } => None,
+        }
+    }
+
+    /// Makes the next pass epoch `epoch` (its order and draws), as a resumed run needs.
+    pub(crate) fn set_epoch(&mut self, epoch: u64) {
+        if let Data::Real(l) = self {
+            l.set_epoch(epoch);
+        }
+    }
+
     /// One pass over the split.
     pub(crate) fn epoch(&mut self) -> Result<Batches<'_>> {
+        self.epoch_from(0)
+    }
+
+    /// One pass over the split from its batch `start` (a resumed run's first epoch).
+    pub(crate) fn epoch_from(&mut self, start: usize) -> Result<Batches<'_>> {
+        if start > 0 && matches!(self, Data::Meta { .. }) {
+            return Err(super::TrainError::Options(
+                "meta batches cannot start in the middle of an epoch".into(),
+            ));
+        }
         Ok(match self {
-            Data::Real(l) => Batches::Real(l.epoch()?),
+            Data::Real(l) => Batches::Real(l.epoch_from(start)?),
             Data::Meta {
                 images,
                 batch_size,

@@ -16,7 +16,7 @@ use super::{Result, TrainError};
 
 /// What the measured step left: its allocator's peaks, the category mix at the peak, and
 /// the largest holders after the forward.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Measured {
     pub allocated: usize,
     pub reserved: usize,

@@ -2,12 +2,15 @@
 //! nanoGPT's character model on Shakespeare; a report of accuracy or validation loss, time
 //! and where the memory of one training step went.
 
+mod checkpoint;
 mod data;
+mod figures;
 mod measure;
 pub mod models;
 mod plan;
 pub mod recipe;
 mod report;
+mod resume;
 mod sample;
 mod step;
 mod text;
@@ -29,10 +32,12 @@ use strata::profile::{GraphWatch, LeakWatch, ProfileOptions, Profiler, Schedule,
 use data::Data;
 use measure::{measure_on_fresh, Measured};
 
+pub use checkpoint::FileError as CheckpointFileError;
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
 pub use models::{CheckpointMode, Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};
 pub use report::{Evaluation, Report};
+pub use resume::{Checkpoints, Resume};
 pub use sample::{sample, SampleOptions, SampleReport};
 pub use step::{OnOom, StepOutcome, Stepper};
 pub use text::{default_data_dir, Text, BLOCK, EVAL_WINDOWS};
@@ -108,6 +113,10 @@ pub struct TrainOptions {
     pub snapshot: Option<PathBuf>,
     /// Record the allocator's history and write the memory page (`strata viz`) here.
     pub html: Option<PathBuf>,
+    /// Write checkpoints as the run goes (see README, "Checkpoints and resuming").
+    pub checkpoints: Option<Checkpoints>,
+    /// Resume from the newest intact checkpoint of a folder.
+    pub resume: Option<Resume>,
 }
 
 impl Default for TrainOptions {
@@ -141,6 +150,8 @@ impl Default for TrainOptions {
             on_oom: OnOom::Fail,
             snapshot: None,
             html: None,
+            checkpoints: None,
+            resume: None,
         }
     }
 }
@@ -214,6 +225,9 @@ pub enum TrainError {
     /// A diagnostic failed.
     #[error(transparent)]
     Profile(#[from] strata::profile::ProfileError),
+    /// A checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] checkpoint::FileError),
     /// An option is out of range.
     #[error("{0}")]
     Options(String),
@@ -314,6 +328,7 @@ fn selective_refusal(model: ModelKind) -> String {
 
 /// Checks what no run can do before anything starts.
 pub(crate) fn check(o: &TrainOptions) -> Result<()> {
+    crate::crash::check().map_err(TrainError::Options)?;
     if o.batch_size == 0 || o.epochs == 0 {
         return Err(TrainError::Options(
             "--batch-size and --epochs must be at least 1".into(),
@@ -412,6 +427,19 @@ fn round_line(o: &TrainOptions, r: &RoundEnd) -> Result<String> {
     })
 }
 
+/// How many rounds of `epochs` (see [`rounds`]) are finished after `step` steps.
+fn finished_rounds(epochs: &[Vec<usize>], step: usize) -> usize {
+    let (mut at, mut rounds) = (0usize, 0usize);
+    for &len in epochs.iter().flatten() {
+        if at + len > step {
+            break;
+        }
+        at += len;
+        rounds += 1;
+    }
+    rounds
+}
+
 /// Trains as `o` says, telling `progress` as it goes.
 pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     check(o)?;
@@ -432,33 +460,66 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
     };
     load_weights(model.module().as_ref(), o.load.as_ref())?;
     let mut stepper = Stepper::new(&model, o)?;
+    let durability = resume::Durability::new(o, &train_data, &test_data)?;
+    let mut checkpoint_notes = Vec::new();
+    let resumed = match &durability {
+        Some(d) => d.resume(o, &model, &mut stepper, &mut checkpoint_notes)?,
+        None => None,
+    };
+    let epochs = rounds(o, train_data.len());
+    let total_steps: usize = epochs.iter().flatten().sum();
+    let start_step = resumed.as_ref().map_or(0, |r| r.step);
+    if start_step > total_steps {
+        return Err(TrainError::Options(format!(
+            "the checkpoint is at step {start_step}, past this run's {total_steps} steps: \
+             raise --epochs to train on from it"
+        )));
+    }
+    let resumed_from = resumed.as_ref().map(|r| r.from.display().to_string());
+    let mut f = resumed.map(|r| r.figures).unwrap_or_default();
+    // The test set's passes so far, as in the uninterrupted run.
+    test_data.set_epoch(finished_rounds(&epochs, start_step) as u64);
     let mut leaks = LeakWatch::new(o.device);
     let mut graphs = GraphWatch::new();
-    let mut findings: Vec<String> = Vec::new();
     let meta = o.device == Device::Meta;
-    let (mut train_loss, mut epoch_seconds, mut accuracy) = (Vec::new(), Vec::new(), Vec::new());
-    let mut evaluations: Vec<Evaluation> = Vec::new();
-    let (mut wait, mut samples, mut step, mut split_steps) = (0f64, 0usize, 0usize, 0usize);
-    let mut measured: Option<Measured> = None;
-    let mut test_loss = None;
     let profiling = o.profile.table || o.profile.trace.is_some();
     // Steps 0 and 1 (the measured one) idle, step 2 warms up, steps 3 and 4 are kept.
     let mut profiler = profiling
         .then(|| Profiler::start(ProfileOptions::default().schedule(Schedule::new(2, 1, 2))));
-    let epochs = rounds(o, train_data.len());
     let total_rounds: usize = epochs.iter().map(Vec::len).sum();
-    let mut round = 0;
-    for epoch_rounds in &epochs {
-        let mut batches = train_data.epoch()?;
+    let every = durability.as_ref().and_then(resume::Durability::every);
+    let (mut step, mut round) = (0usize, 0usize);
+    for (epoch, epoch_rounds) in epochs.iter().enumerate() {
+        let epoch_steps: usize = epoch_rounds.iter().sum();
+        if step + epoch_steps <= start_step {
+            // Trained before the checkpoint.
+            step += epoch_steps;
+            round += epoch_rounds.len();
+            continue;
+        }
+        train_data.set_epoch(epoch as u64);
+        let mut batches = train_data.epoch_from(start_step.saturating_sub(step))?;
         for &round_len in epoch_rounds {
+            if step + round_len <= start_step {
+                step += round_len;
+                round += 1;
+                continue;
+            }
+            // Steps of this round taken before the checkpoint (a resumed round), whose
+            // loss, samples and time the figures carry.
+            let done = start_step.saturating_sub(step);
+            if done == 0 {
+                (f.round_loss_sum, f.round_samples, f.round_elapsed) = (0.0, 0, 0.0);
+            }
+            step += done;
             model.module().train();
             let start = Instant::now();
-            let (mut loss_sum, mut n) = (0f64, 0usize);
+            let elapsed = |f: &figures::Figures| f.round_elapsed + start.elapsed().as_secs_f64();
             progress.epoch_started(round + 1, total_rounds, round_len);
-            for _ in 0..round_len {
+            for k in done..round_len {
                 let waited = Instant::now();
                 let Some(batch) = batches.next() else { break };
-                wait += waited.elapsed().as_secs_f64();
+                f.data_wait += waited.elapsed().as_secs_f64();
                 let (x, y) = batch?;
                 let b = x.shape()[0];
                 let outcome = if step == 1 {
@@ -466,16 +527,16 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
                     // with the gradients cleared and the batch loaded, one step on a fresh
                     // allocator with the run's settings.
                     let (outcome, m) = measured_step(o, &mut stepper, &model, &x, &y)?;
-                    measured = Some(m);
+                    f.measured = Some(m);
                     outcome
                 } else {
                     stepper.step(&model, &x, &y, &mut || {})?
                 };
                 if outcome.parts > 1 {
-                    split_steps += 1;
+                    f.split_steps += 1;
                 }
-                loss_sum += f64::from(outcome.loss.unwrap_or(0.0)) * b as f64;
-                n += b;
+                f.round_loss_sum += f64::from(outcome.loss.unwrap_or(0.0)) * b as f64;
+                f.round_samples += b;
                 step += 1;
                 drop((x, y));
                 if let Some(p) = profiler.as_mut() {
@@ -483,22 +544,31 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
                 }
                 progress.batch_done(
                     outcome.loss,
-                    n as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                    f.round_samples as f64 / elapsed(&f).max(1e-9),
                     memory::memory_allocated(o.device)?,
                     memory::max_memory_allocated(o.device)?,
                 );
-                for f in leaks.step()?.into_iter().chain(graphs.step()) {
+                for finding in leaks.step()?.into_iter().chain(graphs.step()) {
                     // The report lists each finding once, in full; reminders add nothing.
-                    if !f.reminder && !findings.contains(&f.message) {
-                        findings.push(f.message);
+                    if !finding.reminder && !f.findings.contains(&finding.message) {
+                        f.findings.push(finding.message);
+                    }
+                }
+                // The round's last step is checkpointed after its evaluation, below.
+                if let (Some(d), Some(n)) = (&durability, every) {
+                    if step.is_multiple_of(n) && k + 1 < round_len {
+                        let mut now = f.clone();
+                        now.round_elapsed = elapsed(&f);
+                        d.save(&model, &stepper, step, &now)?;
                     }
                 }
             }
-            let secs = start.elapsed().as_secs_f64();
-            samples += n;
-            epoch_seconds.push(secs);
-            let mean_loss = loss_sum / n.max(1) as f64;
-            train_loss.push(mean_loss);
+            let secs = elapsed(&f);
+            let n = f.round_samples;
+            f.samples += n;
+            f.round_seconds.push(secs);
+            let mean_loss = f.round_loss_sum / n.max(1) as f64;
+            f.train_loss.push(mean_loss);
             let values = evaluate_on(model.module().as_ref(), &mut test_data)?;
             let end = RoundEnd {
                 round,
@@ -511,19 +581,27 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
             };
             let line = round_line(o, &end)?;
             match (text.is_some(), values) {
-                (true, values) => evaluations.push(Evaluation {
-                    step,
-                    train_loss: (!meta).then_some(mean_loss),
-                    val_loss: values.map(|(_, loss)| loss),
-                }),
+                (true, values) => f.evaluations.push(
+                    Evaluation {
+                        step,
+                        train_loss: (!meta).then_some(mean_loss),
+                        val_loss: values.map(|(_, loss)| loss),
+                    }
+                    .into(),
+                ),
                 (false, Some((acc, loss))) => {
-                    accuracy.push(acc);
-                    test_loss = Some(loss);
+                    f.accuracy.push(acc);
+                    f.test_loss = Some(loss);
                 }
                 (false, None) => {}
             }
+            (f.round_loss_sum, f.round_samples, f.round_elapsed) = (0.0, 0, 0.0);
             progress.epoch_done(&line);
             round += 1;
+            if let Some(d) = &durability {
+                d.save(&model, &stepper, step, &f)?;
+                crate::crash::point("epoch-end");
+            }
         }
     }
     if let Some(path) = &o.save {
@@ -567,36 +645,41 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
             path.display()
         )));
     }
-    let m = measured.unwrap_or_default();
+    let m = f.measured.clone().unwrap_or_default();
     let stats = memory::memory_stats(o.device)?;
-    let total: f64 = epoch_seconds.iter().sum();
+    let total: f64 = f.round_seconds.iter().sum();
     let classifier = text.is_none();
     Ok(Report {
         model: o.model.name().to_owned(),
         device: o.device.to_string(),
-        test_accuracy: accuracy.last().copied(),
-        test_loss,
-        test_accuracy_per_epoch: (!meta && classifier).then_some(accuracy),
-        train_loss: (!meta).then_some(train_loss),
-        val_loss: evaluations.last().and_then(|e| e.val_loss),
-        evaluations,
-        epoch_seconds,
-        data_wait_seconds: wait,
-        samples_per_second: samples as f64 / total.max(1e-9),
+        test_accuracy: f.accuracy.last().copied(),
+        test_loss: f.test_loss,
+        test_accuracy_per_epoch: (!meta && classifier).then(|| f.accuracy.clone()),
+        train_loss: (!meta).then(|| f.train_loss.clone()),
+        val_loss: f
+            .evaluations
+            .last()
+            .and_then(|e| Evaluation::from(*e).val_loss),
+        evaluations: f.evaluations.iter().map(|e| Evaluation::from(*e)).collect(),
+        epoch_seconds: f.round_seconds.clone(),
+        data_wait_seconds: f.data_wait,
+        samples_per_second: f.samples as f64 / total.max(1e-9),
         step_peak_allocated: m.allocated,
         step_peak_reserved: m.reserved,
         step_peak_requested: m.requested,
         categories_at_peak: m.categories,
         top_holders: m.holders,
-        split_steps,
-        split_note: (split_steps > 0 && o.model == ModelKind::Cnn).then(|| {
+        split_steps: f.split_steps,
+        split_note: (f.split_steps > 0 && o.model == ModelKind::Cnn).then(|| {
             "split steps normalise each half with its own BatchNorm statistics, so they differ \
              slightly from a full-batch step"
                 .to_owned()
         }),
         run_peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
         run_peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
-        watch_findings: findings,
+        watch_findings: f.findings.clone(),
+        resumed_from,
+        checkpoint_notes,
         profile_table,
     })
 }

@@ -60,6 +60,13 @@ pub struct Report {
     pub run_peak_reserved: usize,
     /// What the leak and graph watches found (empty: nothing).
     pub watch_findings: Vec<String>,
+    /// The checkpoint a resumed run started from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
+    /// What was wrong with checkpoints newer than the one resumed from, or that there was
+    /// none to resume from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checkpoint_notes: Vec<String>,
     /// The profiler's table of the profiled steps, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_table: Option<String>,
@@ -81,6 +88,12 @@ impl Report {
     pub fn text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "model {} on {}", self.model, self.device);
+        for note in &self.checkpoint_notes {
+            let _ = writeln!(out, "checkpoints: {note}");
+        }
+        if let Some(from) = &self.resumed_from {
+            let _ = writeln!(out, "resumed from {from}");
+        }
         for (e, secs) in self.evaluations.iter().zip(&self.epoch_seconds) {
             match (e.train_loss, e.val_loss) {
                 (Some(train), Some(val)) => {

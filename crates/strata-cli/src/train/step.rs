@@ -9,8 +9,11 @@ use strata::core::autograd::GradModeGuard;
 use strata::core::nn::functional::{cross_entropy, Reduction};
 use strata::core::random::global_generator;
 use strata::core::{DType, Device, Error, Tensor};
-use strata::nn::amp::GradScaler;
+use strata::nn::amp::{GradScaler, GradScalerState};
 use strata::nn::optim::{clip_grad_norm_, Adam, Optimizer, ParamGroup, Rule, Sgd};
+use strata::nn::state::StateDict;
+
+use crate::crash;
 
 use super::models::Model;
 use super::recipe;
@@ -177,6 +180,38 @@ impl Stepper {
         })
     }
 
+    /// What a checkpoint keeps of the stepper: the optimizer's state dict (step counts and
+    /// learning rates included), the loss scaler's state, and the steps taken (where the
+    /// gpt's learning-rate schedule is).
+    pub(crate) fn state(&self) -> (StateDict, Option<GradScalerState>, usize) {
+        (
+            self.opt.state_dict(),
+            self.scaler.as_ref().map(GradScaler::state_dict),
+            self.steps,
+        )
+    }
+
+    /// Puts back what [`Stepper::state`] gave.
+    pub(crate) fn restore(
+        &mut self,
+        optimizer: &StateDict,
+        scaler: Option<&GradScalerState>,
+        steps: usize,
+    ) -> Result<()> {
+        self.opt.load_state_dict(optimizer)?;
+        match (&mut self.scaler, scaler) {
+            (Some(ours), Some(saved)) => ours.load_state_dict(saved)?,
+            (None, None) => {}
+            _ => {
+                return Err(TrainError::Options(
+                    "the checkpoint's loss scaler does not match this run's --amp".into(),
+                ))
+            }
+        }
+        self.steps = steps;
+        Ok(())
+    }
+
     /// One step on the batch `(x, y)`; `after_forward` runs once, when the first forward
     /// has returned (the measured step lists the holders of memory there).
     pub fn step(
@@ -269,6 +304,7 @@ impl Stepper {
             }
             losses.push(loss.detach()?);
         }
+        crash::point("after-backward");
         Ok(losses)
     }
 
@@ -310,6 +346,7 @@ impl Stepper {
             }
             e => e.into(),
         })?;
+        crash::point("after-step");
         self.opt.zero_grad(true)?;
         self.steps += 1;
         let loss = match losses.first().map(Tensor::device) {

@@ -117,6 +117,11 @@ impl StateDict {
         self.metadata.insert(key.into(), value.into());
     }
 
+    /// Every metadata string, by key.
+    pub fn metadata_entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.metadata.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// The metadata string under `key` (a loaded file's `format` is `pt`).
     pub fn metadata(&self, key: &str) -> Option<&str> {
         self.metadata.get(key).map(String::as_str)

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use strata_cli::train::{ProfileRequest, TrainOptions};
+use strata_cli::train::{Checkpoints, ProfileRequest, Resume, TrainOptions};
 
 use crate::cli::args::TrainArgs;
 use crate::cli::commands::shared::{auto_batch_size, batch_size_auto, step_options, write_json};
@@ -18,6 +18,21 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let checkpoint_dir = args.checkpoint_dir.or_else(|| args.resume.clone());
+    let checkpoints = match (checkpoint_dir, args.checkpoint_every) {
+        (Some(dir), every) => Some(Checkpoints {
+            dir,
+            every,
+            keep: args.keep,
+        }),
+        (None, Some(_)) => {
+            eprintln!(
+                "strata train: --checkpoint-every needs --checkpoint-dir DIR (or --resume DIR)"
+            );
+            return ExitCode::FAILURE;
+        }
+        (None, None) => None,
+    };
     let mut o = TrainOptions {
         epochs: args.epochs.unwrap_or(5),
         steps: args.steps,
@@ -31,6 +46,11 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
         device: args.device,
         snapshot: args.snapshot,
         html: args.html,
+        checkpoints,
+        resume: args.resume.map(|dir| Resume {
+            dir,
+            or_start: args.resume_or_start,
+        }),
         ..step_options(&args.common, args.step)
     };
     let fitted = if auto {
