@@ -58,33 +58,50 @@ pub fn read(path: &Path) -> Result<IdxArray> {
     parse(&raw, path)
 }
 
-/// Parses IDX bytes (gzip-compressed or not); `name` names them in errors.
+/// The most elements an IDX header may declare (2^31): more is refused before anything is
+/// allocated, whatever the file's size.
+pub const MAX_ELEMENTS: usize = 1 << 31;
+
+/// Parses IDX bytes (gzip-compressed or not); `name` names them in errors. A compressed
+/// file is inflated as it is read: the header's element count is checked against
+/// [`MAX_ELEMENTS`] first, and the elements' buffer only grows with the bytes actually
+/// inflated, so no header (and no compressed bomb) sizes an allocation.
 pub fn parse(raw: &[u8], name: &Path) -> Result<IdxArray> {
-    let fail = |m: String| DataError::format(name, m);
-    let inflated;
-    let bytes: &[u8] = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        GzDecoder::new(raw)
-            .read_to_end(&mut out)
-            .map_err(|e| fail(format!("the gzip stream is corrupt or truncated: {e}")))?;
-        inflated = out;
-        &inflated
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        parse_from(GzDecoder::new(raw), name)
     } else {
-        raw
-    };
-    if bytes.len() < 4 {
+        parse_from(raw, name)
+    }
+}
+
+/// Up to `n` bytes of `src` (fewer at its end).
+fn read_up_to(src: &mut impl Read, n: u64, name: &Path) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    src.take(n).read_to_end(&mut out).map_err(|e| {
+        DataError::format(
+            name,
+            format!("the gzip stream is corrupt or truncated: {e}"),
+        )
+    })?;
+    Ok(out)
+}
+
+fn parse_from(mut src: impl Read, name: &Path) -> Result<IdxArray> {
+    let fail = |m: String| DataError::format(name, m);
+    let magic = read_up_to(&mut src, 4, name)?;
+    if magic.len() < 4 {
         return Err(fail(format!(
             "{} bytes is too short for an IDX header (4 bytes of magic number)",
-            bytes.len()
+            magic.len()
         )));
     }
-    if bytes[0] != 0 || bytes[1] != 0 {
+    if magic[0] != 0 || magic[1] != 0 {
         return Err(fail(format!(
             "not an IDX file: its magic number starts {:#04x} {:#04x}, not 0x00 0x00",
-            bytes[0], bytes[1]
+            magic[0], magic[1]
         )));
     }
-    let (kind, ndim) = (bytes[2], usize::from(bytes[3]));
+    let (kind, ndim) = (magic[2], usize::from(magic[3]));
     let size = match kind {
         0x08 => 1,
         0x0C | 0x0D => 4,
@@ -98,35 +115,41 @@ pub fn parse(raw: &[u8], name: &Path) -> Result<IdxArray> {
         other => return Err(fail(format!("unknown IDX element type {other:#04x}"))),
     };
     let header = 4 + 4 * ndim;
-    if bytes.len() < header {
+    let dim_bytes = read_up_to(&mut src, 4 * ndim as u64, name)?;
+    if dim_bytes.len() < 4 * ndim {
         return Err(fail(format!(
             "truncated header: {ndim} dimensions need {header} bytes, the file has {}",
-            bytes.len()
+            4 + dim_bytes.len()
         )));
     }
-    let dims: Vec<usize> = (0..ndim)
-        .map(|d| {
-            let at = 4 + 4 * d;
-            u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
-        })
+    let dims: Vec<usize> = dim_bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .collect();
-    let count = dims
+    let elements = dims
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .and_then(|n| n.checked_mul(size))
-        .ok_or_else(|| fail(format!("dimensions {dims:?} overflow the address space")))?;
-    let body = &bytes[header..];
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            fail(format!(
+                "dimensions {dims:?} declare more than 2^31 elements, the most this reader \
+                 accepts"
+            ))
+        })?;
+    let count = elements * size;
+    // One byte more than needed tells trailing bytes from an exact end.
+    let body = read_up_to(&mut src, count as u64 + 1, name)?;
     if body.len() != count {
-        let what = if body.len() < count {
-            "truncated"
+        let (what, has) = if body.len() < count {
+            ("truncated", body.len().to_string())
         } else {
-            "trailing bytes"
+            ("trailing bytes", "more".to_owned())
         };
         return Err(fail(format!(
-            "{what}: dimensions {dims:?} need {count} bytes of elements, the file has {}",
-            body.len()
+            "{what}: dimensions {dims:?} need {count} bytes of elements, the file has {has}"
         )));
     }
+    let body = body.as_slice();
     let data = match kind {
         0x08 => IdxData::U8(body.to_vec()),
         0x0C => IdxData::I32(
@@ -202,6 +225,8 @@ mod tests {
         assert!(err(&good[..6]).contains("truncated header"));
         assert!(err(&[1, 2]).contains("too short"));
         assert!(err(&[7, 0, 8, 1, 0, 0, 0, 0]).contains("not an IDX file"));
+        // 2^16 · 2^16 elements: refused from the header alone, whatever follows.
+        assert!(err(&[0, 0, 8, 2, 0, 1, 0, 0, 0, 1, 0, 0]).contains("2^31"));
         assert!(err(&[0, 0, 0x0B, 1, 0, 0, 0, 0]).contains("no strata dtype"));
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&good).unwrap();

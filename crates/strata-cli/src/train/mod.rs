@@ -32,7 +32,9 @@ use strata::profile::{GraphWatch, LeakWatch, ProfileOptions, Profiler, Schedule,
 use data::Data;
 use measure::{measure_on_fresh, Measured};
 
-pub use checkpoint::FileError as CheckpointFileError;
+pub use checkpoint::{
+    summary as checkpoint_summary, FileError as CheckpointFileError, Summary as CheckpointSummary,
+};
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
 pub use models::{CheckpointMode, Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};

@@ -220,6 +220,32 @@ pub(crate) fn read(path: &Path) -> Result<Checkpoint, FileError> {
     Checkpoint::from_payload(&file::read(path)?, path)
 }
 
+/// What a checkpoint file holds, as [`summary`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Optimizer steps taken before it was written.
+    pub step: usize,
+    /// Tensors of the model's state dict.
+    pub model_tensors: usize,
+    /// Tensors of the optimizer's state dict.
+    pub optimizer_tensors: usize,
+    /// The run's options that a resumed run must repeat, by flag.
+    pub run: BTreeMap<String, String>,
+}
+
+/// Reads the checkpoint at `path` with every check a resumed run makes (framing, length,
+/// checksum, payload, manifest) and sums it up; a damaged file is an error naming what is
+/// wrong.
+pub fn summary(path: &Path) -> Result<Summary, FileError> {
+    let c = read(path)?;
+    Ok(Summary {
+        step: c.manifest.step,
+        model_tensors: c.model.len(),
+        optimizer_tensors: c.optimizer.len(),
+        run: c.manifest.run,
+    })
+}
+
 /// What a folder offers to resume from.
 pub(crate) struct Newest {
     /// The newest intact checkpoint and its path.
