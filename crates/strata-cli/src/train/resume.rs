@@ -106,12 +106,13 @@ impl Durability {
         let Some(r) = &o.resume else {
             return Ok(None);
         };
+        let folder = r.dir.display();
         let checkpoint::Newest { found, problems } = if r.dir.is_dir() {
             checkpoint::newest(&r.dir)?
         } else {
             checkpoint::Newest {
                 found: None,
-                problems: vec![format!("{} is not a folder", r.dir.display())],
+                problems: Vec::new(),
             }
         };
         notes.extend(
@@ -120,22 +121,20 @@ impl Durability {
                 .map(|p| format!("skipped a checkpoint: {p}")),
         );
         let Some((path, c)) = found else {
+            let why = match (r.dir.is_dir(), problems.is_empty()) {
+                (false, _) => format!("{folder} does not exist"),
+                (true, true) => format!("{folder} holds none"),
+                (true, false) => problems.join("; "),
+            };
             if r.or_start {
                 notes.push(format!(
-                    "no intact checkpoint in {}: started from the beginning",
-                    r.dir.display()
+                    "no intact checkpoint ({why}): started from the beginning"
                 ));
                 return Ok(None);
             }
-            let why = if problems.is_empty() {
-                "it holds none".to_owned()
-            } else {
-                problems.join("; ")
-            };
             return Err(TrainError::Options(format!(
-                "--resume {}: no intact checkpoint ({why}). Add --resume-or-start to start \
-                 from the beginning when there is none",
-                r.dir.display()
+                "--resume {folder}: no intact checkpoint ({why}). Add --resume-or-start to \
+                 start from the beginning when there is none"
             )));
         };
         let mut diffs = differences(&c.manifest.run, &self.run);

@@ -66,17 +66,19 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> FileError + '_ {
     }
 }
 
-/// The file's bytes for `payload`: header, payload, checksum.
-pub fn frame(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + payload.len() + CHECKSUM);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(payload);
-    let sum = Sha256::digest(&out);
-    out.extend_from_slice(&sum);
-    out
+/// The file's bytes for `payload`: header, payload, checksum, in the payload's own buffer
+/// (grown by 56 bytes, not copied into a second one).
+pub fn frame(mut payload: Vec<u8>) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    header.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    payload.reserve_exact(HEADER + CHECKSUM);
+    payload.splice(0..0, header);
+    let sum = Sha256::digest(&payload);
+    payload.extend_from_slice(&sum);
+    payload
 }
 
 /// The payload of the file whose bytes are `bytes` (read from `path`), after checking the
@@ -174,7 +176,7 @@ mod tests {
     #[test]
     fn a_frame_gives_back_its_payload_and_every_damage_is_named() {
         let path = Path::new("step-00000001.ckpt");
-        let framed = frame(b"payload bytes");
+        let framed = frame(b"payload bytes".to_vec());
         assert_eq!(unframe(&framed, path).unwrap(), b"payload bytes");
         let err = |bytes: &[u8]| unframe(bytes, path).unwrap_err().to_string();
         assert!(err(&framed[..framed.len() - 1]).contains("truncated"));
@@ -194,7 +196,7 @@ mod tests {
     #[test]
     fn an_atomic_write_leaves_only_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        write_atomic(dir.path(), "a.ckpt", &frame(b"x")).unwrap();
+        write_atomic(dir.path(), "a.ckpt", &frame(b"x".to_vec())).unwrap();
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())

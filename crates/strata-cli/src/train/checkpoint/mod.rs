@@ -185,7 +185,7 @@ pub(crate) fn save(dir: &Path, keep: usize, checkpoint: &Checkpoint) -> Result<P
         source,
     })?;
     let name = file_name(checkpoint.manifest.step);
-    file::write_atomic(dir, &name, &file::frame(&checkpoint.payload()?))?;
+    file::write_atomic(dir, &name, &file::frame(checkpoint.payload()?))?;
     let all = list(dir)?;
     let old = all.len().saturating_sub(keep.max(1));
     let remove = |path: &Path| {
