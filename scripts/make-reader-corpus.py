@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the corpora of damaged and hostile files that strata's readers of outside bytes are
 tested on (`cargo test`, through tests/corpus/harness.rs): safetensors state dicts, snapshot
-pickles, IDX datasets (raw and gzip) and training checkpoints.
+pickles, IDX datasets (raw and gzip), training checkpoints and conformance program documents.
 
 Each reader gets a folder under tests/corpus/. Files named valid-* must read, bad-* must be
 refused with an error, any-* (random byte flips, which may or may not matter) may do either;
@@ -228,14 +228,46 @@ def make_checkpoint(rng):
         write("checkpoint", f"bad-{name}", data)
 
 
+# --- conformance program documents ---------------------------------------------------------
+
+def make_conformance(rng):
+    tensor = {"op": "tensor", "args": {"data": [1.5, -2.0], "shape": [2], "dtype": "f32"},
+              "let": "a"}
+    doc = lambda *steps: json.dumps({"programs": [{"id": "p", "steps": list(steps)}]}).encode()
+    valid = doc(tensor, {"op": "neg", "in": ["a"], "let": "b"}, {"op": "observe", "in": ["b"]})
+    write("conformance", "valid-neg.json", valid)
+    write("conformance", "valid-no-programs.json", b'{"programs": []}')
+    damage("conformance", "neg", valid, rng)
+    bad = {
+        "not-json.json": b"programs: []",
+        "not-utf8.json": b'{"programs": ["\xff"]}'.replace(b"\\xff", b"\xff"),
+        "nested-arrays.json": b"[" * 100_000 + b"]" * 100_000,
+        "programs-not-a-list.json": b'{"programs": 7}',
+    }
+    for name, data in bad.items():
+        write("conformance", f"bad-{name}", data)
+    # Programs that must fail inside the runner without running away: reported per program.
+    hostile = {
+        "huge-shape.json": doc({"op": "zeros", "args": {"shape": [1 << 40, 1 << 40],
+                                                        "dtype": "f32"}, "let": "z"}),
+        "unknown-op.json": doc({"op": "no_such_op", "let": "x"}),
+        "undefined-input.json": doc({"op": "neg", "in": ["nothing"], "let": "x"}),
+        "negative-shape.json": doc({"op": "zeros", "args": {"shape": [-3], "dtype": "f32"},
+                                    "let": "z"}),
+    }
+    for name, data in hostile.items():
+        write("conformance", f"any-{name}", data)
+
+
 def main():
-    for folder in ["safetensors", "idx", "snapshot", "checkpoint"]:
+    for folder in ["safetensors", "idx", "snapshot", "checkpoint", "conformance"]:
         shutil.rmtree(OUT / folder, ignore_errors=True)
     rng = random.Random(38)
     make_safetensors(rng)
     make_idx(rng)
     make_snapshot(rng)
     make_checkpoint(rng)
+    make_conformance(rng)
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
     print(f"wrote {sum(1 for f in OUT.rglob('*') if f.is_file())} files, {total} bytes")
 
