@@ -538,6 +538,68 @@ mod tests {
     use super::*;
     const MIB: usize = 1 << 20;
 
+    /// Settings strings from the keys' own vocabulary, shuffled and mistyped: every one is a
+    /// configuration or an error, never a panic, and an accepted one keeps its string.
+    mod parse_properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn piece() -> impl Strategy<Value = String> {
+            let words = prop::sample::select(vec![
+                "backend",
+                "native",
+                "system",
+                "max_split_size_mb",
+                "max_non_split_rounding_mb",
+                "roundup_power2_divisions",
+                "garbage_collection_threshold",
+                "expandable_segments",
+                "per_process_memory_fraction",
+                "True",
+                "False",
+                ">",
+                "release_lock_on_cudamalloc",
+                "pinned_num_register_threads",
+                ":",
+                ",",
+                "[",
+                "]",
+                " ",
+                "0",
+                "1",
+                "2",
+                "20",
+                "64",
+                "0.5",
+                "1e400",
+                "-1",
+                "18446744073709551616",
+                "nan",
+                "\u{0}",
+                "é",
+            ]);
+            prop::collection::vec(words, 0..24).prop_map(|w| w.concat())
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_is_a_configuration_or_an_error(s in "\\PC{0,64}") {
+                if let Ok(c) = AllocatorConfig::parse(&s) {
+                    prop_assert_eq!(c.raw, s);
+                }
+            }
+
+            #[test]
+            fn keys_and_values_in_any_order_are_a_configuration_or_an_error(s in piece()) {
+                if let Ok(c) = AllocatorConfig::parse(&s) {
+                    let fraction = c.per_process_memory_fraction;
+                    prop_assert!(fraction.is_none_or(|f| (0.0..=1.0).contains(&f)));
+                    prop_assert_eq!(c.raw, s);
+                }
+            }
+        }
+    }
+
     #[test]
     fn rounding_examples_from_the_reference() {
         let c = AllocatorConfig::default();

@@ -27,7 +27,12 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let n: f64 = num
         .parse()
         .map_err(|_| format!("`{s}` is not a size: write 2GiB, 512MiB or a number of bytes"))?;
-    Ok((n * scale) as usize)
+    let bytes = n * scale;
+    // 2^64 and more cannot be a usize (`as` would quietly give usize::MAX).
+    if bytes >= usize::MAX as f64 {
+        return Err(format!("`{s}` is more bytes than this machine can address"));
+    }
+    Ok(bytes as usize)
 }
 
 /// `--batch-size`: a number of samples, or `auto` (`None`).
@@ -50,6 +55,33 @@ pub(crate) fn parse_batch_size(s: &str) -> Result<BatchSize, String> {
 #[cfg(test)]
 mod tests {
     use super::{parse_batch_size, parse_size};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_text_is_a_size_or_an_error(s in "\\PC{0,24}") {
+            let _ = parse_size(&s);
+            let _ = parse_batch_size(&s);
+        }
+
+        #[test]
+        fn whole_sizes_in_every_unit_are_exact(
+            n in 0u64..(1 << 30),
+            (unit, scale) in prop::sample::select(vec![
+                ("", 1u64), ("B", 1), ("K", 1 << 10), ("KB", 1 << 10), ("KiB", 1 << 10),
+                ("M", 1 << 20), ("MB", 1 << 20), ("MiB", 1 << 20), ("G", 1 << 30),
+                ("GB", 1 << 30), ("GiB", 1 << 30),
+            ]),
+        ) {
+            prop_assert_eq!(parse_size(&format!("{n}{unit}")), Ok((n * scale) as usize));
+        }
+
+        #[test]
+        fn sizes_past_the_address_space_are_errors(giga in (1u64 << 34)..u64::MAX) {
+            let text = format!("{giga}GiB");
+            prop_assert!(parse_size(&text).is_err(), "{text} parsed");
+        }
+    }
 
     #[test]
     fn sizes_take_bytes_or_binary_units() {
