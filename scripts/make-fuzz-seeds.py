@@ -4,10 +4,10 @@ from: small valid inputs of each format, so that a campaign starts inside the re
 paths instead of at its first check.
 
 - safetensors: the valid files of tests/corpus/safetensors, and state dicts written by
-  PyTorch's `safetensors.torch.save_file` (f32, f16, bf16, i64 and bool tensors, metadata),
+  PyTorch's `safetensors.torch.save` (f32, f16, bf16, i64 and bool tensors, metadata),
   when torch and safetensors can be imported (the committed seeds came from PyTorch 2.15).
-- pickle: PyTorch-written snapshots (`_dump_snapshot`, from crates/strata-alloc/tests/
-  fixtures) up to 8 KiB, and strata's own.
+- pickle: the snapshot pickles of crates/strata-alloc/tests/fixtures up to 8 KiB, most of
+  them written by PyTorch's `_dump_snapshot`.
 - idx: the valid files of tests/corpus/idx (raw and gzip).
 - checkpoint: the valid file of tests/corpus/checkpoint.
 - conformance: the ten smallest programs of each conformance suite, one document each.
