@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the corpora of damaged and hostile files that strata's readers of outside bytes are
-tested on (`cargo test`, through tests/corpus/harness.rs): safetensors state dicts, snapshot
+tested on (`cargo test`, through crates/strata-corpus): safetensors state dicts, snapshot
 pickles, IDX datasets (raw and gzip), training checkpoints and conformance program documents.
 
 Each reader gets a folder under tests/corpus/. Files named valid-* must read, bad-* must be

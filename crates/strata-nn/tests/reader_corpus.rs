@@ -2,8 +2,7 @@
 //! `scripts/make-reader-corpus.py`): valid files read, damaged and hostile ones are clear
 //! errors; none panics or asks for a large allocation.
 
-#[path = "../../../tests/corpus/harness.rs"]
-mod harness;
+use strata_corpus as harness;
 
 #[global_allocator]
 static ALLOCATOR: harness::Counting = harness::Counting;

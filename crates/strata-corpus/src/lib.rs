@@ -3,8 +3,8 @@
 //! must give a value, each `bad-*` file a clear error, each `any-*` file (random damage that
 //! may or may not matter) one or the other; none may panic, and none may make the
 //! reader ask for a large allocation (the largest single request is measured by the test
-//! binary's allocator, per thread). Included by each crate's `reader_corpus` test with
-//! `#[path]`, beside `#[global_allocator] static A: harness::Counting = harness::Counting;`.
+//! binary's allocator, per thread). Each crate's `reader_corpus` test calls [`check`] and
+//! installs [`Counting`] with `#[global_allocator] static A: Counting = Counting;`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -55,7 +55,7 @@ unsafe impl GlobalAlloc for Counting {
 pub fn folder(reader: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
-        .find(|d| d.join("tests/corpus/harness.rs").is_file())
+        .find(|d| d.join("tests/corpus").is_dir())
         .expect("the workspace root holds tests/corpus")
         .join("tests/corpus")
         .join(reader)
