@@ -22,6 +22,7 @@ use std::fmt;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod host;
+pub(crate) mod memcheck;
 pub(crate) mod simulated;
 mod virt;
 

@@ -6,7 +6,7 @@ use super::blocks::{BlockId, BlockInfo, Expandable, Segment};
 use super::config::{PoolKind, LARGE_BUFFER, SMALL_BUFFER};
 use super::history::TraceAction;
 use super::state::{Fallible, State};
-use crate::backing::{Backing, BackingError, StreamId};
+use crate::backing::{memcheck, Backing, BackingError, StreamId};
 use crate::Site;
 
 fn page_size(pool: PoolKind) -> usize {
@@ -132,6 +132,10 @@ impl State {
             Ok(()) => {}
             Err(BackingError::OutOfMemory { .. }) => return Ok(false),
             Err(e) => return Err(e),
+        }
+        if b.addresses_are_memory() {
+            // Under Valgrind, only the blocks handed out are accessible.
+            memcheck::make_noaccess(addr, map_size);
         }
         self.heap.remove_unmapped(id);
         self.heap.blocks[id].mapped = true;

@@ -76,7 +76,7 @@ pub use crate::error::{OomReport, OOM_TOP_SITES};
 pub use crate::site::SiteUsage;
 pub use crate::size::format_size;
 
-use crate::backing::{Backing, BackingError, HostBacking, StreamId, VirtualBacking};
+use crate::backing::{memcheck, Backing, BackingError, HostBacking, StreamId, VirtualBacking};
 use crate::{
     AllocError, Block, Category, DeviceAllocator, GroupUsage, Grouping, Site, BLOCK_ALIGN,
 };
@@ -229,6 +229,9 @@ impl<B: Backing> CachingAllocator<B> {
             return Ok(unsafe { Block::from_raw(dangling, 0, *site) });
         }
         let addr = self.lock_raw().malloc(&self.backing, size, stream, *site)?;
+        if self.backing.addresses_are_memory() {
+            memcheck::block_handed_out(addr, size);
+        }
         let ptr = NonNull::new(addr as *mut u8).expect("backings never hand out address 0");
         // SAFETY: the block `[addr, addr + rounded size)` is now owned by the caller alone until
         // it is deallocated; segment bases are aligned to at least 512 bytes and block offsets
@@ -413,6 +416,9 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
             return;
         }
         let addr = block.ptr().as_ptr() as usize;
+        if self.backing.addresses_are_memory() {
+            memcheck::block_given_back(addr);
+        }
         let mut st = self.lock_raw();
         // An error here can only be the backing refusing to take a segment back (system
         // backend); the segment then stays cached, which is safe.

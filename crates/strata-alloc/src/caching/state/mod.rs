@@ -14,7 +14,7 @@ use super::hash::AddrMap;
 use super::history::{History, TraceAction};
 use super::stats::MemoryStats;
 use super::CachingError;
-use crate::backing::{Backing, BackingError, EventId, StreamId};
+use crate::backing::{memcheck, Backing, BackingError, EventId, StreamId};
 use crate::error::OomReport;
 use crate::{Category, Site};
 use reuse::{Phase, Reuse};
@@ -270,6 +270,10 @@ impl State {
             Err(BackingError::OutOfMemory { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if b.addresses_are_memory() {
+            // Under Valgrind, only the blocks handed out are accessible.
+            memcheck::make_noaccess(addr, alloc_size);
+        }
         if addr % MIN_BLOCK_SIZE != 0 {
             return Err(BackingError::Fatal(format!(
                 "the backing returned a segment at {addr:#x}, not aligned to {MIN_BLOCK_SIZE} bytes"
