@@ -76,23 +76,26 @@ fn child() -> bool {
     }
 }
 
+/// Runs `test` under memcheck with `kind` planted and asserts memcheck reported one invalid
+/// write whose address it describes as `address`; returns the report.
+fn assert_reported(test: &str, kind: &str, address: &str) -> String {
+    let out = under_memcheck(test, kind);
+    let report = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(ERROR_EXIT), "{report}");
+    assert!(report.contains("Invalid write of size 1"), "{report}");
+    assert!(report.contains(address), "{report}");
+    report
+}
+
 #[test]
 fn a_write_one_byte_past_a_cached_blocks_end_is_reported() {
     if child() {
         return;
     }
-    let out = under_memcheck(
+    let report = assert_reported(
         "a_write_one_byte_past_a_cached_blocks_end_is_reported",
         "overrun",
-    );
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(ERROR_EXIT), "{report}");
-    assert!(report.contains("Invalid write of size 1"), "{report}");
-    assert!(
-        report.contains(&format!(
-            "is 0 bytes after a block of size {REQUESTED} alloc'd"
-        )),
-        "{report}"
+        &format!("is 0 bytes after a block of size {REQUESTED} alloc'd"),
     );
     // The report points at the function that wrote (inlined or not).
     assert!(
@@ -106,18 +109,10 @@ fn a_write_into_a_block_after_it_was_given_back_is_reported() {
     if child() {
         return;
     }
-    let out = under_memcheck(
+    assert_reported(
         "a_write_into_a_block_after_it_was_given_back_is_reported",
         "use-after-free",
-    );
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(ERROR_EXIT), "{report}");
-    assert!(report.contains("Invalid write of size 1"), "{report}");
-    assert!(
-        report.contains(&format!(
-            "is 8 bytes inside a block of size {REQUESTED} free'd"
-        )),
-        "{report}"
+        &format!("is 8 bytes inside a block of size {REQUESTED} free'd"),
     );
 }
 
