@@ -141,6 +141,9 @@ pub type VirtualCachingAllocator = CachingAllocator<VirtualBacking>;
 pub struct CachingAllocator<B: Backing> {
     backing: B,
     state: Mutex<State>,
+    /// Whether blocks are announced to Valgrind's memcheck: the process runs under Valgrind
+    /// and the backing's addresses are memory (see `docs/MEMCHECK.md`).
+    shows_blocks_to_memcheck: bool,
 }
 
 impl<B: Backing> CachingAllocator<B> {
@@ -152,9 +155,12 @@ impl<B: Backing> CachingAllocator<B> {
     /// An allocator with `config` (a `per_process_memory_fraction` in it sets the limit).
     pub fn with_config(backing: B, config: AllocatorConfig) -> Self {
         let fraction = config.per_process_memory_fraction;
+        let shows_blocks_to_memcheck =
+            backing.addresses_are_memory() && memcheck::running_on_valgrind();
         let a = CachingAllocator {
             backing,
             state: Mutex::new(State::new(config)),
+            shows_blocks_to_memcheck,
         };
         if let Some(f) = fraction {
             a.apply_fraction(f);
@@ -229,7 +235,7 @@ impl<B: Backing> CachingAllocator<B> {
             return Ok(unsafe { Block::from_raw(dangling, 0, *site) });
         }
         let addr = self.lock_raw().malloc(&self.backing, size, stream, *site)?;
-        if self.backing.addresses_are_memory() {
+        if self.shows_blocks_to_memcheck {
             memcheck::block_handed_out(addr, size);
         }
         let ptr = NonNull::new(addr as *mut u8).expect("backings never hand out address 0");
@@ -416,7 +422,7 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
             return;
         }
         let addr = block.ptr().as_ptr() as usize;
-        if self.backing.addresses_are_memory() {
+        if self.shows_blocks_to_memcheck {
             memcheck::block_given_back(addr);
         }
         let mut st = self.lock_raw();
