@@ -11,8 +11,8 @@
 //! A client request is a fixed sequence of instructions that does nothing on a real CPU and that
 //! Valgrind recognises; whether the process runs under Valgrind is asked once and remembered
 //! (each caching allocator keeps the answer beside its backing), so outside Valgrind each hook
-//! costs a branch on a field. The sequence is defined for x86-64
-//! here; on other architectures the hooks do nothing.
+//! costs a branch on a field. The sequence is defined for x86-64 here; on other architectures
+//! the hooks do nothing.
 
 use std::sync::OnceLock;
 
