@@ -24,8 +24,14 @@ steps, evaluated every --eval-every steps with the validation protocol. Its time
 is the training time (evaluations excluded) over the steps. PyTorch's trained weights are
 then evaluated by `strata eval`, which should give PyTorch's validation loss.
 
-Usage: scripts/compare-train.py [--epochs N] [--models mlp,cnn,lstm,gpt] [--steps N]
-       [--eval-every N] [--strata PATH]
+With --repeat N (N > 1), each classifier is trained N times on each side, the two sides
+alternating (strata, PyTorch, strata, ...), so that a slow moment of the machine falls on
+both; the table then gives the median time per epoch of each side, the ratio of the medians
+and the spread of the N paired ratios. Accuracy and step peak are the first run's (both
+sides are seeded, so repeats agree to within PyTorch's thread scheduling).
+
+Usage: scripts/compare-train.py [--epochs N] [--models mlp,cnn,lstm,gpt] [--repeat N]
+       [--steps N] [--eval-every N] [--strata PATH]
 Needs python3 with torch, numpy and safetensors (see the README), and for the gpt the
 corpus of scripts/fetch-shakespeare.
 """
@@ -236,6 +242,16 @@ def compare_gpt(binary, steps, eval_every):
         print(f"  step {step}: {e['val_loss']:.4f}, {loss:.4f}")
 
 
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
 def mib(b):
     return f"{b / 2**20:.2f} MiB" if b is not None else "n/a"
 
@@ -246,26 +262,40 @@ def main():
     ap.add_argument("--models", default="mlp,cnn,lstm")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--eval-every", type=int, default=250)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="train each classifier this many times per side, alternating, "
+                         "and report medians")
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     ap.add_argument("--strata", default=os.path.join(target, "release", "strata"))
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     models = args.models.split(",")
     if "gpt" in models:
         models.remove("gpt")
         compare_gpt(args.strata, args.steps, args.eval_every)
     if not models:
         return
-    print(f"PyTorch {torch.__version__}, {args.epochs} epochs, 2 threads\n")
+    runs = "" if args.repeat == 1 else f", medians of {args.repeat} alternating runs"
+    print(f"PyTorch {torch.__version__}, {args.epochs} epochs, 2 threads{runs}\n")
     print("| model | strata accuracy | PyTorch accuracy | strata s/epoch | PyTorch s/epoch "
           "| time ratio | strata step peak | PyTorch step peak |")
     print("|---|---|---|---|---|---|---|---|")
     for name in models:
-        s = strata_run(args.strata, name, args.epochs)
-        t = torch_run(name, args.epochs)
-        s_epoch = sum(s["epoch_seconds"]) / len(s["epoch_seconds"])
-        t_epoch = sum(t["epoch_seconds"]) / len(t["epoch_seconds"])
+        pairs = []
+        for _ in range(args.repeat):
+            s = strata_run(args.strata, name, args.epochs)
+            t = torch_run(name, args.epochs)
+            pairs.append((s, t))
+        s, t = pairs[0]
+        s_epoch = median([mean(p[0]["epoch_seconds"]) for p in pairs])
+        t_epoch = median([mean(p[1]["epoch_seconds"]) for p in pairs])
+        ratio = f"{t_epoch / s_epoch:.2f}×"
+        if args.repeat > 1:
+            each = sorted(mean(b["epoch_seconds"]) / mean(a["epoch_seconds"]) for a, b in pairs)
+            ratio += f" ({each[0]:.2f}–{each[-1]:.2f})"
         print(f"| {name} | {100 * s['test_accuracy']:.2f}% | {100 * t['test_accuracy']:.2f}% "
-              f"| {s_epoch:.1f} | {t_epoch:.1f} | {t_epoch / s_epoch:.2f}× "
+              f"| {s_epoch:.1f} | {t_epoch:.1f} | {ratio} "
               f"| {mib(s['step_peak_requested'])} | {mib(t['step_peak_requested'])} |",
               flush=True)
 
