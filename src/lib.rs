@@ -7,6 +7,9 @@ pub use strata_core as core;
 pub use strata_core::cuda;
 pub use strata_core::{Error, Result};
 pub use strata_data as data;
+/// Distributed training (feature `mpi`): process groups, DistributedDataParallel.
+#[cfg(feature = "mpi")]
+pub use strata_dist as dist;
 pub use strata_nn as nn;
 pub use strata_profile as profile;
 

@@ -11,6 +11,7 @@
 
 mod dataset;
 mod datasets;
+mod distributed_sampler;
 mod error;
 pub mod idx;
 mod loader;
@@ -22,6 +23,7 @@ pub mod transform;
 
 pub use dataset::{Dataset, Field, SampleContext};
 pub use datasets::{random_split, ConcatDataset, Subset, TensorDataset};
+pub use distributed_sampler::DistributedSampler;
 pub use error::{DataError, Result};
 #[cfg(feature = "cuda")]
 pub use loader::DeviceCopy;

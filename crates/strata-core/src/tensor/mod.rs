@@ -12,6 +12,7 @@ mod factory;
 pub(crate) mod grad_meta;
 pub(crate) mod graph;
 pub(crate) mod graph_usage;
+mod host_bytes;
 mod multinomial;
 mod read;
 mod resize;

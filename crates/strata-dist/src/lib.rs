@@ -1,0 +1,21 @@
+//! strata's distributed training: data-parallel training over processes (ranks) that average
+//! their gradients by collective communication.
+//!
+//! - [`ProcessGroup`]: the collectives (`all_reduce`, `broadcast`, `all_gather`,
+//!   `reduce_scatter`, `barrier`), each blocking or asynchronous with a [`Work`] handle, as
+//!   PyTorch's c10d. With the `mpi` feature, [`MpiProcessGroup`] implements it on MPI (one
+//!   communication thread per process), created by [`init_process_group`] in a program
+//!   launched with `mpirun -np N`.
+
+pub mod error;
+pub mod group;
+pub mod launch;
+#[cfg(feature = "mpi")]
+mod mpi;
+pub mod work;
+
+pub use error::DistError;
+pub use group::{ProcessGroup, ReduceOp};
+#[cfg(feature = "mpi")]
+pub use mpi::{init_process_group, MpiProcessGroup};
+pub use work::Work;
