@@ -6,7 +6,10 @@
 //!   PyTorch's c10d. With the `mpi` feature, [`MpiProcessGroup`] implements it on MPI (one
 //!   communication thread per process), created by [`init_process_group`] in a program
 //!   launched with `mpirun -np N`.
+//! - [`DistributedDataParallel`]: a module whose gradients are averaged over the ranks in
+//!   buckets during backward, each `.grad` a view into its bucket.
 
+mod ddp;
 pub mod error;
 pub mod group;
 pub mod launch;
@@ -14,6 +17,7 @@ pub mod launch;
 mod mpi;
 pub mod work;
 
+pub use ddp::{DdpOptions, DistributedDataParallel, NoSync};
 pub use error::DistError;
 pub use group::{ProcessGroup, ReduceOp};
 #[cfg(feature = "mpi")]
