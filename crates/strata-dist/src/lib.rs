@@ -8,6 +8,7 @@
 //!   launched with `mpirun -np N`.
 //! - [`DistributedDataParallel`]: a module whose gradients are averaged over the ranks in
 //!   buckets during backward, each `.grad` a view into its bucket.
+//! - [`ZeroRedundancyOptimizer`]: optimizer state sharded over the ranks.
 
 mod ddp;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod launch;
 #[cfg(feature = "mpi")]
 mod mpi;
 pub mod work;
+pub mod zero;
 
 pub use ddp::{DdpOptions, DistributedDataParallel, NoSync};
 pub use error::DistError;
@@ -23,3 +25,4 @@ pub use group::{ProcessGroup, ReduceOp};
 #[cfg(feature = "mpi")]
 pub use mpi::{init_process_group, MpiProcessGroup};
 pub use work::Work;
+pub use zero::ZeroRedundancyOptimizer;

@@ -11,9 +11,11 @@ use std::time::Duration;
 use strata_core::nn::functional::{cross_entropy, Reduction};
 use strata_core::{manual_seed, Result, Tensor};
 use strata_data::{DistributedSampler, Sampler};
-use strata_dist::{init_process_group, DdpOptions, DistributedDataParallel, ProcessGroup};
+use strata_dist::{
+    init_process_group, DdpOptions, DistributedDataParallel, ProcessGroup, ZeroRedundancyOptimizer,
+};
 use strata_nn::module::shared;
-use strata_nn::optim::{Optimizer, Sgd};
+use strata_nn::optim::{Adam, Optimizer, Sgd};
 use strata_nn::{Linear, Module, ModuleCore, ReLU, RnnConfig, Sequential, LSTM};
 
 const SAMPLES: usize = 37;
@@ -111,6 +113,35 @@ fn sgd(model: &dyn Module) -> Optimizer {
     Optimizer::sgd(model.parameters(), config).unwrap()
 }
 
+fn adam(params: Vec<Tensor>) -> Result<Optimizer> {
+    let config = Adam {
+        lr: 0.01,
+        ..Adam::default()
+    };
+    Optimizer::adam(params, config)
+}
+
+/// The replica's optimizer: a plain one, or Adam sharded over the ranks.
+enum Stepper {
+    Plain(Optimizer),
+    Zero(ZeroRedundancyOptimizer),
+}
+
+impl Stepper {
+    fn step(&mut self) {
+        match self {
+            Stepper::Plain(o) => o.step().unwrap(),
+            Stepper::Zero(z) => z.step().unwrap(),
+        }
+    }
+    fn zero_grad(&mut self) {
+        match self {
+            Stepper::Plain(o) => o.zero_grad(true).unwrap(),
+            Stepper::Zero(z) => z.zero_grad(true).unwrap(),
+        }
+    }
+}
+
 fn max_difference(a: &dyn Module, b: &dyn Module) -> f64 {
     a.parameters()
         .iter()
@@ -129,6 +160,7 @@ fn train_both(
     build: fn() -> Arc<dyn Module>,
     options: DdpOptions,
     micro: usize,
+    zero: bool,
 ) -> f64 {
     let (rank, world) = (pg.rank(), pg.world_size());
     let data = dataset();
@@ -141,7 +173,13 @@ fn train_both(
         0.0,
         "rank 0's parameters everywhere"
     );
-    let (mut opt, mut ref_opt) = (sgd(&ddp), sgd(reference.as_ref()));
+    let (mut opt, mut ref_opt) = if zero {
+        let z = ZeroRedundancyOptimizer::new(ddp.parameters(), pg.clone(), adam).unwrap();
+        let r = adam(reference.parameters()).unwrap();
+        (Stepper::Zero(z), r)
+    } else {
+        (Stepper::Plain(sgd(&ddp)), sgd(reference.as_ref()))
+    };
     let mine = DistributedSampler::new(SAMPLES, world, rank, true, 5, false)
         .unwrap()
         .indices(0);
@@ -163,10 +201,13 @@ fn train_both(
                 .backward()
                 .unwrap();
         }
-        opt.step().unwrap();
+        opt.step();
         ref_opt.step().unwrap();
-        opt.zero_grad(true).unwrap();
+        opt.zero_grad();
         ref_opt.zero_grad(true).unwrap();
+    }
+    if let Stepper::Zero(z) = &mut opt {
+        check_shards(pg, z, &ddp, &ref_opt);
     }
     if options.gradient_as_bucket_view {
         // The next forward points every gradient back into its bucket.
@@ -181,6 +222,47 @@ fn train_both(
         );
     }
     max_difference(&ddp, reference.as_ref())
+}
+
+/// Each rank holds Adam's state for exactly its own parameters; the state gathered on rank 0
+/// is the one-process optimizer's, and that loads back sharded.
+fn check_shards(
+    pg: &Arc<dyn ProcessGroup>,
+    z: &mut ZeroRedundancyOptimizer,
+    ddp: &DistributedDataParallel,
+    reference: &Optimizer,
+) {
+    let params = ddp.parameters();
+    let own: usize = params
+        .iter()
+        .zip(z.owners())
+        .filter(|(_, &r)| r == pg.rank())
+        .map(|(p, _)| p.nbytes())
+        .sum();
+    assert_eq!(
+        z.state_bytes(),
+        2 * own,
+        "exp_avg and exp_avg_sq of the owned parameters"
+    );
+    let whole = reference.state_dict();
+    let gathered = z.consolidated_state_dict().unwrap();
+    assert_eq!(gathered.is_some(), pg.rank() == 0);
+    if let Some(g) = gathered {
+        assert_eq!(g.keys(), whole.keys());
+        assert_eq!(g.metadata("state"), whole.metadata("state"));
+        for k in whole.keys() {
+            let a = g.get(&k).unwrap().to_vec::<f64>().unwrap();
+            let b = whole.get(&k).unwrap().to_vec::<f64>().unwrap();
+            let d = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
+            assert!(d < 1e-5, "{k} differs by {d}");
+        }
+    }
+    z.load_state_dict(&whole).unwrap();
+    assert_eq!(z.state_bytes(), 2 * own);
 }
 
 #[test]
@@ -208,7 +290,7 @@ fn ddp_on_two_ranks_equals_one_process_with_the_whole_batch() {
                     gradient_as_bucket_view: as_view,
                     ..options
                 };
-                let d = train_both(&pg, build, options, micro);
+                let d = train_both(&pg, build, options, micro, false);
                 assert!(
                     d < 1e-5,
                     "{name}, bucket views {as_view}, cap {} B, {micro} micro-batches: \
@@ -217,6 +299,12 @@ fn ddp_on_two_ranks_equals_one_process_with_the_whole_batch() {
                 );
             }
         }
+    }
+
+    // ZeRO: Adam's state sharded over the two ranks, the same training as one process.
+    for (name, build) in [("mlp", mlp as fn() -> Arc<dyn Module>), ("lstm", lstm)] {
+        let d = train_both(&pg, build, DdpOptions::default(), 1, true);
+        assert!(d < 1e-5, "{name} with ZeRO: parameters differ by {d}");
     }
 
     // Inside no_sync the ranks' gradients stay their own; the next backward averages.

@@ -106,7 +106,7 @@ impl Rule {
     }
 
     /// The names of the per-parameter state tensors, in the kernel's order.
-    pub(crate) fn state_names(&self) -> &'static [&'static str] {
+    pub fn state_names(&self) -> &'static [&'static str] {
         match self {
             Rule::Sgd(s) if s.momentum != 0.0 => &["momentum_buffer"],
             Rule::Sgd(_) => &[],
