@@ -9,6 +9,18 @@ use std::sync::OnceLock;
 /// The environment variable that names the point and the pass.
 pub const VARIABLE: &str = "STRATA_CRASH_AT";
 
+/// In a distributed run, the only rank (Open MPI's `OMPI_COMM_WORLD_RANK`) that aborts;
+/// every rank when unset.
+pub const RANK_VARIABLE: &str = "STRATA_CRASH_RANK";
+
+/// Whether this process is the rank [`RANK_VARIABLE`] names (true when it names none).
+fn is_chosen_rank() -> bool {
+    match std::env::var(RANK_VARIABLE) {
+        Ok(chosen) => std::env::var("OMPI_COMM_WORLD_RANK").is_ok_and(|r| r == chosen),
+        Err(_) => true,
+    }
+}
+
 /// Every point `strata train` passes, in the order a step meets them.
 pub const POINTS: &[(&str, &str)] = &[
     (
@@ -73,7 +85,7 @@ pub fn point(name: &str) {
     let Ok(Some((point, n))) = target() else {
         return;
     };
-    if point == name && PASSES.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+    if point == name && PASSES.fetch_add(1, Ordering::SeqCst) + 1 == *n && is_chosen_rank() {
         eprintln!("strata: {VARIABLE}: aborting at pass {n} of {name}");
         std::process::abort();
     }

@@ -19,7 +19,7 @@ mod mpi;
 pub mod work;
 pub mod zero;
 
-pub use ddp::{DdpOptions, DistributedDataParallel, NoSync};
+pub use ddp::{CommunicationStats, DdpOptions, DistributedDataParallel, NoSync};
 pub use error::DistError;
 pub use group::{ProcessGroup, ReduceOp};
 #[cfg(feature = "mpi")]

@@ -2,12 +2,14 @@
 //! (c10d's `Work`).
 
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use strata_core::Result;
 
 #[derive(Default)]
 struct State {
     outcome: Mutex<Option<Result<()>>>,
+    elapsed: Mutex<Option<Duration>>,
     done: Condvar,
 }
 
@@ -38,7 +40,7 @@ impl Work {
     /// A handle that has already finished with `outcome`.
     pub fn completed(outcome: Result<()>) -> Work {
         let (w, c) = Work::pending();
-        c.finish(outcome);
+        c.finish(outcome, Duration::ZERO);
         w
     }
 
@@ -56,6 +58,12 @@ impl Work {
                 .wait(outcome)
                 .unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// How long the operation itself ran (on the communication thread, from its start to its
+    /// end, not counting the time it waited in the queue); `None` until it has finished.
+    pub fn elapsed(&self) -> Option<Duration> {
+        *self.state.elapsed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the operation has finished (successfully or not), without blocking.
@@ -77,9 +85,10 @@ impl std::fmt::Debug for Work {
 }
 
 impl Completion {
-    /// Records the outcome and wakes every waiter.
-    pub(crate) fn finish(mut self, outcome: Result<()>) {
+    /// Records the outcome and how long the operation ran, and wakes every waiter.
+    pub(crate) fn finish(mut self, outcome: Result<()>, elapsed: Duration) {
         if let Some(state) = self.state.take() {
+            *state.elapsed.lock().unwrap_or_else(|p| p.into_inner()) = Some(elapsed);
             *state.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
             state.done.notify_all();
         }
@@ -112,9 +121,13 @@ mod tests {
             let w = w.clone();
             std::thread::spawn(move || w.wait())
         };
-        c.finish(Err(strata_core::Error::from("broken".to_string())));
+        c.finish(
+            Err(strata_core::Error::from("broken".to_string())),
+            Duration::from_millis(3),
+        );
         assert!(waiter.join().unwrap().is_err());
         assert!(w.is_completed());
+        assert_eq!(w.elapsed(), Some(Duration::from_millis(3)));
         assert!(w.wait().is_err(), "every wait returns the same outcome");
     }
 

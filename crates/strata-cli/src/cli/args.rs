@@ -166,6 +166,19 @@ pub(crate) struct TrainArgs {
     /// With --resume: start from the beginning when DIR holds no intact checkpoint.
     #[arg(long, requires = "resume")]
     pub(crate) resume_or_start: bool,
+    /// Train data-parallel on every rank of an MPI job (`mpirun -np N strata train
+    /// --distributed`, or `scripts/train --nproc N`); --batch-size is per rank. Needs a
+    /// strata built with the `mpi` feature.
+    #[arg(long)]
+    pub(crate) distributed: bool,
+    /// Start N ranks on this machine with mpirun, each running this command with
+    /// --distributed (the options a container needs included; see README, "Distributed
+    /// training").
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) nproc: Option<u32>,
+    /// With --distributed: shard the optimizer state over the ranks (ZeRO).
+    #[arg(long)]
+    pub(crate) zero: bool,
 }
 
 /// `strata replay`'s options.

@@ -17,7 +17,11 @@ pub const TRAIN_IMAGES: usize = 60_000;
 pub const TEST_IMAGES: usize = 10_000;
 
 /// The split `split` of the dataset in `o.data_dir`, normalised, cut to `limit` images.
-fn dataset(o: &TrainOptions, split: Split, limit: Option<usize>) -> Result<Arc<dyn Dataset>> {
+pub(crate) fn dataset(
+    o: &TrainOptions,
+    split: Split,
+    limit: Option<usize>,
+) -> Result<Arc<dyn Dataset>> {
     let full: Arc<dyn Dataset> =
         Arc::new(FashionMnist::load_from(&o.data_dir, split)?.normalized(Normalize::FASHION_MNIST));
     Ok(match limit {

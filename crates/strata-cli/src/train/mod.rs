@@ -4,6 +4,8 @@
 
 mod checkpoint;
 mod data;
+#[cfg(feature = "mpi")]
+mod distributed;
 mod figures;
 mod measure;
 pub mod models;
@@ -36,9 +38,11 @@ pub use checkpoint::{
     summary as checkpoint_summary, FileError as CheckpointFileError, Summary as CheckpointSummary,
 };
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
+#[cfg(feature = "mpi")]
+pub use distributed::{check_distributed, train_distributed};
 pub use models::{CheckpointMode, Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};
-pub use report::{Evaluation, Report};
+pub use report::{Evaluation, RankFigures, Report};
 pub use resume::{Checkpoints, Resume};
 pub use sample::{sample, SampleOptions, SampleReport};
 pub use step::{OnOom, StepOutcome, Stepper};
@@ -683,5 +687,7 @@ pub fn train(o: &TrainOptions, progress: &mut dyn Progress) -> Result<Report> {
         resumed_from,
         checkpoint_notes,
         profile_table,
+        world_size: None,
+        ranks: None,
     })
 }

@@ -70,6 +70,35 @@ pub struct Report {
     /// The profiler's table of the profiled steps, when asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile_table: Option<String>,
+    /// The ranks of a distributed run (`strata train --distributed`); absent for one
+    /// process. The figures above are then rank 0's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<usize>,
+    /// Each rank's memory and communication, rank 0 first (distributed runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<RankFigures>>,
+}
+
+/// One rank's figures in a distributed run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RankFigures {
+    /// The rank.
+    pub rank: usize,
+    /// The compute threads it ran with.
+    pub threads: usize,
+    /// Its measured step's peak allocated bytes.
+    pub step_peak_allocated: usize,
+    /// Its measured step's peak reserved bytes.
+    pub step_peak_reserved: usize,
+    /// Its whole run's peak allocated bytes.
+    pub run_peak_allocated: usize,
+    /// What it holds between steps: parameters, gradient buckets and its optimizer state
+    /// (its shard of it with `--zero`).
+    pub persistent_bytes: usize,
+    /// Seconds its gradient all-reduces ran per step (`None` on meta, which runs none).
+    pub allreduce_seconds_per_step: Option<f64>,
+    /// The share of that time hidden behind the rest of backward (0 to 1).
+    pub allreduce_hidden_share: Option<f64>,
 }
 
 /// One evaluation of a model trained by steps.
@@ -194,6 +223,34 @@ impl Report {
         }
         if let Some(t) = &self.profile_table {
             let _ = writeln!(out, "profile of two steps (after the measured one):\n{t}");
+        }
+        if let (Some(world), Some(ranks)) = (self.world_size, &self.ranks) {
+            let _ = writeln!(
+                out,
+                "{world} ranks (the figures above are rank 0's); each rank's memory and \
+                 gradient all-reduce:"
+            );
+            for r in ranks {
+                let comm = match (r.allreduce_seconds_per_step, r.allreduce_hidden_share) {
+                    (Some(s), Some(h)) => format!(
+                        "; all-reduce {:.1} ms per step, {:.0}% hidden behind backward",
+                        1e3 * s,
+                        100.0 * h
+                    ),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  rank {} ({} threads): step peak allocated {}, reserved {}; run peak \
+                     allocated {}; persistent {}{comm}",
+                    r.rank,
+                    r.threads,
+                    format_size(r.step_peak_allocated),
+                    format_size(r.step_peak_reserved),
+                    format_size(r.run_peak_allocated),
+                    format_size(r.persistent_bytes)
+                );
+            }
         }
         if self.watch_findings.is_empty() {
             let _ = writeln!(out, "leak and graph watches: nothing found");

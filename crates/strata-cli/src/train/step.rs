@@ -114,6 +114,29 @@ fn is_out_of_memory(e: &TrainError) -> bool {
     matches!(e, TrainError::Core(Error::OutOfMemory { .. }))
 }
 
+/// The update `o` names (with the gpt recipe's betas when `recipe`).
+pub(crate) fn optimizer_rule(o: &TrainOptions, recipe: bool) -> Rule {
+    match o.optimizer {
+        OptimizerKind::Sgd => Rule::Sgd(Sgd {
+            lr: o.lr,
+            momentum: o.momentum,
+            weight_decay: o.weight_decay,
+            ..Sgd::default()
+        }),
+        OptimizerKind::Adam | OptimizerKind::Adamw => Rule::Adam(Adam {
+            lr: o.lr,
+            weight_decay: o.weight_decay,
+            betas: if recipe {
+                recipe::BETAS
+            } else {
+                Adam::default().betas
+            },
+            decoupled_weight_decay: o.optimizer == OptimizerKind::Adamw,
+            ..Adam::default()
+        }),
+    }
+}
+
 impl Stepper {
     /// The optimizer `o` names over `model`'s parameters, stepping inside backward when
     /// asked, with a loss scaler for f16.
@@ -141,25 +164,7 @@ impl Stepper {
             ));
         }
         let params = model.module().parameters();
-        let rule = match o.optimizer {
-            OptimizerKind::Sgd => Rule::Sgd(Sgd {
-                lr: o.lr,
-                momentum: o.momentum,
-                weight_decay: o.weight_decay,
-                ..Sgd::default()
-            }),
-            OptimizerKind::Adam | OptimizerKind::Adamw => Rule::Adam(Adam {
-                lr: o.lr,
-                weight_decay: o.weight_decay,
-                betas: if recipe {
-                    recipe::BETAS
-                } else {
-                    Adam::default().betas
-                },
-                decoupled_weight_decay: o.optimizer == OptimizerKind::Adamw,
-                ..Adam::default()
-            }),
-        };
+        let rule = optimizer_rule(o, recipe);
         let groups = if recipe {
             recipe::decay_groups(params, o.weight_decay)
         } else {

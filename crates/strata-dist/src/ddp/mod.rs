@@ -12,6 +12,7 @@ use strata_core::{Result, Tensor};
 use strata_nn::{Module, ModuleCore};
 
 use crate::group::ProcessGroup;
+pub use reducer::CommunicationStats;
 use reducer::Reducer;
 
 /// How [`DistributedDataParallel`] buckets and broadcasts.
@@ -156,6 +157,11 @@ impl DistributedDataParallel {
     /// Bytes of all gradient buckets (with bucket views, all the gradient memory there is).
     pub fn bucket_bytes(&self) -> usize {
         self.reducer.bucket_bytes()
+    }
+
+    /// The time gradient averaging has taken so far, and how much of it backward waited for.
+    pub fn communication(&self) -> CommunicationStats {
+        self.reducer.stats()
     }
 
     /// Each bucket's parameter names, in the order the buckets are reduced.

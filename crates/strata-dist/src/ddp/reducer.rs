@@ -31,6 +31,29 @@ struct State {
     /// reduced yet.
     in_backward: bool,
     sync: bool,
+    stats: CommunicationStats,
+}
+
+/// What a `DistributedDataParallel`'s gradient averaging has cost so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommunicationStats {
+    /// Synchronised backwards (each averaged every bucket once).
+    pub backwards: u64,
+    /// Seconds the buckets' all-reduces ran, summed.
+    pub allreduce_seconds: f64,
+    /// Seconds backward's end waited for them: the part not hidden behind the rest of
+    /// backward.
+    pub waited_seconds: f64,
+}
+
+impl CommunicationStats {
+    /// The share of the all-reduce time hidden behind backward's own work (0 to 1).
+    pub fn hidden_share(&self) -> f64 {
+        if self.allreduce_seconds <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - self.waited_seconds / self.allreduce_seconds).clamp(0.0, 1.0)
+    }
 }
 
 /// The reducer of one `DistributedDataParallel`.
@@ -88,6 +111,7 @@ impl Reducer {
                 next_to_launch: 0,
                 in_backward: false,
                 sync: true,
+                stats: CommunicationStats::default(),
             }),
         })
     }
@@ -108,6 +132,11 @@ impl Reducer {
             .iter()
             .map(|b| b.params.iter().map(|&i| self.names[i].clone()).collect())
             .collect()
+    }
+
+    /// The communication so far.
+    pub(crate) fn stats(&self) -> CommunicationStats {
+        self.state().stats
     }
 
     /// Whether gradients are averaged at the end of backward (false inside `no_sync`);
@@ -240,14 +269,20 @@ impl Reducer {
     /// not bucket views, and resets for the next backward.
     fn finish(&self, st: &mut State) -> Result<()> {
         let mut first_error = None;
+        let waiting = std::time::Instant::now();
+        let mut busy = 0.0;
         for b in &mut st.buckets {
             if let Some(w) = b.work.take() {
                 if let Err(e) = w.wait() {
                     first_error.get_or_insert(e);
                 }
+                busy += w.elapsed().map_or(0.0, |d| d.as_secs_f64());
             }
             b.pending = b.params.len();
         }
+        st.stats.waited_seconds += waiting.elapsed().as_secs_f64();
+        st.stats.allreduce_seconds += busy;
+        st.stats.backwards += 1;
         st.ready.iter_mut().for_each(|r| *r = false);
         st.next_to_launch = 0;
         st.in_backward = false;

@@ -203,3 +203,13 @@ pub(crate) fn barrier(op: &'static str) -> Result<(), DistError> {
     let rc = unsafe { ffi::MPI_Barrier(world()) };
     check(op, rc)
 }
+
+/// Ends every rank of the job with `code` (`MPI_Abort` on the world communicator). It is
+/// called from whichever thread failed: Open MPI's abort only asks its runtime to end the
+/// job, which is safe while the communication thread is inside a collective.
+pub(crate) fn abort(code: c_int) {
+    // SAFETY: MPI is initialised (a group exists); the communicator is the world's.
+    unsafe {
+        ffi::MPI_Abort(world(), code);
+    }
+}

@@ -194,6 +194,14 @@ impl ProcessGroup for MpiProcessGroup {
 }
 
 impl MpiProcessGroup {
+    /// Ends every rank of the job at once with exit code `code` (`MPI_Abort`): what a rank
+    /// that cannot go on must do, since returning would leave the other ranks waiting in
+    /// their next collective for it. Prints nothing; say why before calling it.
+    pub fn abort(&self, code: i32) -> ! {
+        ffi::abort(code);
+        std::process::exit(code)
+    }
+
     fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
         if rank >= self.world_size {
             return Err(strata_core::Error::argument(

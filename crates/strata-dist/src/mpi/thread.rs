@@ -74,12 +74,13 @@ impl CommThread {
                     return;
                 }
                 while let Ok((job, done)) = jobs_rx.recv() {
+                    let started = std::time::Instant::now();
                     let outcome = catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|_| {
                         Err(Error::from(
                             "a collective panicked on the communication thread".to_string(),
                         ))
                     });
-                    done.finish(outcome);
+                    done.finish(outcome, started.elapsed());
                 }
                 drop(universe);
             })

@@ -53,6 +53,22 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
         }),
         ..step_options(&args.common, args.step)
     };
+    if let Some(n) = args.nproc {
+        if std::env::var_os("OMPI_COMM_WORLD_RANK").is_none() {
+            return launch(n as usize, &o);
+        }
+    }
+    if args.zero && !args.distributed && args.nproc.is_none() {
+        eprintln!("strata train: --zero shards the optimizer over ranks: add --distributed");
+        return ExitCode::FAILURE;
+    }
+    if args.distributed || args.nproc.is_some() {
+        if auto {
+            eprintln!("strata train: --distributed needs a number for --batch-size (per rank)");
+            return ExitCode::FAILURE;
+        }
+        return run_distributed(&o, args.zero, &args.common.report_json);
+    }
     let fitted = if auto {
         match auto_batch_size(&o) {
             Ok(fit) => {
@@ -98,4 +114,88 @@ pub(crate) fn run(args: TrainArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--distributed`: trains on every rank; rank 0 prints the report and writes the JSON.
+#[cfg(feature = "mpi")]
+fn run_distributed(
+    o: &TrainOptions,
+    zero: bool,
+    report_json: &Option<std::path::PathBuf>,
+) -> ExitCode {
+    let mut progress_on = |rank: usize| -> Box<dyn strata_cli::train::Progress> {
+        if rank == 0 {
+            Box::new(Bars::default())
+        } else {
+            Box::new(|_: &str| {})
+        }
+    };
+    let (rank, report) = match strata_cli::train::train_distributed(o, zero, &mut progress_on) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if rank != 0 {
+        return ExitCode::SUCCESS;
+    }
+    print!("{}", report.text());
+    match write_json(report_json, &report) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata train: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--distributed` in a strata built without MPI.
+#[cfg(not(feature = "mpi"))]
+fn run_distributed(_: &TrainOptions, _: bool, _: &Option<std::path::PathBuf>) -> ExitCode {
+    eprintln!(
+        "strata train: --distributed needs a strata built with the `mpi` feature (cargo build \
+         --release -p strata-cli --features mpi, which needs Debian's libopenmpi-dev, \
+         libclang-dev and pkg-config); scripts/train --nproc N builds it so"
+    );
+    ExitCode::FAILURE
+}
+
+/// `--nproc N` outside a job: runs this same command on N ranks under `mpirun` (with the
+/// options `strata_dist::launch::mpirun` gives) and ends as the job ends.
+#[cfg(feature = "mpi")]
+fn launch(n: usize, o: &TrainOptions) -> ExitCode {
+    if let Err(e) = strata_cli::train::check_distributed(o) {
+        eprintln!("strata train: {e}");
+        return ExitCode::FAILURE;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("strata train: cannot find this program to start its ranks: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut cmd = strata_dist::launch::mpirun(n);
+    cmd.arg(exe).args(std::env::args_os().skip(1));
+    match cmd.status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("strata train: the job of {n} ranks failed ({s})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!(
+                "strata train: cannot start mpirun ({e}); install Open MPI (Debian's \
+                 openmpi-bin)"
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--nproc` in a strata built without MPI.
+#[cfg(not(feature = "mpi"))]
+fn launch(_: usize, o: &TrainOptions) -> ExitCode {
+    run_distributed(o, false, &None)
 }

@@ -1,0 +1,381 @@
+//! `strata train --distributed`: data-parallel training of a classifier over the ranks
+//! `mpirun` started. Each rank trains on its share of every epoch (a `DistributedSampler`),
+//! with `--batch-size` samples per rank per step (PyTorch's convention); gradients are
+//! averaged in buckets during backward (`DistributedDataParallel`, each gradient a view into
+//! its bucket); with `--zero` the optimizer state is sharded over the ranks. Each rank
+//! measures its own step; rank 0 gathers every rank's figures into the report.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use strata::core::autocast::autocast;
+use strata::core::nn::functional::{cross_entropy, Reduction};
+use strata::core::{memory, DType, Device, Tensor};
+use strata::data::{DataLoader, DistributedSampler, LoaderOptions, Split, Subset};
+use strata::nn::optim::{Optimizer, ParamGroup};
+use strata::nn::Module;
+use strata_dist::{
+    init_process_group, DistributedDataParallel, ProcessGroup, ReduceOp, ZeroRedundancyOptimizer,
+};
+
+use super::data::{dataset, Data};
+use super::measure::measure_on_fresh;
+use super::report::{RankFigures, Report};
+use super::step::{loss_rows, optimizer_rule};
+use super::{build_model, check, evaluate_on, Progress, Result, TrainError, TrainOptions};
+use crate::crash;
+
+/// The environment variable that sets each rank's compute threads.
+const THREADS_VARIABLE: &str = "STRATA_NUM_THREADS";
+
+/// The optimizer of a distributed run: whole on every rank, or sharded (`--zero`).
+enum Stepper {
+    Whole(Optimizer),
+    Sharded(ZeroRedundancyOptimizer),
+}
+
+impl Stepper {
+    fn step(&mut self) -> Result<()> {
+        match self {
+            Stepper::Whole(o) => o.step()?,
+            Stepper::Sharded(z) => z.step()?,
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&mut self) -> Result<()> {
+        match self {
+            Stepper::Whole(o) => o.zero_grad(true)?,
+            Stepper::Sharded(z) => z.zero_grad(true)?,
+        }
+        Ok(())
+    }
+
+    fn state_bytes(&self) -> usize {
+        match self {
+            Stepper::Whole(o) => o.state_bytes(),
+            Stepper::Sharded(z) => z.state_bytes(),
+        }
+    }
+}
+
+/// What a distributed run refuses before it starts, each with the way out.
+fn refusals(o: &TrainOptions) -> Option<String> {
+    let unsupported = [
+        (
+            o.model.is_language_model(),
+            "the gpt (train the mlp, cnn or lstm)",
+        ),
+        (
+            o.device != Device::Cpu,
+            "a device other than the CPU (MPI moves CPU tensors)",
+        ),
+        (
+            o.amp == Some(DType::F16),
+            "--amp f16 (its loss scaler; use --amp bf16)",
+        ),
+        (o.optimizer_in_backward, "--optimizer-in-backward"),
+        (
+            o.checkpoint_activations.is_some(),
+            "--checkpoint-activations",
+        ),
+        (o.on_oom != super::OnOom::Fail, "--on-oom split"),
+        (
+            o.checkpoints.is_some() || o.resume.is_some(),
+            "checkpoints and --resume",
+        ),
+        (
+            o.snapshot.is_some() || o.html.is_some(),
+            "--snapshot and --html",
+        ),
+        (
+            o.profile.table || o.profile.trace.is_some(),
+            "--profile and --trace",
+        ),
+        (o.load.is_some() || o.save.is_some(), "--load and --save"),
+    ];
+    let refused: Vec<&str> = unsupported
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, what)| *what)
+        .collect();
+    (!refused.is_empty()).then(|| {
+        format!(
+            "--distributed does not take {} yet; run without them, or train in one process",
+            refused.join(", ")
+        )
+    })
+}
+
+/// Each rank's compute threads: `STRATA_NUM_THREADS` when set, else the machine's cores
+/// divided among the ranks on it, at least one. Set before any kernel runs, so the pool is
+/// made with it.
+fn share_cores() -> usize {
+    if let Some(n) = std::env::var(THREADS_VARIABLE)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    let ranks_here = std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / ranks_here).max(1);
+    std::env::set_var(THREADS_VARIABLE, threads.to_string());
+    threads
+}
+
+/// One step on this rank's batch: forward through the wrapper, the loss, backward (which
+/// averages the gradients over the ranks), the optimizer step, the gradients dropped.
+fn step(
+    ddp: &DistributedDataParallel,
+    stepper: &mut Stepper,
+    amp: Option<DType>,
+    x: &Tensor,
+    y: &Tensor,
+    after_forward: &mut dyn FnMut(),
+) -> Result<f32> {
+    let loss = {
+        let _region = amp.map(autocast).transpose()?;
+        let logits = ddp.call(x)?;
+        after_forward();
+        let (logits, y) = loss_rows(&logits, y)?;
+        cross_entropy(&logits, &y, Reduction::Mean)?
+    };
+    loss.backward()?;
+    crash::point("after-backward");
+    stepper.step()?;
+    crash::point("after-step");
+    stepper.zero_grad()?;
+    Ok(loss.item::<f32>()?)
+}
+
+/// Test accuracy and mean loss over the whole test set: each rank evaluates every
+/// world-th image from its rank on, and the sums are added over the ranks.
+fn evaluate(
+    group: &dyn ProcessGroup,
+    model: &dyn Module,
+    test: &Arc<dyn strata::data::Dataset>,
+    o: &TrainOptions,
+) -> Result<(f64, f64)> {
+    let (rank, world) = (group.rank(), group.world_size());
+    let mine: Vec<usize> = (rank..test.len()).step_by(world).collect();
+    let n = mine.len();
+    let shard = Arc::new(Subset::new(test.clone(), mine)?);
+    let mut data = Data::from_dataset(shard, o, false)?;
+    let (acc, loss) = evaluate_on(model, &mut data)?.unwrap_or((0.0, 0.0));
+    let sums = Tensor::from_vec(vec![acc * n as f64, loss * n as f64, n as f64], &[3])?;
+    group.all_reduce(&sums, ReduceOp::Sum)?;
+    let s = sums.to_vec::<f64>()?;
+    let total = s[2].max(1.0);
+    Ok((s[0] / total, s[1] / total))
+}
+
+/// Trains as `o` says on every rank of the job (`zero`: optimizer state sharded), telling
+/// `progress` as it goes (`progress_on` makes it for this rank). Every rank returns its rank
+/// and the same report, with every rank's figures.
+///
+/// A rank that fails after the job has started prints why and ends every rank of the job
+/// (the others would otherwise wait for it in their next collective); the error is returned
+/// only for failures before that.
+pub fn train_distributed(
+    o: &TrainOptions,
+    zero: bool,
+    progress_on: &mut dyn FnMut(usize) -> Box<dyn Progress>,
+) -> Result<(usize, Report)> {
+    check_distributed(o)?;
+    let threads = share_cores();
+    let group = init_process_group()?;
+    let rank = group.rank();
+    let shared: Arc<dyn ProcessGroup> = group.clone();
+    match run(o, zero, threads, shared, progress_on(rank).as_mut()) {
+        Ok(report) => Ok((rank, report)),
+        Err(e) => {
+            eprintln!("strata train: rank {rank}: {e}; ending every rank of the job");
+            group.abort(1)
+        }
+    }
+}
+
+/// Checks what a distributed run cannot do before any rank starts.
+pub fn check_distributed(o: &TrainOptions) -> Result<()> {
+    check(o)?;
+    match refusals(o) {
+        Some(why) => Err(TrainError::Options(why)),
+        None => Ok(()),
+    }
+}
+
+/// The run on this rank.
+fn run(
+    o: &TrainOptions,
+    zero: bool,
+    threads: usize,
+    group: Arc<dyn ProcessGroup>,
+    progress: &mut dyn Progress,
+) -> Result<Report> {
+    let (rank, world) = (group.rank(), group.world_size());
+    strata::core::manual_seed(o.seed);
+    memory::set_memory_limit(o.memory_limit, o.device)?;
+    memory::reset_peak_memory_stats(o.device)?;
+
+    let train_set = dataset(o, Split::Train, o.train_samples)?;
+    let sampler = DistributedSampler::new(train_set.len(), world, rank, true, o.seed, false)?;
+    let loader = DataLoader::with_sampler(
+        train_set,
+        Arc::new(sampler),
+        LoaderOptions {
+            batch_size: o.batch_size,
+            shuffle: false,
+            num_workers: o.workers,
+            prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
+            seed: o.seed,
+            ..LoaderOptions::default()
+        },
+    )?;
+    let mut train_data = Data::Real(loader);
+    let test_set = dataset(o, Split::Test, o.test_samples)?;
+
+    let model = build_model(o, None)?;
+    let ddp = DistributedDataParallel::new(model.module().clone(), group.clone())?;
+    let rule = optimizer_rule(o, false);
+    let mut stepper = if zero {
+        Stepper::Sharded(ZeroRedundancyOptimizer::new(
+            ddp.parameters(),
+            group.clone(),
+            |p| Optimizer::with_groups(vec![ParamGroup::new(p)], rule),
+        )?)
+    } else {
+        Stepper::Whole(Optimizer::with_groups(
+            vec![ParamGroup::new(ddp.parameters())],
+            rule,
+        )?)
+    };
+
+    let (mut accuracy, mut train_loss, mut epoch_seconds) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut test_loss, mut samples, mut data_wait) = (None, 0usize, 0.0f64);
+    let mut measured = None;
+    let mut steps = 0usize;
+    let mut comm_before = ddp.communication();
+    for epoch in 0..o.epochs {
+        train_data.set_epoch(epoch as u64);
+        ddp.train();
+        let batches = train_data.len();
+        progress.epoch_started(epoch + 1, o.epochs, batches);
+        let start = Instant::now();
+        let (mut loss_sum, mut seen) = (0.0f64, 0usize);
+        let mut batches = train_data.epoch()?;
+        loop {
+            let waited = Instant::now();
+            let Some(batch) = batches.next() else { break };
+            data_wait += waited.elapsed().as_secs_f64();
+            let (x, y) = batch?;
+            let b = x.shape()[0];
+            let loss = if steps == 1 {
+                comm_before = ddp.communication();
+                let (loss, m) = measure_on_fresh(o.device, |after| {
+                    step(&ddp, &mut stepper, o.amp, &x, &y, after)
+                })?;
+                measured = Some(m);
+                loss
+            } else {
+                step(&ddp, &mut stepper, o.amp, &x, &y, &mut || {})?
+            };
+            steps += 1;
+            loss_sum += f64::from(loss) * b as f64;
+            seen += b;
+            progress.batch_done(
+                Some(loss),
+                seen as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                memory::memory_allocated(o.device)?,
+                memory::max_memory_allocated(o.device)?,
+            );
+        }
+        drop(batches);
+        let secs = start.elapsed().as_secs_f64();
+        samples += seen;
+        epoch_seconds.push(secs);
+        let mean = loss_sum / seen.max(1) as f64;
+        train_loss.push(mean);
+        let (acc, loss) = evaluate(group.as_ref(), model.module().as_ref(), &test_set, o)?;
+        accuracy.push(acc);
+        test_loss = Some(loss);
+        progress.epoch_done(&format!(
+            "epoch {}/{}: train loss {mean:.4} (rank {rank}), test accuracy {:.2}%, {secs:.1} s",
+            epoch + 1,
+            o.epochs,
+            100.0 * acc
+        ));
+    }
+
+    let m = measured.unwrap_or_default();
+    let stats = memory::memory_stats(o.device)?;
+    let comm = ddp.communication();
+    let timed = comm.backwards.saturating_sub(comm_before.backwards);
+    let param_bytes: usize = ddp.parameters().iter().map(Tensor::nbytes).sum();
+    let mine = [
+        threads as f64,
+        m.allocated as f64,
+        m.reserved as f64,
+        stats.allocated_bytes.all.peak.max(0) as f64,
+        (param_bytes + ddp.bucket_bytes() + stepper.state_bytes()) as f64,
+        (comm.allreduce_seconds - comm_before.allreduce_seconds) / timed.max(1) as f64,
+        {
+            let mut since = comm;
+            since.allreduce_seconds -= comm_before.allreduce_seconds;
+            since.waited_seconds -= comm_before.waited_seconds;
+            since.hidden_share()
+        },
+    ];
+    let everyone = Tensor::zeros(&[world * mine.len()], DType::F64)?;
+    group.all_gather_into_tensor(&everyone, &Tensor::from_vec(mine.to_vec(), &[mine.len()])?)?;
+    let ranks = everyone
+        .to_vec::<f64>()?
+        .chunks(mine.len())
+        .enumerate()
+        .map(|(r, v)| RankFigures {
+            rank: r,
+            threads: v[0] as usize,
+            step_peak_allocated: v[1] as usize,
+            step_peak_reserved: v[2] as usize,
+            run_peak_allocated: v[3] as usize,
+            persistent_bytes: v[4] as usize,
+            allreduce_seconds_per_step: Some(v[5]),
+            allreduce_hidden_share: Some(v[6]),
+        })
+        .collect();
+    let total: f64 = epoch_seconds.iter().sum();
+    let report = Report {
+        model: o.model.name().to_owned(),
+        device: o.device.to_string(),
+        test_accuracy: accuracy.last().copied(),
+        test_loss,
+        test_accuracy_per_epoch: Some(accuracy),
+        train_loss: Some(train_loss),
+        val_loss: None,
+        evaluations: Vec::new(),
+        epoch_seconds,
+        data_wait_seconds: data_wait,
+        samples_per_second: (samples * world) as f64 / total.max(1e-9),
+        step_peak_allocated: m.allocated,
+        step_peak_reserved: m.reserved,
+        step_peak_requested: m.requested,
+        categories_at_peak: m.categories,
+        top_holders: m.holders,
+        split_steps: 0,
+        split_note: None,
+        run_peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
+        run_peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
+        watch_findings: Vec::new(),
+        resumed_from: None,
+        checkpoint_notes: Vec::new(),
+        profile_table: None,
+        world_size: Some(world),
+        ranks: Some(ranks),
+    };
+    Ok(report)
+}

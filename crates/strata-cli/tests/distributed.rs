@@ -1,0 +1,117 @@
+//! `strata train --nproc 2` (two ranks on this machine through mpirun): the report carries
+//! every rank's figures, the gradients live in the buckets (each rank's run peak stays
+//! within one process's at the same per-rank batch plus the buckets), ZeRO shards Adam's
+//! state as PyTorch's partition says, and a rank that dies ends the whole job quickly.
+#![cfg(feature = "mpi")]
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use strata_dist::launch::run_bounded;
+
+const DATA: &str = "/usr/share/datasets/fashion-mnist";
+
+fn strata(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+    cmd.args([
+        "train",
+        "--model",
+        "mlp",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+    ])
+    .args([
+        "--train-samples",
+        "1024",
+        "--test-samples",
+        "256",
+        "--data-dir",
+        DATA,
+    ])
+    .args(args)
+    .env_remove("STRATA_CRASH_AT")
+    .env_remove("STRATA_CRASH_RANK");
+    cmd
+}
+
+/// Runs `cmd` (bounded) and returns its report JSON.
+fn report(cmd: &mut Command, json: &std::path::Path) -> Value {
+    cmd.arg("--report-json").arg(json);
+    let out = run_bounded(cmd, Duration::from_secs(180)).unwrap();
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "{:?}\n{}\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
+fn size(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn two_ranks_train_report_every_rank_and_shard_adam_with_zero() {
+    let dir = std::env::temp_dir().join(format!("strata-distributed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = report(&mut strata(&[]), &dir.join("one.json"));
+    let ddp = report(&mut strata(&["--nproc", "2"]), &dir.join("ddp.json"));
+    let zero = report(
+        &mut strata(&["--nproc", "2", "--zero"]),
+        &dir.join("zero.json"),
+    );
+
+    // The mlp: 784·1024 + 1024 + 1024·1024 + 1024 + 1024·10 + 10 parameters, 4 bytes each.
+    let params: u64 = 4 * (784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10);
+    assert!(ddp["test_accuracy"].as_f64().unwrap() > 0.5, "{ddp}");
+    assert_eq!(ddp["world_size"], 2);
+    let ranks = ddp["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for (r, rank) in ranks.iter().enumerate() {
+        assert_eq!(size(rank, "rank"), r as u64);
+        assert!(size(rank, "threads") >= 1);
+        // Parameters, the buckets (every gradient, as a view), Adam's two moments.
+        assert_eq!(size(rank, "persistent_bytes"), params + params + 2 * params);
+        // Gradients live in the buckets, not beside them.
+        assert!(
+            size(rank, "run_peak_allocated") <= size(&one, "run_peak_allocated") + params,
+            "rank {r}: {rank} against one process's {}",
+            size(&one, "run_peak_allocated")
+        );
+        assert!(rank["allreduce_seconds_per_step"].as_f64().unwrap() > 0.0);
+    }
+
+    // ZeRO: rank 0 owns the 1024×1024 weight alone, rank 1 everything else.
+    let shard0: u64 = 4 * 1024 * 1024;
+    let shards = [2 * shard0, 2 * (params - shard0)];
+    for (r, rank) in zero["ranks"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            size(rank, "persistent_bytes"),
+            2 * params + shards[r],
+            "rank {r}"
+        );
+    }
+    let share = shard0 as f64 / params as f64;
+    assert!((share - 0.5626).abs() < 1e-3, "{share}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
+    let mut cmd = strata(&["--nproc", "2"]);
+    cmd.env("STRATA_CRASH_AT", "after-backward:3")
+        .env("STRATA_CRASH_RANK", "1");
+    let out = run_bounded(&mut cmd, Duration::from_secs(60)).unwrap();
+    let status = out.status.expect("the job must end by itself, not hang");
+    assert!(!status.success());
+    assert!(
+        out.stderr.contains("rank 1") && out.stderr.contains("the job of 2 ranks failed"),
+        "{}",
+        out.stderr
+    );
+}
