@@ -1,7 +1,8 @@
 //! `strata train --nproc 2` (two ranks on this machine through mpirun): the report carries
 //! every rank's figures, the gradients live in the buckets (each rank's run peak stays
 //! within one process's at the same per-rank batch plus the buckets), ZeRO shards Adam's
-//! state as PyTorch's partition says, and a rank that dies ends the whole job quickly.
+//! state as PyTorch's partition says, `strata plan --nproc 2` predicts each rank's figures
+//! to the byte, and a rank that dies ends the whole job quickly.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -12,28 +13,28 @@ use strata_dist::launch::run_bounded;
 
 const DATA: &str = "/usr/share/datasets/fashion-mnist";
 
+/// The slice of Fashion-MNIST, model and batch every run here uses.
+const RUN: [&str; 10] = [
+    "--model",
+    "mlp",
+    "--batch-size",
+    "64",
+    "--train-samples",
+    "1024",
+    "--test-samples",
+    "256",
+    "--data-dir",
+    DATA,
+];
+
+/// `strata train` for one epoch of [`RUN`], with `args`.
 fn strata(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.args([
-        "train",
-        "--model",
-        "mlp",
-        "--epochs",
-        "1",
-        "--batch-size",
-        "64",
-    ])
-    .args([
-        "--train-samples",
-        "1024",
-        "--test-samples",
-        "256",
-        "--data-dir",
-        DATA,
-    ])
-    .args(args)
-    .env_remove("STRATA_CRASH_AT")
-    .env_remove("STRATA_CRASH_RANK");
+    cmd.args(["train", "--epochs", "1"])
+        .args(RUN)
+        .args(args)
+        .env_remove("STRATA_CRASH_AT")
+        .env_remove("STRATA_CRASH_RANK");
     cmd
 }
 
@@ -98,6 +99,30 @@ fn two_ranks_train_report_every_rank_and_shard_adam_with_zero() {
     }
     let share = shard0 as f64 / params as f64;
     assert!((share - 0.5626).abs() < 1e-3, "{share}");
+
+    // `strata plan --nproc 2` predicts every rank's figures to the byte.
+    for (measured, zero) in [(&ddp, false), (&zero, true)] {
+        let mut plan = Command::new(env!("CARGO_BIN_EXE_strata"));
+        plan.args(["plan", "--nproc", "2"]).args(RUN);
+        if zero {
+            plan.arg("--zero");
+        }
+        let planned = report(&mut plan, &dir.join("plan.json"));
+        let (planned, measured) = (
+            planned["ranks"].as_array().unwrap(),
+            measured["ranks"].as_array().unwrap(),
+        );
+        for (p, m) in planned.iter().zip(measured) {
+            for key in [
+                "step_peak_allocated",
+                "step_peak_reserved",
+                "run_peak_allocated",
+                "persistent_bytes",
+            ] {
+                assert_eq!(p[key], m[key], "zero {zero}, rank {}: {key}", m["rank"]);
+            }
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

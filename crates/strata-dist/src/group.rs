@@ -91,33 +91,6 @@ pub trait ProcessGroup: Send + Sync {
     }
 }
 
-/// Checks that `t` can be used in place by a collective: on the CPU and contiguous.
-pub(crate) fn check_buffer(op: &'static str, what: &str, t: &Tensor) -> Result<()> {
-    if t.device() != strata_core::Device::Cpu {
-        return Err(Error::Unsupported {
-            op,
-            message: format!(
-                "{what} is on {}; this process group moves CPU tensors. Hint: copy it with \
-                 .to(Device::Cpu), or use a process group for that device",
-                t.device()
-            ),
-        });
-    }
-    if !t.is_contiguous() {
-        return Err(Error::argument(
-            op,
-            format!(
-                "{what} is not contiguous (shape {:?}, strides {:?}); collectives work on one \
-                 run of memory in place",
-                t.shape().to_vec(),
-                t.stride()
-            ),
-            Some("call .contiguous() and pass the copy (then copy the result back if needed)"),
-        ));
-    }
-    Ok(())
-}
-
 /// Checks that a reduction `op` is defined for `dtype`.
 pub(crate) fn check_reduction(op_name: &'static str, op: ReduceOp, dtype: DType) -> Result<()> {
     if op == ReduceOp::Average && !dtype.is_floating() {

@@ -9,6 +9,8 @@
 //! - [`DistributedDataParallel`]: a module whose gradients are averaged over the ranks in
 //!   buckets during backward, each `.grad` a view into its bucket.
 //! - [`ZeroRedundancyOptimizer`]: optimizer state sharded over the ranks.
+//! - [`PlanningGroup`]: one rank of a world, without communication, for planning each
+//!   rank's memory on the meta device.
 
 mod ddp;
 pub mod error;
@@ -16,6 +18,7 @@ pub mod group;
 pub mod launch;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod planning;
 pub mod work;
 pub mod zero;
 
@@ -24,5 +27,6 @@ pub use error::DistError;
 pub use group::{ProcessGroup, ReduceOp};
 #[cfg(feature = "mpi")]
 pub use mpi::{init_process_group, MpiProcessGroup};
+pub use planning::PlanningGroup;
 pub use work::Work;
 pub use zero::ZeroRedundancyOptimizer;

@@ -294,6 +294,16 @@ pub(crate) struct PlanArgs {
     /// The prompt of `--sample`.
     #[arg(long, default_value = "\n")]
     pub(crate) prompt: String,
+    /// Plan each rank of `strata train --nproc N` (with the same options): its step and
+    /// run peaks, buckets and shards included, one rank after another on meta.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) nproc: Option<u32>,
+    /// With --nproc: the optimizer state sharded over the ranks, as `strata train --zero`.
+    #[arg(long, requires = "nproc")]
+    pub(crate) zero: bool,
+    /// With --nproc: the epochs of the planned run (its run peak is reached in the first).
+    #[arg(long, default_value_t = 1, requires = "nproc")]
+    pub(crate) epochs: usize,
 }
 
 /// `strata sample`'s options.

@@ -72,28 +72,34 @@ impl Data {
             (Split::Test, None) => (o.test_samples, TEST_IMAGES),
         };
         if o.device == Device::Meta {
-            // The loader's bound: each worker keeps `prefetch` batches ready.
-            let in_flight = if o.workers > 0 {
-                o.workers * o.prefetch.unwrap_or(2)
+            let sample = if text.is_some() {
+                Sample::Window
             } else {
-                0
+                Sample::Image
             };
-            return Ok(Data::Meta {
-                images: limit.map_or(full, |n| n.min(full)),
-                batch_size: o.batch_size,
-                in_flight,
-                sample: if text.is_some() {
-                    Sample::Window
-                } else {
-                    Sample::Image
-                },
-            });
+            return Ok(Data::meta(o, limit.map_or(full, |n| n.min(full)), sample));
         }
         match text {
             // Random windows need no shuffling: each draws its own start.
             Some(t) if split == Split::Train => Data::from_dataset(t.training(full)?, o, false),
             Some(t) => Data::from_dataset(t.validation()?, o, false),
             None => Data::from_dataset(dataset(o, split, limit)?, o, split == Split::Train),
+        }
+    }
+
+    /// `samples` samples in meta batches as `o`'s loader would make them: its batch size, and
+    /// its bound of batches made ahead (each worker keeps `prefetch` batches ready).
+    pub(crate) fn meta(o: &TrainOptions, samples: usize, sample: Sample) -> Data {
+        let in_flight = if o.workers > 0 {
+            o.workers * o.prefetch.unwrap_or(2)
+        } else {
+            0
+        };
+        Data::Meta {
+            images: samples,
+            batch_size: o.batch_size,
+            in_flight,
+            sample,
         }
     }
 

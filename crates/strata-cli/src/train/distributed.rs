@@ -4,6 +4,10 @@
 //! averaged in buckets during backward (`DistributedDataParallel`, each gradient a view into
 //! its bucket); with `--zero` the optimizer state is sharded over the ranks. Each rank
 //! measures its own step; rank 0 gathers every rank's figures into the report.
+//!
+//! `strata plan --nproc N` runs the same program on the meta device once per rank, with a
+//! [`PlanningGroup`] in place of MPI: each rank's step and run peaks, buckets and shards
+//! included, without a process started.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,11 +18,13 @@ use strata::core::{memory, DType, Device, Tensor};
 use strata::data::{DataLoader, DistributedSampler, LoaderOptions, Split, Subset};
 use strata::nn::optim::{Optimizer, ParamGroup};
 use strata::nn::Module;
+#[cfg(feature = "mpi")]
+use strata_dist::init_process_group;
 use strata_dist::{
-    init_process_group, DistributedDataParallel, ProcessGroup, ReduceOp, ZeroRedundancyOptimizer,
+    DistributedDataParallel, PlanningGroup, ProcessGroup, ReduceOp, ZeroRedundancyOptimizer,
 };
 
-use super::data::{dataset, Data};
+use super::data::{dataset, Data, Sample};
 use super::measure::measure_on_fresh;
 use super::report::{RankFigures, Report};
 use super::step::{loss_rows, optimizer_rule};
@@ -26,6 +32,7 @@ use super::{build_model, check, evaluate_on, Progress, Result, TrainError, Train
 use crate::crash;
 
 /// The environment variable that sets each rank's compute threads.
+#[cfg(feature = "mpi")]
 const THREADS_VARIABLE: &str = "STRATA_NUM_THREADS";
 
 /// The optimizer of a distributed run: whole on every rank, or sharded (`--zero`).
@@ -110,6 +117,7 @@ fn refusals(o: &TrainOptions) -> Option<String> {
 /// Each rank's compute threads: `STRATA_NUM_THREADS` when set, else the machine's cores
 /// divided among the ranks on it, at least one. Set before any kernel runs, so the pool is
 /// made with it.
+#[cfg(feature = "mpi")]
 fn share_cores() -> usize {
     if let Some(n) = std::env::var(THREADS_VARIABLE)
         .ok()
@@ -138,7 +146,7 @@ fn step(
     x: &Tensor,
     y: &Tensor,
     after_forward: &mut dyn FnMut(),
-) -> Result<f32> {
+) -> Result<Option<f32>> {
     let loss = {
         let _region = amp.map(autocast).transpose()?;
         let logits = ddp.call(x)?;
@@ -151,22 +159,29 @@ fn step(
     stepper.step()?;
     crash::point("after-step");
     stepper.zero_grad()?;
-    Ok(loss.item::<f32>()?)
+    if loss.device() == Device::Meta {
+        return Ok(None);
+    }
+    Ok(Some(loss.item::<f32>()?))
 }
 
-/// Test accuracy and mean loss over the whole test set: each rank evaluates every
-/// world-th image from its rank on, and the sums are added over the ranks.
+/// Test accuracy and mean loss over the whole test set of `len` images: each rank evaluates
+/// every world-th image from its rank on, and the sums are added over the ranks. A plan
+/// (`test` is `None`) runs the same batches on meta.
 fn evaluate(
     group: &dyn ProcessGroup,
     model: &dyn Module,
-    test: &Arc<dyn strata::data::Dataset>,
+    len: usize,
+    test: Option<&Arc<dyn strata::data::Dataset>>,
     o: &TrainOptions,
 ) -> Result<(f64, f64)> {
     let (rank, world) = (group.rank(), group.world_size());
-    let mine: Vec<usize> = (rank..test.len()).step_by(world).collect();
+    let mine: Vec<usize> = (rank..len).step_by(world).collect();
     let n = mine.len();
-    let shard = Arc::new(Subset::new(test.clone(), mine)?);
-    let mut data = Data::from_dataset(shard, o, false)?;
+    let mut data = match test {
+        Some(test) => Data::from_dataset(Arc::new(Subset::new(test.clone(), mine)?), o, false)?,
+        None => Data::meta(o, n, Sample::Image),
+    };
     let (acc, loss) = evaluate_on(model, &mut data)?.unwrap_or((0.0, 0.0));
     let sums = Tensor::from_vec(vec![acc * n as f64, loss * n as f64, n as f64], &[3])?;
     group.all_reduce(&sums, ReduceOp::Sum)?;
@@ -182,6 +197,7 @@ fn evaluate(
 /// A rank that fails after the job has started prints why and ends every rank of the job
 /// (the others would otherwise wait for it in their next collective); the error is returned
 /// only for failures before that.
+#[cfg(feature = "mpi")]
 pub fn train_distributed(
     o: &TrainOptions,
     zero: bool,
@@ -199,6 +215,36 @@ pub fn train_distributed(
             group.abort(1)
         }
     }
+}
+
+/// Plans each rank of a distributed run of `o` on `nproc` ranks (`zero`: optimizer state
+/// sharded): the run on the meta device once per rank, with a planning group for that rank.
+/// Returns the figures `strata train --distributed` measures for each rank (no
+/// communication times: nothing is sent).
+pub fn plan_distributed(o: &TrainOptions, zero: bool, nproc: usize) -> Result<Vec<RankFigures>> {
+    let planned = TrainOptions {
+        device: Device::Meta,
+        ..o.clone()
+    };
+    check_distributed(&TrainOptions {
+        device: Device::Cpu,
+        ..planned.clone()
+    })?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut ranks = Vec::with_capacity(nproc);
+    for rank in 0..nproc {
+        let group = Arc::new(PlanningGroup::new(rank, nproc)?);
+        memory::empty_cache(Device::Meta)?;
+        let report = run(
+            &planned,
+            zero,
+            (cores / nproc).max(1),
+            group,
+            &mut |_: &str| {},
+        )?;
+        ranks.extend(report.ranks.into_iter().flatten());
+    }
+    Ok(ranks)
 }
 
 /// Checks what a distributed run cannot do before any rank starts.
@@ -223,24 +269,39 @@ fn run(
     memory::set_memory_limit(o.memory_limit, o.device)?;
     memory::reset_peak_memory_stats(o.device)?;
 
-    let train_set = dataset(o, Split::Train, o.train_samples)?;
-    let sampler = DistributedSampler::new(train_set.len(), world, rank, true, o.seed, false)?;
-    let loader = DataLoader::with_sampler(
-        train_set,
-        Arc::new(sampler),
-        LoaderOptions {
-            batch_size: o.batch_size,
-            shuffle: false,
-            num_workers: o.workers,
-            prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
-            seed: o.seed,
-            ..LoaderOptions::default()
-        },
-    )?;
-    let mut train_data = Data::Real(loader);
-    let test_set = dataset(o, Split::Test, o.test_samples)?;
+    let meta = o.device == Device::Meta;
+    let images = |limit: Option<usize>, all: usize| limit.map_or(all, |n| n.min(all));
+    let (train_len, test_set) = if meta {
+        (images(o.train_samples, super::TRAIN_IMAGES), None)
+    } else {
+        let train = dataset(o, Split::Train, o.train_samples)?;
+        (train.len(), Some(dataset(o, Split::Test, o.test_samples)?))
+    };
+    let test_len = test_set
+        .as_ref()
+        .map_or(images(o.test_samples, super::TEST_IMAGES), |t| t.len());
+    let sampler = DistributedSampler::new(train_len, world, rank, true, o.seed, false)?;
+    let mut train_data = if meta {
+        Data::meta(o, strata::data::Sampler::len(&sampler), Sample::Image)
+    } else {
+        Data::Real(DataLoader::with_sampler(
+            dataset(o, Split::Train, o.train_samples)?,
+            Arc::new(sampler),
+            LoaderOptions {
+                batch_size: o.batch_size,
+                shuffle: false,
+                num_workers: o.workers,
+                prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
+                seed: o.seed,
+                ..LoaderOptions::default()
+            },
+        )?)
+    };
 
-    let model = build_model(o, None)?;
+    let model = {
+        let _on = strata::core::device::DefaultDevice::set(o.device);
+        build_model(o, None)?
+    };
     let ddp = DistributedDataParallel::new(model.module().clone(), group.clone())?;
     let rule = optimizer_rule(o, false);
     let mut stepper = if zero {
@@ -286,10 +347,10 @@ fn run(
                 step(&ddp, &mut stepper, o.amp, &x, &y, &mut || {})?
             };
             steps += 1;
-            loss_sum += f64::from(loss) * b as f64;
+            loss_sum += f64::from(loss.unwrap_or(0.0)) * b as f64;
             seen += b;
             progress.batch_done(
-                Some(loss),
+                loss,
                 seen as f64 / start.elapsed().as_secs_f64().max(1e-9),
                 memory::memory_allocated(o.device)?,
                 memory::max_memory_allocated(o.device)?,
@@ -301,9 +362,17 @@ fn run(
         epoch_seconds.push(secs);
         let mean = loss_sum / seen.max(1) as f64;
         train_loss.push(mean);
-        let (acc, loss) = evaluate(group.as_ref(), model.module().as_ref(), &test_set, o)?;
-        accuracy.push(acc);
-        test_loss = Some(loss);
+        let (acc, loss) = evaluate(
+            group.as_ref(),
+            model.module().as_ref(),
+            test_len,
+            test_set.as_ref(),
+            o,
+        )?;
+        if !meta {
+            accuracy.push(acc);
+            test_loss = Some(loss);
+        }
         progress.epoch_done(&format!(
             "epoch {}/{}: train loss {mean:.4} (rank {rank}), test accuracy {:.2}%, {secs:.1} s",
             epoch + 1,
@@ -331,31 +400,37 @@ fn run(
             since.hidden_share()
         },
     ];
-    let everyone = Tensor::zeros(&[world * mine.len()], DType::F64)?;
-    group.all_gather_into_tensor(&everyone, &Tensor::from_vec(mine.to_vec(), &[mine.len()])?)?;
-    let ranks = everyone
-        .to_vec::<f64>()?
-        .chunks(mine.len())
-        .enumerate()
-        .map(|(r, v)| RankFigures {
-            rank: r,
-            threads: v[0] as usize,
-            step_peak_allocated: v[1] as usize,
-            step_peak_reserved: v[2] as usize,
-            run_peak_allocated: v[3] as usize,
-            persistent_bytes: v[4] as usize,
-            allreduce_seconds_per_step: Some(v[5]),
-            allreduce_hidden_share: Some(v[6]),
-        })
-        .collect();
+    let figures = |r: usize, v: &[f64]| RankFigures {
+        rank: r,
+        threads: v[0] as usize,
+        step_peak_allocated: v[1] as usize,
+        step_peak_reserved: v[2] as usize,
+        run_peak_allocated: v[3] as usize,
+        persistent_bytes: v[4] as usize,
+        allreduce_seconds_per_step: (!meta).then_some(v[5]),
+        allreduce_hidden_share: (!meta).then_some(v[6]),
+    };
+    let ranks = if meta {
+        // A plan runs one rank at a time: this one's figures only.
+        vec![figures(rank, &mine)]
+    } else {
+        let everyone = Tensor::zeros(&[world * mine.len()], DType::F64)?;
+        let own = Tensor::from_vec(mine.to_vec(), &[mine.len()])?;
+        group.all_gather_into_tensor(&everyone, &own)?;
+        let all = everyone.to_vec::<f64>()?;
+        all.chunks(mine.len())
+            .enumerate()
+            .map(|(r, v)| figures(r, v))
+            .collect()
+    };
     let total: f64 = epoch_seconds.iter().sum();
     let report = Report {
         model: o.model.name().to_owned(),
         device: o.device.to_string(),
         test_accuracy: accuracy.last().copied(),
         test_loss,
-        test_accuracy_per_epoch: Some(accuracy),
-        train_loss: Some(train_loss),
+        test_accuracy_per_epoch: (!meta).then_some(accuracy),
+        train_loss: (!meta).then_some(train_loss),
         val_loss: None,
         evaluations: Vec::new(),
         epoch_seconds,

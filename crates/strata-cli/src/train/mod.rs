@@ -4,7 +4,6 @@
 
 mod checkpoint;
 mod data;
-#[cfg(feature = "mpi")]
 mod distributed;
 mod figures;
 mod measure;
@@ -39,7 +38,8 @@ pub use checkpoint::{
 };
 pub use data::{test_set, TEST_IMAGES, TRAIN_IMAGES};
 #[cfg(feature = "mpi")]
-pub use distributed::{check_distributed, train_distributed};
+pub use distributed::train_distributed;
+pub use distributed::{check_distributed, plan_distributed};
 pub use models::{CheckpointMode, Model, ModelKind, Vocabulary};
 pub use plan::{fit, plan, Fit, PlanJson};
 pub use report::{Evaluation, RankFigures, Report};

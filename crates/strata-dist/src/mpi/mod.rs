@@ -9,7 +9,7 @@ use std::sync::Arc;
 use strata_core::{Result, Tensor};
 
 use crate::group::{
-    check_buffer, check_gathered_size, check_reduction, check_same_dtype, ProcessGroup, ReduceOp,
+    check_gathered_size, check_reduction, check_same_dtype, ProcessGroup, ReduceOp,
 };
 use crate::work::Work;
 use thread::CommThread;
@@ -39,6 +39,33 @@ pub fn init_process_group() -> Result<Arc<MpiProcessGroup>> {
         world_size: membership.world_size,
         thread,
     }))
+}
+
+/// Checks that `t` can be used in place by a collective: on the CPU and contiguous.
+fn check_buffer(op: &'static str, what: &str, t: &Tensor) -> Result<()> {
+    if t.device() != strata_core::Device::Cpu {
+        return Err(strata_core::Error::Unsupported {
+            op,
+            message: format!(
+                "{what} is on {}; this process group moves CPU tensors. Hint: copy it with \
+                 .to(Device::Cpu), or use a process group for that device",
+                t.device()
+            ),
+        });
+    }
+    if !t.is_contiguous() {
+        return Err(strata_core::Error::argument(
+            op,
+            format!(
+                "{what} is not contiguous (shape {:?}, strides {:?}); collectives work on one \
+                 run of memory in place",
+                t.shape().to_vec(),
+                t.stride()
+            ),
+            Some("call .contiguous() and pass the copy (then copy the result back if needed)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f` on `read`'s bytes and `write`'s bytes, locking the two storages in increasing id

@@ -16,6 +16,9 @@ pub(crate) fn run(args: PlanArgs) -> ExitCode {
     if let Some(tokens) = args.sample {
         return plan_sample(&args, tokens);
     }
+    if let Some(n) = args.nproc {
+        return plan_ranks(args, n as usize);
+    }
     let fit_asked = args.fit || batch_size_auto(&args.common);
     let mut o = step_options(&args.common, args.step);
     let mut run = || -> Result<(PlanReport, Option<Fit>), String> {
@@ -92,6 +95,63 @@ fn plan_sample(args: &PlanArgs, tokens: usize) -> ExitCode {
                 }
             }
         }
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--nproc N`: each rank of `strata train --nproc N`, planned on meta.
+fn plan_ranks(args: PlanArgs, nproc: usize) -> ExitCode {
+    if batch_size_auto(&args.common) || args.fit {
+        eprintln!(
+            "strata plan: --nproc plans a given --batch-size (per rank); --fit is for one process"
+        );
+        return ExitCode::FAILURE;
+    }
+    let o = strata_cli::train::TrainOptions {
+        epochs: args.epochs,
+        ..step_options(&args.common, args.step)
+    };
+    let ranks = match strata_cli::train::plan_distributed(&o, args.zero, nproc) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata plan: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let size = strata::alloc::caching::format_size;
+    println!(
+        "{} on {nproc} ranks at batch size {} per rank{} (what strata train --nproc {nproc} \
+         measures on each):",
+        o.model.name(),
+        o.batch_size,
+        if args.zero {
+            ", optimizer state sharded"
+        } else {
+            ""
+        }
+    );
+    for r in &ranks {
+        println!(
+            "  rank {}: step peak allocated {}, reserved {}; run peak allocated {}; persistent {}",
+            r.rank,
+            size(r.step_peak_allocated),
+            size(r.step_peak_reserved),
+            size(r.run_peak_allocated),
+            size(r.persistent_bytes)
+        );
+    }
+    let json = serde_json::json!({
+        "model": o.model.name(),
+        "batch_size": o.batch_size,
+        "world_size": nproc,
+        "zero": args.zero,
+        "ranks": ranks,
+    });
+    match write_json(&args.common.report_json, &json) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("strata plan: {e}");
             ExitCode::FAILURE
