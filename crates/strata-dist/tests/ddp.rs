@@ -8,12 +8,15 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use strata_core::autocast::autocast;
+use strata_core::autograd::checkpoint;
 use strata_core::nn::functional::{cross_entropy, Reduction};
-use strata_core::{manual_seed, Result, Tensor};
+use strata_core::{manual_seed, DType, Result, Tensor};
 use strata_data::{DistributedSampler, Sampler};
 use strata_dist::{
     init_process_group, DdpOptions, DistributedDataParallel, ProcessGroup, ZeroRedundancyOptimizer,
 };
+use strata_nn::amp::GradScaler;
 use strata_nn::module::shared;
 use strata_nn::optim::{Adam, Optimizer, Sgd};
 use strata_nn::{Linear, Module, ModuleCore, ReLU, RnnConfig, Sequential, LSTM};
@@ -67,6 +70,31 @@ impl Module for WithUnused {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.used.call(x)
     }
+}
+
+/// The mlp with its forward checkpointed: only the input is kept, the rest recomputed in
+/// backward.
+struct Checkpointed {
+    core: ModuleCore,
+    inner: Arc<dyn Module>,
+}
+
+impl Module for Checkpointed {
+    fn core(&self) -> &ModuleCore {
+        &self.core
+    }
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let inner = self.inner.clone();
+        let out = checkpoint(move |xs| Ok(vec![inner.forward(&xs[0])?]), &[x.clone()])?;
+        Ok(out.into_iter().next().expect("one output"))
+    }
+}
+
+fn checkpointed_mlp() -> Arc<dyn Module> {
+    let core = ModuleCore::new("Checkpointed");
+    let inner = mlp();
+    core.register_dyn("inner", inner.clone()).unwrap();
+    shared(Checkpointed { core, inner })
 }
 
 fn lstm() -> Arc<dyn Module> {
@@ -301,6 +329,10 @@ fn ddp_on_two_ranks_equals_one_process_with_the_whole_batch() {
         }
     }
 
+    // Activation checkpointing: the recomputed forward's gradients are averaged alike.
+    let d = train_both(&pg, checkpointed_mlp, DdpOptions::default(), 2, false);
+    assert!(d < 1e-5, "checkpointed mlp: parameters differ by {d}");
+
     // ZeRO: Adam's state sharded over the two ranks, the same training as one process.
     for (name, build) in [("mlp", mlp as fn() -> Arc<dyn Module>), ("lstm", lstm)] {
         let d = train_both(&pg, build, DdpOptions::default(), 1, true);
@@ -331,6 +363,51 @@ fn ddp_on_two_ranks_equals_one_process_with_the_whole_batch() {
         a, b,
         "a synchronised backward averages everything accumulated"
     );
+
+    // GradScaler: an overflow on one rank reaches every rank through the average, so every
+    // rank's scaler skips the same step and lowers its scale alike.
+    let ddp = DistributedDataParallel::new(mlp(), pg.clone()).unwrap();
+    let mut opt = sgd(&ddp);
+    let mut scaler = GradScaler::new();
+    let before: Vec<Vec<f32>> = ddp
+        .parameters()
+        .iter()
+        .map(|p| p.to_vec().unwrap())
+        .collect();
+    let l = loss(&ddp, &data, &mine);
+    let l = if pg.rank() == 1 {
+        l.mul(f64::INFINITY).unwrap()
+    } else {
+        l
+    };
+    scaler.scale(&l).unwrap().backward().unwrap();
+    assert!(
+        !scaler.step(&mut opt).unwrap(),
+        "rank {} stepped",
+        pg.rank()
+    );
+    scaler.update().unwrap();
+    let after: Vec<Vec<f32>> = ddp
+        .parameters()
+        .iter()
+        .map(|p| p.to_vec().unwrap())
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(scaler.get_scale(), 32768.0);
+    opt.zero_grad(true).unwrap();
+
+    // Autocast: a bf16 step leaves the ranks' parameters equal.
+    {
+        let _bf16 = autocast(DType::BF16).unwrap();
+        loss(&ddp, &data, &mine).backward().unwrap();
+    }
+    opt.step().unwrap();
+    let w = ddp.parameters()[0].reshape(&[-1]).unwrap();
+    let both = Tensor::zeros(&[2 * w.numel()], w.dtype()).unwrap();
+    pg.all_gather_into_tensor(&both, &w).unwrap();
+    let v = both.to_vec::<f32>().unwrap();
+    assert_eq!(v[..w.numel()], v[w.numel()..], "the replicas stay equal");
+    assert_ne!(v[..w.numel()].to_vec(), before[0], "and they did step");
 
     // Buckets: reverse registration order, capped (12 + 192 + 64 bytes fit in 300, the
     // 768-byte first weight does not).
