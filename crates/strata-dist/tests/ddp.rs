@@ -85,7 +85,10 @@ impl Module for Checkpointed {
     }
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let inner = self.inner.clone();
-        let out = checkpoint(move |xs| Ok(vec![inner.forward(&xs[0])?]), &[x.clone()])?;
+        let out = checkpoint(
+            move |xs| Ok(vec![inner.forward(&xs[0])?]),
+            std::slice::from_ref(x),
+        )?;
         Ok(out.into_iter().next().expect("one output"))
     }
 }
