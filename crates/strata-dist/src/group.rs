@@ -120,7 +120,7 @@ pub(crate) fn check_same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Resu
 }
 
 /// Checks that `output` holds `world` times `input`'s elements.
-pub(crate) fn check_gathered_size(
+fn check_gathered_size(
     op: &'static str,
     gathered: &Tensor,
     part: &Tensor,
@@ -139,4 +139,29 @@ pub(crate) fn check_gathered_size(
         ));
     }
     Ok(())
+}
+
+/// The checks every all-gather makes: one dtype, and `output` world times `input`.
+pub(crate) fn check_gather(
+    op: &'static str,
+    output: &Tensor,
+    input: &Tensor,
+    world: usize,
+) -> Result<()> {
+    check_same_dtype(op, input, output)?;
+    check_gathered_size(op, output, input, world)
+}
+
+/// The checks every reduce-scatter makes: one dtype, a reduction defined for it, and
+/// `input` world times `output`.
+pub(crate) fn check_scatter(
+    op: &'static str,
+    output: &Tensor,
+    input: &Tensor,
+    reduce: ReduceOp,
+    world: usize,
+) -> Result<()> {
+    check_same_dtype(op, input, output)?;
+    check_reduction(op, reduce, input.dtype())?;
+    check_gathered_size(op, input, output, world)
 }

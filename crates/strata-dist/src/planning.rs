@@ -4,9 +4,7 @@
 
 use strata_core::{Device, Error, Result, Tensor};
 
-use crate::group::{
-    check_gathered_size, check_reduction, check_same_dtype, ProcessGroup, ReduceOp,
-};
+use crate::group::{check_gather, check_reduction, check_scatter, ProcessGroup, ReduceOp};
 use crate::work::Work;
 
 /// Rank `rank` of `world_size`, without communication (see the module docs). Wrapping a
@@ -79,8 +77,7 @@ impl ProcessGroup for PlanningGroup {
 
     fn all_gather_into_tensor_async(&self, output: &Tensor, input: &Tensor) -> Result<Work> {
         const OP: &str = "all_gather_into_tensor";
-        check_same_dtype(OP, input, output)?;
-        check_gathered_size(OP, output, input, self.world_size)?;
+        check_gather(OP, output, input, self.world_size)?;
         planned(OP, &[output, input])
     }
 
@@ -97,9 +94,7 @@ impl ProcessGroup for PlanningGroup {
         op: ReduceOp,
     ) -> Result<Work> {
         const OP: &str = "reduce_scatter_tensor";
-        check_same_dtype(OP, input, output)?;
-        check_reduction(OP, op, input.dtype())?;
-        check_gathered_size(OP, input, output, self.world_size)?;
+        check_scatter(OP, output, input, op, self.world_size)?;
         planned(OP, &[output, input])
     }
 

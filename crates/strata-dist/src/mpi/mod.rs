@@ -9,7 +9,7 @@ use std::sync::Arc;
 use strata_core::{Result, Tensor};
 
 use crate::group::{
-    check_gathered_size, check_reduction, check_same_dtype, ProcessGroup, ReduceOp,
+    check_gather, check_reduction, check_same_dtype, check_scatter, ProcessGroup, ReduceOp,
 };
 use crate::work::Work;
 use thread::CommThread;
@@ -136,8 +136,7 @@ impl ProcessGroup for MpiProcessGroup {
         const OP: &str = "all_gather_into_tensor";
         check_buffer(OP, "the input", input)?;
         check_buffer(OP, "the output", output)?;
-        check_same_dtype(OP, input, output)?;
-        check_gathered_size(OP, output, input, self.world_size)?;
+        check_gather(OP, output, input, self.world_size)?;
         let (input, output) = (input.clone(), output.clone());
         self.thread.submit(OP, move || {
             with_read_and_write(OP, &input, &output, |part, all| {
@@ -196,10 +195,8 @@ impl ProcessGroup for MpiProcessGroup {
         const OP: &str = "reduce_scatter_tensor";
         check_buffer(OP, "the input", input)?;
         check_buffer(OP, "the output", output)?;
-        check_same_dtype(OP, input, output)?;
-        check_reduction(OP, op, input.dtype())?;
+        check_scatter(OP, output, input, op, self.world_size)?;
         ffi::checked_reduction_type(OP, input.dtype())?;
-        check_gathered_size(OP, input, output, self.world_size)?;
         let (input, output, world) = (input.clone(), output.clone(), self.world_size);
         self.thread.submit(OP, move || {
             let dtype = input.dtype();
