@@ -2,7 +2,8 @@
 //! every rank's figures, the gradients live in the buckets (each rank's run peak stays
 //! within one process's at the same per-rank batch plus the buckets), ZeRO shards Adam's
 //! state as PyTorch's partition says, `strata plan --nproc 2` predicts each rank's figures
-//! to the byte, and a rank that dies ends the whole job quickly.
+//! to the byte, and a rank that dies ends the whole job quickly, its last checkpoint intact
+//! and resumable.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -127,9 +128,24 @@ fn two_ranks_train_report_every_rank_and_shard_adam_with_zero() {
 }
 
 #[test]
-fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
-    let mut cmd = strata(&["--nproc", "2"]);
-    cmd.env("STRATA_CRASH_AT", "after-backward:3")
+fn a_rank_killed_mid_run_ends_the_job_and_its_last_checkpoint_resumes_it() {
+    let dir = std::env::temp_dir().join(format!("strata-distributed-kill-{}", std::process::id()));
+    let ckpt = dir.join("ckpt");
+    let ckpt_arg = ckpt.to_str().unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    let saving = [
+        "--nproc",
+        "2",
+        "--checkpoint-every",
+        "3",
+        "--checkpoint-dir",
+        ckpt_arg,
+    ];
+
+    // 1024 images, 64 per rank and step: 8 steps, checkpoints after steps 3 and 6. Rank 1
+    // dies in step 5.
+    let mut cmd = strata(&saving);
+    cmd.env("STRATA_CRASH_AT", "after-backward:5")
         .env("STRATA_CRASH_RANK", "1");
     let out = run_bounded(&mut cmd, Duration::from_secs(60)).unwrap();
     let status = out.status.expect("the job must end by itself, not hang");
@@ -139,4 +155,34 @@ fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
         "{}",
         out.stderr
     );
+    let written: Vec<String> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ckpt"))
+        .collect();
+    assert_eq!(written, vec!["step-00000003.ckpt".to_string()]);
+    let summary = strata_cli::train::checkpoint_summary(&ckpt.join(&written[0])).unwrap();
+    assert_eq!(summary.step, 3, "the last checkpoint is intact");
+
+    // Resumed on two ranks, the run ends as the uninterrupted one does.
+    let mut resume = strata(&saving);
+    resume.args(["--resume", ckpt_arg]);
+    let resumed = report(&mut resume, &dir.join("resumed.json"));
+    let whole = report(&mut strata(&["--nproc", "2"]), &dir.join("whole.json"));
+    assert!(resumed["resumed_from"]
+        .as_str()
+        .unwrap()
+        .ends_with("step-00000003.ckpt"));
+    for key in ["test_accuracy", "test_loss", "train_loss"] {
+        assert_eq!(resumed[key], whole[key], "{key}");
+    }
+    // A checkpoint of two ranks does not resume on one.
+    let mut one = Command::new(env!("CARGO_BIN_EXE_strata"));
+    one.args(["train", "--epochs", "1"])
+        .args(RUN)
+        .args(["--nproc", "1", "--resume", ckpt_arg]);
+    let out = run_bounded(&mut one, Duration::from_secs(60)).unwrap();
+    assert!(!out.status.is_some_and(|s| s.success()));
+    assert!(out.stderr.contains("--nproc"), "{}", out.stderr);
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -3,7 +3,8 @@
 //! with `--batch-size` samples per rank per step (PyTorch's convention); gradients are
 //! averaged in buckets during backward (`DistributedDataParallel`, each gradient a view into
 //! its bucket); with `--zero` the optimizer state is sharded over the ranks. Each rank
-//! measures its own step; rank 0 gathers every rank's figures into the report.
+//! measures its own step; rank 0 gathers every rank's figures into the report. Checkpoints
+//! are the one-process run's: rank 0 writes them, every rank resumes from them.
 //!
 //! `strata plan --nproc N` runs the same program on the meta device once per rank, with a
 //! [`PlanningGroup`] in place of MPI: each rank's step and run peaks, buckets and shards
@@ -25,8 +26,10 @@ use strata_dist::{
 };
 
 use super::data::{dataset, Data, Sample};
+use super::figures::Figures;
 use super::measure::measure_on_fresh;
 use super::report::{RankFigures, Report};
+use super::resume::Durability;
 use super::step::{loss_rows, optimizer_rule};
 use super::{build_model, check, evaluate_on, Progress, Result, TrainError, TrainOptions};
 use crate::crash;
@@ -58,12 +61,48 @@ impl Stepper {
         Ok(())
     }
 
+    /// Puts back a whole optimizer's state dict (each rank takes its share when sharded).
+    fn restore(&mut self, optimizer: &strata::nn::state::StateDict) -> Result<()> {
+        match self {
+            Stepper::Whole(o) => o.load_state_dict(optimizer)?,
+            Stepper::Sharded(z) => z.load_state_dict(optimizer)?,
+        }
+        Ok(())
+    }
+
+    /// The whole optimizer's state dict: on every rank when whole, gathered on rank 0 when
+    /// sharded (every rank must call it then), `None` on the other ranks.
+    fn whole_state(&self) -> Result<Option<strata::nn::state::StateDict>> {
+        Ok(match self {
+            Stepper::Whole(o) => Some(o.state_dict()),
+            Stepper::Sharded(z) => z.consolidated_state_dict()?,
+        })
+    }
+
     fn state_bytes(&self) -> usize {
         match self {
             Stepper::Whole(o) => o.state_bytes(),
             Stepper::Sharded(z) => z.state_bytes(),
         }
     }
+}
+
+/// Writes the checkpoint after `step` steps: every rank takes part in gathering a sharded
+/// optimizer's state, rank 0 writes (every rank holds the same model, and the ranks of one
+/// job share the checkpoint folder: one machine, or a shared file system).
+fn save_checkpoint(
+    d: &Durability,
+    model: &super::models::Model,
+    stepper: &Stepper,
+    rank: usize,
+    step: usize,
+    figures: &Figures,
+) -> Result<()> {
+    let optimizer = stepper.whole_state()?;
+    if let (0, Some(optimizer)) = (rank, optimizer) {
+        d.save_state(model, optimizer, None, step, figures)?;
+    }
+    Ok(())
 }
 
 /// What a distributed run refuses before it starts, each with the way out.
@@ -87,10 +126,6 @@ fn refusals(o: &TrainOptions) -> Option<String> {
             "--checkpoint-activations",
         ),
         (o.on_oom != super::OnOom::Fail, "--on-oom split"),
-        (
-            o.checkpoints.is_some() || o.resume.is_some(),
-            "checkpoints and --resume",
-        ),
         (
             o.snapshot.is_some() || o.html.is_some(),
             "--snapshot and --html",
@@ -317,51 +352,100 @@ fn run(
         )?)
     };
 
-    let (mut accuracy, mut train_loss, mut epoch_seconds) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut test_loss, mut samples, mut data_wait) = (None, 0usize, 0.0f64);
-    let mut measured = None;
-    let mut steps = 0usize;
+    let durability = match &test_set {
+        Some(test) if !meta => {
+            let test_data = Data::from_dataset(test.clone(), o, false)?;
+            Durability::new(o, &train_data, &test_data)?.map(|d| {
+                d.require("--nproc", world.to_string())
+                    .require("--zero", zero.to_string())
+            })
+        }
+        _ => None,
+    };
+    let mut checkpoint_notes = Vec::new();
+    let resumed = match &durability {
+        Some(d) => match d.resume_model(o, &model, &mut checkpoint_notes)? {
+            Some((resumed, c)) => {
+                stepper.restore(&c.optimizer)?;
+                Some(resumed)
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let per_epoch = train_data.len();
+    let start_step = resumed.as_ref().map_or(0, |r| r.step);
+    if start_step > per_epoch * o.epochs {
+        return Err(TrainError::Options(format!(
+            "the checkpoint is at step {start_step}, past this run's {} steps: raise --epochs \
+             to train on from it",
+            per_epoch * o.epochs
+        )));
+    }
+    let resumed_from = resumed.as_ref().map(|r| r.from.display().to_string());
+    let mut f = resumed.map(|r| r.figures).unwrap_or_default();
+    let every = durability.as_ref().and_then(Durability::every);
+    let mut step_no = 0usize;
     let mut comm_before = ddp.communication();
     for epoch in 0..o.epochs {
+        if step_no + per_epoch <= start_step {
+            // Trained before the checkpoint.
+            step_no += per_epoch;
+            continue;
+        }
         train_data.set_epoch(epoch as u64);
+        // Steps of this epoch taken before the checkpoint, whose figures it carries.
+        let done = start_step.saturating_sub(step_no);
+        if done == 0 {
+            (f.round_loss_sum, f.round_samples, f.round_elapsed) = (0.0, 0, 0.0);
+        }
+        step_no += done;
         ddp.train();
-        let batches = train_data.len();
-        progress.epoch_started(epoch + 1, o.epochs, batches);
+        progress.epoch_started(epoch + 1, o.epochs, per_epoch);
         let start = Instant::now();
-        let (mut loss_sum, mut seen) = (0.0f64, 0usize);
-        let mut batches = train_data.epoch()?;
-        loop {
+        let elapsed = |f: &Figures| f.round_elapsed + start.elapsed().as_secs_f64();
+        let mut batches = train_data.epoch_from(done)?;
+        for k in done..per_epoch {
             let waited = Instant::now();
             let Some(batch) = batches.next() else { break };
-            data_wait += waited.elapsed().as_secs_f64();
+            f.data_wait += waited.elapsed().as_secs_f64();
             let (x, y) = batch?;
             let b = x.shape()[0];
-            let loss = if steps == 1 {
+            let loss = if step_no == 1 {
                 comm_before = ddp.communication();
                 let (loss, m) = measure_on_fresh(o.device, |after| {
                     step(&ddp, &mut stepper, o.amp, &x, &y, after)
                 })?;
-                measured = Some(m);
+                f.measured = Some(m);
                 loss
             } else {
                 step(&ddp, &mut stepper, o.amp, &x, &y, &mut || {})?
             };
-            steps += 1;
-            loss_sum += f64::from(loss.unwrap_or(0.0)) * b as f64;
-            seen += b;
+            step_no += 1;
+            f.round_loss_sum += f64::from(loss.unwrap_or(0.0)) * b as f64;
+            f.round_samples += b;
             progress.batch_done(
                 loss,
-                seen as f64 / start.elapsed().as_secs_f64().max(1e-9),
+                f.round_samples as f64 / elapsed(&f).max(1e-9),
                 memory::memory_allocated(o.device)?,
                 memory::max_memory_allocated(o.device)?,
             );
+            // The epoch's last step is checkpointed after its evaluation, below.
+            if let (Some(d), Some(n)) = (&durability, every) {
+                if step_no.is_multiple_of(n) && k + 1 < per_epoch {
+                    let mut now = f.clone();
+                    now.round_elapsed = elapsed(&f);
+                    save_checkpoint(d, &model, &stepper, rank, step_no, &now)?;
+                }
+            }
         }
         drop(batches);
-        let secs = start.elapsed().as_secs_f64();
-        samples += seen;
-        epoch_seconds.push(secs);
-        let mean = loss_sum / seen.max(1) as f64;
-        train_loss.push(mean);
+        let secs = elapsed(&f);
+        let n = f.round_samples;
+        f.samples += n;
+        f.round_seconds.push(secs);
+        let mean = f.round_loss_sum / n.max(1) as f64;
+        f.train_loss.push(mean);
         let (acc, loss) = evaluate(
             group.as_ref(),
             model.module().as_ref(),
@@ -370,18 +454,23 @@ fn run(
             o,
         )?;
         if !meta {
-            accuracy.push(acc);
-            test_loss = Some(loss);
+            f.accuracy.push(acc);
+            f.test_loss = Some(loss);
         }
+        (f.round_loss_sum, f.round_samples, f.round_elapsed) = (0.0, 0, 0.0);
         progress.epoch_done(&format!(
             "epoch {}/{}: train loss {mean:.4} (rank {rank}), test accuracy {:.2}%, {secs:.1} s",
             epoch + 1,
             o.epochs,
             100.0 * acc
         ));
+        if let Some(d) = &durability {
+            save_checkpoint(d, &model, &stepper, rank, step_no, &f)?;
+            crash::point("epoch-end");
+        }
     }
 
-    let m = measured.unwrap_or_default();
+    let m = f.measured.clone().unwrap_or_default();
     let stats = memory::memory_stats(o.device)?;
     let comm = ddp.communication();
     let timed = comm.backwards.saturating_sub(comm_before.backwards);
@@ -423,19 +512,19 @@ fn run(
             .map(|(r, v)| figures(r, v))
             .collect()
     };
-    let total: f64 = epoch_seconds.iter().sum();
+    let total: f64 = f.round_seconds.iter().sum();
     let report = Report {
         model: o.model.name().to_owned(),
         device: o.device.to_string(),
-        test_accuracy: accuracy.last().copied(),
-        test_loss,
-        test_accuracy_per_epoch: (!meta).then_some(accuracy),
-        train_loss: (!meta).then_some(train_loss),
+        test_accuracy: f.accuracy.last().copied(),
+        test_loss: f.test_loss,
+        test_accuracy_per_epoch: (!meta).then(|| f.accuracy.clone()),
+        train_loss: (!meta).then(|| f.train_loss.clone()),
         val_loss: None,
         evaluations: Vec::new(),
-        epoch_seconds,
-        data_wait_seconds: data_wait,
-        samples_per_second: (samples * world) as f64 / total.max(1e-9),
+        epoch_seconds: f.round_seconds.clone(),
+        data_wait_seconds: f.data_wait,
+        samples_per_second: (f.samples * world) as f64 / total.max(1e-9),
         step_peak_allocated: m.allocated,
         step_peak_reserved: m.reserved,
         step_peak_requested: m.requested,
@@ -446,8 +535,8 @@ fn run(
         run_peak_allocated: stats.allocated_bytes.all.peak.max(0) as usize,
         run_peak_reserved: stats.reserved_bytes.all.peak.max(0) as usize,
         watch_findings: Vec::new(),
-        resumed_from: None,
-        checkpoint_notes: Vec::new(),
+        resumed_from,
+        checkpoint_notes,
         profile_table: None,
         world_size: Some(world),
         ranks: Some(ranks),

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use strata::core::random::global_generator;
 use strata::core::Device;
-use strata::nn::state::{LoadOptions, StateDictExt};
+use strata::nn::amp::GradScalerState;
+use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
 
 use super::checkpoint::{self, data_key, differences, run_key, Checkpoint, Manifest};
 use super::data::Data;
@@ -103,6 +104,23 @@ impl Durability {
         stepper: &mut Stepper,
         notes: &mut Vec<String>,
     ) -> Result<Option<Resumed>> {
+        let Some((resumed, c)) = self.resume_model(o, model, notes)? else {
+            return Ok(None);
+        };
+        let scaler = c.manifest.scaler.map(Into::into);
+        stepper.restore(&c.optimizer, scaler.as_ref(), c.manifest.step)?;
+        Ok(Some(resumed))
+    }
+
+    /// [`Durability::resume`] up to the optimizer: finds the newest intact checkpoint this
+    /// run can resume from, puts back the model and the random generator, and returns the
+    /// checkpoint for the caller to restore its optimizer from.
+    pub(crate) fn resume_model(
+        &self,
+        o: &TrainOptions,
+        model: &Model,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<(Resumed, Checkpoint)>> {
         let Some(r) = &o.resume else {
             return Ok(None);
         };
@@ -150,8 +168,6 @@ impl Durability {
         model
             .module()
             .load_state_dict(&c.model, LoadOptions::default())?;
-        let scaler = c.manifest.scaler.map(Into::into);
-        stepper.restore(&c.optimizer, scaler.as_ref(), c.manifest.step)?;
         let state = from_hex(&c.manifest.generator).ok_or_else(|| {
             TrainError::Options(format!(
                 "{}: the generator state is not hex",
@@ -159,11 +175,12 @@ impl Durability {
             ))
         })?;
         global_generator().set_state(&state)?;
-        Ok(Some(Resumed {
+        let resumed = Resumed {
             step: c.manifest.step,
-            figures: c.manifest.figures,
+            figures: c.manifest.figures.clone(),
             from: path,
-        }))
+        };
+        Ok(Some((resumed, c)))
     }
 
     /// Writes the checkpoint after `step` steps, when the run writes checkpoints.
@@ -174,10 +191,23 @@ impl Durability {
         step: usize,
         figures: &Figures,
     ) -> Result<()> {
+        let (optimizer, scaler, _) = stepper.state();
+        self.save_state(model, optimizer, scaler, step, figures)
+    }
+
+    /// [`Durability::save`] with the optimizer's state given (a sharded optimizer gathers
+    /// it first).
+    pub(crate) fn save_state(
+        &self,
+        model: &Model,
+        optimizer: StateDict,
+        scaler: Option<GradScalerState>,
+        step: usize,
+        figures: &Figures,
+    ) -> Result<()> {
         let Some(c) = &self.checkpoints else {
             return Ok(());
         };
-        let (optimizer, scaler, _) = stepper.state();
         let manifest = Manifest {
             run: self.run.clone(),
             data: self.data.clone(),
@@ -193,6 +223,13 @@ impl Durability {
         };
         checkpoint::save(&c.dir, c.keep, &checkpoint)?;
         Ok(())
+    }
+
+    /// Adds `flag` = `value` to what a checkpoint must match to be resumed from (a
+    /// distributed run's world size and sharding).
+    pub(crate) fn require(mut self, flag: &str, value: String) -> Self {
+        self.run.insert(flag.to_owned(), value);
+        self
     }
 }
 
