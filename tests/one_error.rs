@@ -26,6 +26,7 @@ const CONVERTED: &[&str] = &[
     "DataError",
     "StateError",
     "ProfileError",
+    "DistError",
 ];
 
 #[test]
@@ -44,6 +45,8 @@ fn every_public_error_of_the_library_converts_into_one_error() {
     converts::<DataError>();
     converts::<StateError>();
     converts::<ProfileError>();
+    #[cfg(feature = "mpi")]
+    converts::<strata::dist::DistError>();
     converts::<std::io::Error>();
     converts::<String>();
     converts::<&str>();
