@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use strata::core::{Category, DType, Device, Tensor};
 use strata::data::transform::Normalize;
-use strata::data::{DataLoader, Dataset, Epoch, FashionMnist, LoaderOptions, Split, Subset};
+use strata::data::{
+    DataLoader, Dataset, Epoch, FashionMnist, LoaderOptions, Sampler, Split, Subset,
+};
 
 use super::text::{Text, BLOCK};
 use super::{Result, TrainOptions};
@@ -36,6 +38,24 @@ pub fn test_set(o: &TrainOptions) -> Result<Arc<dyn Dataset>> {
         return text.validation();
     }
     dataset(o, Split::Test, o.test_samples)
+}
+
+/// `all` samples, or the first `limit` of them when fewer (`--train-samples`,
+/// `--test-samples`).
+pub(crate) fn capped(limit: Option<usize>, all: usize) -> usize {
+    limit.map_or(all, |n| n.min(all))
+}
+
+/// The loader settings `o` asks for.
+fn loader_options(o: &TrainOptions, shuffle: bool) -> LoaderOptions {
+    LoaderOptions {
+        batch_size: o.batch_size,
+        shuffle,
+        num_workers: o.workers,
+        prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
+        seed: o.seed,
+        ..LoaderOptions::default()
+    }
 }
 
 /// What one sample of a batch is.
@@ -77,7 +97,7 @@ impl Data {
             } else {
                 Sample::Image
             };
-            return Ok(Data::meta(o, limit.map_or(full, |n| n.min(full)), sample));
+            return Ok(Data::meta(o, capped(limit, full), sample));
         }
         match text {
             // Random windows need no shuffling: each draws its own start.
@@ -111,14 +131,20 @@ impl Data {
     ) -> Result<Data> {
         Ok(Data::Real(DataLoader::new(
             data,
-            LoaderOptions {
-                batch_size: o.batch_size,
-                shuffle,
-                num_workers: o.workers,
-                prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
-                seed: o.seed,
-                ..LoaderOptions::default()
-            },
+            loader_options(o, shuffle),
+        )?))
+    }
+
+    /// Batches of `data` in `sampler`'s order through a loader configured as `o` says.
+    pub(crate) fn with_sampler(
+        data: Arc<dyn Dataset>,
+        sampler: Arc<dyn Sampler>,
+        o: &TrainOptions,
+    ) -> Result<Data> {
+        Ok(Data::Real(DataLoader::with_sampler(
+            data,
+            sampler,
+            loader_options(o, false),
         )?))
     }
 

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strata::core::autocast::autocast;
 use strata::core::nn::functional::{cross_entropy, Reduction};
 use strata::core::{memory, DType, Device, Tensor};
-use strata::data::{DataLoader, DistributedSampler, LoaderOptions, Split, Subset};
+use strata::data::{DistributedSampler, Split, Subset};
 use strata::nn::optim::{Optimizer, ParamGroup};
 use strata::nn::Module;
 #[cfg(feature = "mpi")]
@@ -25,7 +25,7 @@ use strata_dist::{
     DistributedDataParallel, PlanningGroup, ProcessGroup, ReduceOp, ZeroRedundancyOptimizer,
 };
 
-use super::data::{dataset, Data, Sample};
+use super::data::{capped, dataset, Data, Sample};
 use super::figures::Figures;
 use super::measure::measure_on_fresh;
 use super::report::{RankFigures, Report};
@@ -305,32 +305,24 @@ fn run(
     memory::reset_peak_memory_stats(o.device)?;
 
     let meta = o.device == Device::Meta;
-    let images = |limit: Option<usize>, all: usize| limit.map_or(all, |n| n.min(all));
-    let (train_len, test_set) = if meta {
-        (images(o.train_samples, super::TRAIN_IMAGES), None)
+    let (train_set, test_set) = if meta {
+        (None, None)
     } else {
-        let train = dataset(o, Split::Train, o.train_samples)?;
-        (train.len(), Some(dataset(o, Split::Test, o.test_samples)?))
+        (
+            Some(dataset(o, Split::Train, o.train_samples)?),
+            Some(dataset(o, Split::Test, o.test_samples)?),
+        )
     };
+    let train_len = train_set
+        .as_ref()
+        .map_or(capped(o.train_samples, super::TRAIN_IMAGES), |t| t.len());
     let test_len = test_set
         .as_ref()
-        .map_or(images(o.test_samples, super::TEST_IMAGES), |t| t.len());
+        .map_or(capped(o.test_samples, super::TEST_IMAGES), |t| t.len());
     let sampler = DistributedSampler::new(train_len, world, rank, true, o.seed, false)?;
-    let mut train_data = if meta {
-        Data::meta(o, strata::data::Sampler::len(&sampler), Sample::Image)
-    } else {
-        Data::Real(DataLoader::with_sampler(
-            dataset(o, Split::Train, o.train_samples)?,
-            Arc::new(sampler),
-            LoaderOptions {
-                batch_size: o.batch_size,
-                shuffle: false,
-                num_workers: o.workers,
-                prefetch_factor: if o.workers > 0 { o.prefetch } else { None },
-                seed: o.seed,
-                ..LoaderOptions::default()
-            },
-        )?)
+    let mut train_data = match &train_set {
+        Some(train) => Data::with_sampler(train.clone(), Arc::new(sampler), o)?,
+        None => Data::meta(o, strata::data::Sampler::len(&sampler), Sample::Image),
     };
 
     let model = {
@@ -352,14 +344,12 @@ fn run(
         )?)
     };
 
-    let durability = match &test_set {
-        Some(test) if !meta => {
-            let test_data = Data::from_dataset(test.clone(), o, false)?;
-            Durability::new(o, &train_data, &test_data)?.map(|d| {
+    let durability = match (&train_set, &test_set) {
+        (Some(train), Some(test)) => Durability::for_datasets(o, train.as_ref(), test.as_ref())?
+            .map(|d| {
                 d.require("--nproc", world.to_string())
                     .require("--zero", zero.to_string())
-            })
-        }
+            }),
         _ => None,
     };
     let mut checkpoint_notes = Vec::new();
@@ -472,8 +462,7 @@ fn run(
 
     let m = f.measured.clone().unwrap_or_default();
     let stats = memory::memory_stats(o.device)?;
-    let comm = ddp.communication();
-    let timed = comm.backwards.saturating_sub(comm_before.backwards);
+    let comm = ddp.communication().since(&comm_before);
     let param_bytes: usize = ddp.parameters().iter().map(Tensor::nbytes).sum();
     let mine = [
         threads as f64,
@@ -481,13 +470,8 @@ fn run(
         m.reserved as f64,
         stats.allocated_bytes.all.peak.max(0) as f64,
         (param_bytes + ddp.bucket_bytes() + stepper.state_bytes()) as f64,
-        (comm.allreduce_seconds - comm_before.allreduce_seconds) / timed.max(1) as f64,
-        {
-            let mut since = comm;
-            since.allreduce_seconds -= comm_before.allreduce_seconds;
-            since.waited_seconds -= comm_before.waited_seconds;
-            since.hidden_share()
-        },
+        comm.allreduce_seconds / comm.backwards.max(1) as f64,
+        comm.hidden_share(),
     ];
     let figures = |r: usize, v: &[f64]| RankFigures {
         rank: r,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use strata::core::random::global_generator;
 use strata::core::Device;
+use strata::data::Dataset;
 use strata::nn::amp::GradScalerState;
 use strata::nn::state::{LoadOptions, StateDict, StateDictExt};
 
@@ -62,30 +63,35 @@ impl Durability {
         if o.checkpoints.is_none() && o.resume.is_none() {
             return Ok(None);
         }
-        if o.device != Device::Cpu {
-            return Err(TrainError::Options(format!(
-                "checkpoints hold the run's values and --device {} has none to save: \
-                 checkpoint or resume runs on --device cpu",
-                o.device
-            )));
-        }
-        if let Some(c) = &o.checkpoints {
-            if c.every == Some(0) || c.keep == 0 {
-                return Err(TrainError::Options(
-                    "--checkpoint-every and --keep must be at least 1".into(),
-                ));
-            }
-        }
+        check_options(o)?;
         let (Some(train), Some(test)) = (train.dataset(), test.dataset()) else {
             return Err(TrainError::Options(
                 "checkpoints need the run's datasets".into(),
             ));
         };
-        Ok(Some(Durability {
+        Self::keyed(o, train.as_ref(), test.as_ref()).map(Some)
+    }
+
+    /// [`Durability::new`] for the run's training and test datasets themselves.
+    pub(crate) fn for_datasets(
+        o: &TrainOptions,
+        train: &dyn Dataset,
+        test: &dyn Dataset,
+    ) -> Result<Option<Durability>> {
+        if o.checkpoints.is_none() && o.resume.is_none() {
+            return Ok(None);
+        }
+        check_options(o)?;
+        Self::keyed(o, train, test).map(Some)
+    }
+
+    /// The checkpointing `o` asks for, keyed by its options and its datasets.
+    fn keyed(o: &TrainOptions, train: &dyn Dataset, test: &dyn Dataset) -> Result<Durability> {
+        Ok(Durability {
             checkpoints: o.checkpoints.clone(),
             run: run_key(o),
-            data: data_key(train.as_ref(), test.as_ref())?,
-        }))
+            data: data_key(train, test)?,
+        })
     }
 
     /// Steps between checkpoints within an epoch, when checkpoints are written.
@@ -231,6 +237,25 @@ impl Durability {
         self.run.insert(flag.to_owned(), value);
         self
     }
+}
+
+/// What no run that writes or resumes checkpoints can ask for.
+fn check_options(o: &TrainOptions) -> Result<()> {
+    if o.device != Device::Cpu {
+        return Err(TrainError::Options(format!(
+            "checkpoints hold the run's values and --device {} has none to save: \
+             checkpoint or resume runs on --device cpu",
+            o.device
+        )));
+    }
+    if let Some(c) = &o.checkpoints {
+        if c.every == Some(0) || c.keep == 0 {
+            return Err(TrainError::Options(
+                "--checkpoint-every and --keep must be at least 1".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn to_hex(bytes: &[u8]) -> String {

@@ -47,6 +47,15 @@ pub struct CommunicationStats {
 }
 
 impl CommunicationStats {
+    /// What happened after `before` (an earlier reading of the same wrapper).
+    pub fn since(&self, before: &CommunicationStats) -> CommunicationStats {
+        CommunicationStats {
+            backwards: self.backwards.saturating_sub(before.backwards),
+            allreduce_seconds: self.allreduce_seconds - before.allreduce_seconds,
+            waited_seconds: self.waited_seconds - before.waited_seconds,
+        }
+    }
+
     /// The share of the all-reduce time hidden behind backward's own work (0 to 1).
     pub fn hidden_share(&self) -> f64 {
         if self.allreduce_seconds <= 0.0 {
