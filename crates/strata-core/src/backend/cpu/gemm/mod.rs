@@ -42,6 +42,15 @@ pub fn bf16_dot_products() -> bool {
 /// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
 const PARALLEL_WORK: usize = 1 << 17;
 
+/// Multiply-adds below which an f32 or f64 product on the pool is cut into one slab of rows
+/// or columns per thread, each run on one thread, rather than threaded inside `gemm`: at
+/// these sizes `gemm` keeps a product with few rows (an LSTM step's 128 × 128 · 128 × 512)
+/// on one thread.
+const SPLIT_WORK: usize = 1 << 25;
+
+/// The fewest rows or columns a slab of a split product gets.
+const SPLIT_MIN: usize = 32;
+
 /// Computes `out = beta·c + alpha·(a @ b)` for every product of the batch `p`, in `dtype`:
 /// `a`, `b` and `c` are the base pointers of the storages that [`Mat`] offsets count from
 /// (`p.a`, `p.b` and the `Mat` given with `c`), `out` that of the output, written through
@@ -183,9 +192,17 @@ impl<T: Element> One<T> {
         }
     }
 
-    /// f32 and f64: `gemm` on the operands as they lie.
+    /// f32 and f64: `gemm` on the operands as they lie; a medium product on the pool in
+    /// slabs (see [`SPLIT_WORK`]).
     unsafe fn run_gemm(&self, par: Parallelism) {
         let (m, n, k) = (self.m, self.n, self.k);
+        if let Parallelism::Rayon(threads) = par {
+            let slabs = threads.min(m.max(n) / SPLIT_MIN);
+            if slabs > 1 && m.saturating_mul(n).saturating_mul(k) < SPLIT_WORK {
+                // SAFETY: forwarded from the caller.
+                return unsafe { self.run_slabs(slabs) };
+            }
+        }
         let alpha: T = self.alpha.to();
         let beta: T = self.beta.to();
         let c = self.c.filter(|_| beta != T::ZERO);
@@ -233,6 +250,42 @@ impl<T: Element> One<T> {
                 );
             }
         }
+    }
+
+    /// Runs the product as `slabs` products over consecutive columns of `b` and the output
+    /// (or rows of `a` and the output, when there are more rows), side by side on the pool,
+    /// each on one thread. Every output element is computed as the whole product computes it.
+    ///
+    /// # Safety
+    /// As [`One::run`].
+    unsafe fn run_slabs(&self, slabs: usize) {
+        let by_columns = self.n >= self.m;
+        let len = if by_columns { self.n } else { self.m };
+        (0..slabs).into_par_iter().for_each(|s| {
+            let (lo, hi) = (s * len / slabs, (s + 1) * len / slabs);
+            // SAFETY: each slab's rows or columns lie inside the matrices (caller's
+            // contract), and the slabs write disjoint parts of the output.
+            unsafe {
+                let part = if by_columns {
+                    One {
+                        n: hi - lo,
+                        dst: self.dst.shifted(lo * self.dst.cs, self.dst.rs, self.dst.cs),
+                        b: self.b.shifted(lo * self.b.cs, self.b.rs, self.b.cs),
+                        c: self.c.map(|c| c.shifted(lo * c.cs, c.rs, c.cs)),
+                        ..*self
+                    }
+                } else {
+                    One {
+                        m: hi - lo,
+                        dst: self.dst.shifted(lo * self.dst.rs, self.dst.rs, self.dst.cs),
+                        a: self.a.shifted(lo * self.a.rs, self.a.rs, self.a.cs),
+                        c: self.c.map(|c| c.shifted(lo * c.rs, c.rs, c.cs)),
+                        ..*self
+                    }
+                };
+                part.run_gemm(Parallelism::None);
+            }
+        });
     }
 
     /// Integers: a row-at-a-time loop with wrapping arithmetic, in the element type.
