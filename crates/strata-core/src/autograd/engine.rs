@@ -14,6 +14,34 @@ use crate::{Error, Result, Tensor};
 
 type Key = *const Node;
 
+thread_local! {
+    /// Whether the backward running on this thread keeps the graph (`retain_graph`).
+    static RETAINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the backward pass now running on this thread keeps its nodes' saved tensors for
+/// another pass (`retain_graph`). A backward formula may reuse a saved buffer for its own
+/// results only when this is false: the engine releases the buffer right after the node.
+pub(crate) fn retains_graph() -> bool {
+    RETAINS.with(std::cell::Cell::get)
+}
+
+/// Sets [`retains_graph`] for one pass; the previous value (an enclosing pass's, for a
+/// backward run inside a backward) comes back on drop.
+struct RetainsGraph(bool);
+
+impl RetainsGraph {
+    fn set(retain: bool) -> RetainsGraph {
+        RetainsGraph(RETAINS.with(|r| r.replace(retain)))
+    }
+}
+
+impl Drop for RetainsGraph {
+    fn drop(&mut self) {
+        RETAINS.with(|r| r.set(self.0));
+    }
+}
+
 fn key(n: &Arc<Node>) -> Key {
     Arc::as_ptr(n)
 }
@@ -73,6 +101,7 @@ pub(crate) fn run(
     sink: Sink,
 ) -> Result<HashMap<Key, Tensor>> {
     let _mode = GradModeGuard::no_grad();
+    let _retains = RetainsGraph::set(retain_graph);
     // Count, for every reachable node, how many edges lead into it.
     let mut deps: HashMap<Key, usize> = HashMap::new();
     let mut seen: HashMap<Key, Arc<Node>> = HashMap::new();

@@ -245,3 +245,81 @@ pub(crate) struct LayerNormBackwardArgs {
     /// Elements of a row.
     pub(crate) cols: usize,
 }
+
+/// One `rows × cols` matrix operand of the fused recurrent cells: its first element and the
+/// distance in elements between the starts of consecutive rows (its elements are
+/// contiguous within a row).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowsAt<P> {
+    /// The first element, or null where the operand is optional and absent.
+    pub(crate) ptr: P,
+    /// Elements from one row's start to the next's.
+    pub(crate) row_stride: usize,
+}
+
+/// [`super::Backend::lstm_cell_forward`]: the element-wise part of `rows` LSTM cells of
+/// `hidden` units (PyTorch's `_thnn_fused_lstm_cell`): with
+/// `gates = input_gates + hidden_gates + bias_ih + bias_hh` (`[rows, 4·hidden]`, the chunks
+/// `i, f, g, o`), writes the activated gates `σ(i), σ(f), tanh(g), σ(o)` to `workspace`,
+/// `cy = σ(f)·cx + σ(i)·tanh(g)` and `hy = σ(o)·tanh(cy)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LstmCellArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// Cells (the batch).
+    pub(crate) rows: usize,
+    /// Units per cell: the gate matrices have `4·hidden` columns, the states `hidden`.
+    pub(crate) hidden: usize,
+    /// `[rows, 4·hidden]` read (unless `activated`).
+    pub(crate) input_gates: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` read, or null for none.
+    pub(crate) hidden_gates: RowsAt<*const u8>,
+    /// `4·hidden` contiguous elements read, or null for none.
+    pub(crate) bias_ih: *const u8,
+    /// `4·hidden` contiguous elements read, or null for none.
+    pub(crate) bias_hh: *const u8,
+    /// `[rows, hidden]` read: the cell state before the step.
+    pub(crate) cx: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` written: the activated gates. May be `input_gates` itself (each
+    /// element is read before it is written), else overlaps nothing.
+    pub(crate) workspace: RowsAt<*mut u8>,
+    /// `[rows, hidden]` written: the hidden state after the step, or null for none.
+    pub(crate) hy: RowsAt<*mut u8>,
+    /// `[rows, hidden]` written: the cell state after the step.
+    pub(crate) cy: RowsAt<*mut u8>,
+    /// The workspace already holds the step's activated gates (read, not written; the
+    /// gate inputs and biases are not read): only the states are computed, with the same
+    /// rounding. How a backward recomputes the cell states it did not keep.
+    pub(crate) activated: bool,
+}
+
+/// [`super::Backend::lstm_cell_backward`]: the gradients of the LSTM cells of
+/// [`LstmCellArgs`] from the saved activated gates (`workspace`), `cx` and `cy`:
+/// `gc = grad_cy + grad_hy·σ(o)·(1 - tanh²(cy))`, then the pre-activation gates' gradients
+/// `gc·tanh(g)·σ'(i)`, `gc·cx·σ'(f)`, `gc·σ(i)·(1 - tanh²(g))`, `grad_hy·tanh(cy)·σ'(o)`
+/// into `grad_gates`, and `gc·σ(f)` into `grad_cx`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LstmCellBackwardArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// Cells (the batch).
+    pub(crate) rows: usize,
+    /// Units per cell.
+    pub(crate) hidden: usize,
+    /// `[rows, hidden]` read, or null for a zero gradient.
+    pub(crate) grad_hy: RowsAt<*const u8>,
+    /// `[rows, hidden]` read, or null for a zero gradient.
+    pub(crate) grad_cy: RowsAt<*const u8>,
+    /// `[rows, hidden]` read.
+    pub(crate) cx: RowsAt<*const u8>,
+    /// `[rows, hidden]` read.
+    pub(crate) cy: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` read: the activated gates the forward wrote.
+    pub(crate) workspace: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` written. May be `workspace` itself (each element is read before
+    /// it is written), else overlaps nothing.
+    pub(crate) grad_gates: RowsAt<*mut u8>,
+    /// `[rows, hidden]` written. May be `grad_cy` itself (each element is read before it
+    /// is written), else overlaps nothing.
+    pub(crate) grad_cx: RowsAt<*mut u8>,
+}

@@ -8,8 +8,9 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -81,6 +82,19 @@ impl Backend for Meta {
     }
 
     unsafe fn layer_norm_backward(&self, _: &LayerNormBackwardArgs) -> bool {
+        true
+    }
+
+    fn fused_lstm_cell(&self) -> bool {
+        // As the CPU, so that an LSTM layer takes the same path and allocates the same.
+        true
+    }
+
+    unsafe fn lstm_cell_forward(&self, _: &LstmCellArgs) -> bool {
+        true
+    }
+
+    unsafe fn lstm_cell_backward(&self, _: &LstmCellBackwardArgs) -> bool {
         true
     }
 

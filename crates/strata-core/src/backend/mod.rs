@@ -33,8 +33,9 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -280,6 +281,36 @@ pub(crate) trait Backend: Sync {
     /// elements, `dweight` and `dbias` `cols`; nothing written overlaps anything else or is
     /// touched by anything else during the call.
     unsafe fn layer_norm_backward(&self, args: &LayerNormBackwardArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Whether this backend has the fused LSTM cell ([`Backend::lstm_cell_forward`] and
+    /// [`Backend::lstm_cell_backward`]) for f32 and f64. Without it (the default), an LSTM
+    /// layer runs its steps as `lstm_cell`s composed of the kernels above on this device.
+    fn fused_lstm_cell(&self) -> bool {
+        false
+    }
+
+    /// The fused LSTM cell's element-wise forward (see [`LstmCellArgs`]). Returns false,
+    /// writing nothing, on a backend without it ([`Backend::fused_lstm_cell`]).
+    ///
+    /// # Safety
+    /// Every non-null operand must address the rows [`LstmCellArgs`] describes (readable or
+    /// writable as it says); the written operands overlap nothing but as it allows, and
+    /// nothing else touches them during the call.
+    unsafe fn lstm_cell_forward(&self, args: &LstmCellArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// The fused LSTM cell's element-wise backward (see [`LstmCellBackwardArgs`]). Returns
+    /// false, writing nothing, on a backend without it.
+    ///
+    /// # Safety
+    /// As for [`Backend::lstm_cell_forward`], with the operands of
+    /// [`LstmCellBackwardArgs`].
+    unsafe fn lstm_cell_backward(&self, args: &LstmCellBackwardArgs) -> bool {
         let _ = args;
         false
     }

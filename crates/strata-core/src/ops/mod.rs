@@ -9,6 +9,7 @@ pub mod index;
 pub(crate) mod iter;
 pub mod joining;
 pub(crate) mod layer_norm;
+pub(crate) mod lstm_cell;
 pub mod matmul;
 pub(crate) mod out;
 pub(crate) mod pool;

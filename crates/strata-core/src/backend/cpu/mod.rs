@@ -18,6 +18,7 @@ pub(crate) mod gather;
 pub(crate) mod gemm;
 pub(crate) mod kernels;
 mod layer_norm;
+mod lstm_cell;
 pub(crate) mod math;
 pub(crate) mod pool2d;
 pub(crate) mod reduce;
@@ -31,8 +32,9 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -163,6 +165,20 @@ impl Backend for Cpu {
         // SAFETY: forwarded from the caller.
         unsafe { layer_norm::backward(args) };
         true
+    }
+
+    fn fused_lstm_cell(&self) -> bool {
+        true
+    }
+
+    unsafe fn lstm_cell_forward(&self, args: &LstmCellArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { lstm_cell::forward(args) }
+    }
+
+    unsafe fn lstm_cell_backward(&self, args: &LstmCellBackwardArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { lstm_cell::backward(args) }
     }
 
     unsafe fn attention_forward(&self, args: &AttentionArgs<'_>) -> bool {

@@ -7,6 +7,7 @@ mod class_losses;
 mod conv_options;
 mod conv_pool;
 mod layers;
+mod lstm_layer;
 mod memory;
 mod pool_norm;
 

@@ -5,7 +5,7 @@
 
 mod cells;
 
-use strata_core::nn::functional::{gru_cell, linear, lstm_cell};
+use strata_core::nn::functional::{gru_cell, linear, lstm_layer};
 use strata_core::{DType, Error, Result, Tensor};
 
 use crate::init;
@@ -214,28 +214,28 @@ impl Recurrent {
                 w_hh: w_hh.clone(),
                 b_hh: b_hh.clone(),
             };
-            let mut h = h0.select(0, l as i64)?;
-            let mut c = match &c0 {
-                Some(c0) => Some(c0.select(0, l as i64)?),
-                None => None,
-            };
+            let h = h0.select(0, l as i64)?;
+            if let Some(c0) = &c0 {
+                // The whole sequence as one layer: fused on the CPU, steps of cells elsewhere.
+                let c = c0.select(0, l as i64)?;
+                let (out, h_n, c_n) =
+                    lstm_layer(&seq, &h, &c, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
+                seq = out;
+                hs.push(h_n);
+                cs.push(c_n);
+                continue;
+            }
+            let mut h = h;
             let mut outs = Vec::with_capacity(steps);
             for t in 0..steps {
                 let t = t as i64;
-                match (&gx_all, &c) {
-                    (Some(gx), _) => h = cells::tanh_step(&gx.select(0, t)?, &h, &w)?,
-                    (None, Some(cp)) => {
+                h = match &gx_all {
+                    Some(gx) => cells::tanh_step(&gx.select(0, t)?, &h, &w)?,
+                    None => {
                         let x_t = seq.select(0, t)?;
-                        let (hn, cn) =
-                            lstm_cell(&x_t, &h, cp, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
-                        h = hn;
-                        c = Some(cn);
+                        gru_cell(&x_t, &h, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?
                     }
-                    (None, None) => {
-                        let x_t = seq.select(0, t)?;
-                        h = gru_cell(&x_t, &h, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
-                    }
-                }
+                };
                 outs.push(h.clone());
             }
             seq = if outs.is_empty() {
@@ -244,7 +244,6 @@ impl Recurrent {
                 Tensor::stack(&outs.iter().collect::<Vec<_>>(), 0)?
             };
             hs.push(h);
-            cs.extend(c);
         }
         let finish = |t: Tensor| {
             if batched {

@@ -9,9 +9,11 @@
 
 mod gru_cell;
 mod lstm_cell;
+mod lstm_layer;
 
 pub use gru_cell::gru_cell;
 pub use lstm_cell::lstm_cell;
+pub use lstm_layer::lstm_layer;
 
 use super::check::{floating, shape};
 use crate::{DType, Result, Tensor};

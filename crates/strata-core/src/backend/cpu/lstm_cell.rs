@@ -1,0 +1,375 @@
+//! The fused LSTM cell: one pass over a step's gates for the forward (the gate sums, the
+//! four activations, the new cell and hidden states) and one for the backward (every gate's
+//! gradient and the previous cell state's), where the composed cell runs about twenty
+//! element-wise ops each way. The activations are the ones the sigmoid and tanh kernels
+//! evaluate (for f32 the vectorisable `exp` and `tanh`), so the two paths differ only in
+//! the order of a few additions.
+//!
+//! A row is walked in chunks of [`LANE`] columns, loaded into local arrays and computed
+//! there, so the arithmetic vectorises even where the workspace is the input gates
+//! themselves; on x86_64 the walk is also compiled with AVX2 and FMA and chosen at run time,
+//! as the map kernels are ([`super::chunk`]). Rows run in parallel on strata's pool.
+
+use rayon::prelude::*;
+
+use super::chunk::avx2;
+use super::math::Float;
+use super::threads::pool;
+use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs, RowsAt};
+use crate::dtype::DType;
+
+/// Columns computed together.
+const LANE: usize = 16;
+
+/// State elements per parallel task: each costs five activations, so tasks are smaller than
+/// the element-wise kernels' grain.
+const STATE_PER_TASK: usize = 4096;
+
+/// A row operand as integers, so the parallel closures are `Send`; `addr` 0 is absent.
+#[derive(Clone, Copy)]
+struct Rows {
+    addr: usize,
+    stride: usize,
+}
+
+impl Rows {
+    fn present(self) -> bool {
+        self.addr != 0
+    }
+
+    /// Element `col` of row `row`, as a `T` pointer.
+    #[inline(always)]
+    fn at<T>(self, row: usize, col: usize) -> *mut T {
+        (self.addr as *mut T).wrapping_add(row * self.stride + col)
+    }
+}
+
+/// A bias: `4·hidden` contiguous elements read as row 0, or absent when null.
+fn bias(p: *const u8) -> Rows {
+    Rows {
+        addr: p as usize,
+        stride: 0,
+    }
+}
+
+/// The operands of the forward, as integers.
+#[derive(Clone, Copy)]
+struct Forward {
+    hidden: usize,
+    input_gates: Rows,
+    hidden_gates: Rows,
+    bias_ih: Rows,
+    bias_hh: Rows,
+    cx: Rows,
+    workspace: Rows,
+    hy: Rows,
+    cy: Rows,
+    activated: bool,
+}
+
+/// The operands of the backward, as integers.
+#[derive(Clone, Copy)]
+struct Backward {
+    hidden: usize,
+    grad_hy: Rows,
+    grad_cy: Rows,
+    cx: Rows,
+    cy: Rows,
+    workspace: Rows,
+    grad_gates: Rows,
+    grad_cx: Rows,
+}
+
+/// Converts a row operand's pointer to an address.
+fn rows<P>(at: RowsAt<*const P>) -> Rows {
+    Rows {
+        addr: at.ptr as usize,
+        stride: at.row_stride,
+    }
+}
+
+/// Converts a written row operand's pointer to an address.
+fn rows_mut<P>(at: RowsAt<*mut P>) -> Rows {
+    Rows {
+        addr: at.ptr as usize,
+        stride: at.row_stride,
+    }
+}
+
+/// Runs the forward; false (nothing written) for a dtype other than f32 and f64.
+///
+/// # Safety
+/// As [`crate::backend::Backend::lstm_cell_forward`].
+pub(crate) unsafe fn forward(a: &LstmCellArgs) -> bool {
+    let f = Forward {
+        hidden: a.hidden,
+        input_gates: rows(a.input_gates),
+        hidden_gates: rows(a.hidden_gates),
+        bias_ih: bias(a.bias_ih),
+        bias_hh: bias(a.bias_hh),
+        cx: rows(a.cx),
+        workspace: rows_mut(a.workspace),
+        hy: rows_mut(a.hy),
+        cy: rows_mut(a.cy),
+        activated: a.activated,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match a.dtype {
+            DType::F32 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f32>(&f, r)),
+            DType::F64 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f64>(&f, r)),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Runs the backward; false (nothing written) for a dtype other than f32 and f64.
+///
+/// # Safety
+/// As [`crate::backend::Backend::lstm_cell_backward`].
+pub(crate) unsafe fn backward(a: &LstmCellBackwardArgs) -> bool {
+    let b = Backward {
+        hidden: a.hidden,
+        grad_hy: rows(a.grad_hy),
+        grad_cy: rows(a.grad_cy),
+        cx: rows(a.cx),
+        cy: rows(a.cy),
+        workspace: rows(a.workspace),
+        grad_gates: rows_mut(a.grad_gates),
+        grad_cx: rows_mut(a.grad_cx),
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match a.dtype {
+            DType::F32 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f32>(&b, r)),
+            DType::F64 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f64>(&b, r)),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Runs `row(r)` for every `r < rows`, in tasks of about [`STATE_PER_TASK`] state elements
+/// on strata's pool (on the calling thread when there is one task).
+///
+/// # Safety
+/// `row(r)` must be safe to call for every `r < rows`, concurrently for different rows.
+unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
+    let per_task = (STATE_PER_TASK / hidden.max(1)).max(1);
+    let tasks = rows.div_ceil(per_task);
+    let run = |task: usize| {
+        for r in task * per_task..((task + 1) * per_task).min(rows) {
+            row(r);
+        }
+    };
+    if tasks <= 1 {
+        (0..tasks).for_each(run);
+    } else {
+        pool().install(|| (0..tasks).into_par_iter().for_each(run));
+    }
+}
+
+/// The forward of row `r`, with AVX2 and FMA where the CPU has them.
+///
+/// # Safety
+/// Row `r` of every operand lies inside the extents the caller gave; no other thread
+/// touches the row's written elements.
+unsafe fn forward_row_any<T: Float>(f: &Forward, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
+        return unsafe { forward_row_avx::<T>(f, r) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { forward_row::<T>(f, r) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn forward_row_avx<T: Float>(f: &Forward, r: usize) {
+    // SAFETY: forwarded.
+    unsafe { forward_row::<T>(f, r) }
+}
+
+/// The backward of row `r`, with AVX2 and FMA where the CPU has them.
+///
+/// # Safety
+/// As [`forward_row_any`].
+unsafe fn backward_row_any<T: Float>(b: &Backward, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
+        return unsafe { backward_row_avx::<T>(b, r) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { backward_row::<T>(b, r) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn backward_row_avx<T: Float>(b: &Backward, r: usize) {
+    // SAFETY: forwarded.
+    unsafe { backward_row::<T>(b, r) }
+}
+
+/// Reads `n ≤ LANE` elements from `rows`' row `r` at column `col` into `into`, added to what
+/// is there (nothing for an absent operand).
+///
+/// # Safety
+/// A present operand's row `r` holds columns `col..col + n`, readable.
+#[inline(always)]
+unsafe fn add_from<T: Float>(into: &mut [T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
+    if !rows.present() {
+        return;
+    }
+    let src = rows.at::<T>(r, col) as *const T;
+    for (k, v) in into.iter_mut().enumerate().take(n) {
+        // SAFETY: `k < n`; the caller's contract.
+        *v = v.add(unsafe { *src.add(k) });
+    }
+}
+
+/// Reads `n ≤ LANE` elements of a present operand, as [`add_from`] into zeros.
+///
+/// # Safety
+/// As [`add_from`].
+#[inline(always)]
+unsafe fn load<T: Float>(rows: Rows, r: usize, col: usize, n: usize) -> [T; LANE] {
+    let mut v = [T::ZERO; LANE];
+    // SAFETY: forwarded.
+    unsafe { add_from(&mut v, rows, r, col, n) };
+    v
+}
+
+/// Writes the first `n` elements of `from` to `rows`' row `r` at column `col`.
+///
+/// # Safety
+/// Row `r` holds columns `col..col + n`, writable by this thread alone.
+#[inline(always)]
+unsafe fn store<T: Float>(from: &[T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
+    let dst = rows.at::<T>(r, col);
+    for (k, v) in from.iter().enumerate().take(n) {
+        // SAFETY: `k < n`; the caller's contract.
+        unsafe { *dst.add(k) = *v };
+    }
+}
+
+/// `1 / (1 + e^-x)`, as the sigmoid kernel evaluates it.
+#[inline(always)]
+fn sigmoid<T: Float>(x: T) -> T {
+    T::ONE.div(T::ONE.add(x.neg().exp_vectorisable()))
+}
+
+/// # Safety
+/// As [`forward_row_any`].
+#[inline(always)]
+unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
+    let h = f.hidden;
+    let mut col = 0;
+    while col < h {
+        let n = LANE.min(h - col);
+        // SAFETY: `col + n ≤ h` lies inside the state rows (caller).
+        let cx = unsafe { load::<T>(f.cx, r, col, n) };
+        let (mut cy, mut hy) = ([T::ZERO; LANE], [T::ZERO; LANE]);
+        if f.activated {
+            // SAFETY: `q·h + col + n ≤ 4h` lies inside the workspace row (caller).
+            let [i, fg, g, o] =
+                [0, 1, 2, 3].map(|q| unsafe { load::<T>(f.workspace, r, q * h + col, n) });
+            for k in 0..LANE {
+                cy[k] = fg[k].mul(cx[k]).add(i[k].mul(g[k]));
+                hy[k] = o[k].mul(cy[k].tanh_vectorisable());
+            }
+        } else {
+            // The four gates' sums, chunk `q` of the gate row at column `q·h + col`.
+            let gate = |q: usize| {
+                let c = q * h + col;
+                // SAFETY: `c + n ≤ 4h` lies inside the gate rows and biases (caller).
+                unsafe {
+                    let mut v = load::<T>(f.input_gates, r, c, n);
+                    add_from(&mut v, f.hidden_gates, r, c, n);
+                    add_from(&mut v, f.bias_ih, 0, c, n);
+                    add_from(&mut v, f.bias_hh, 0, c, n);
+                    v
+                }
+            };
+            let (gi, gf, gg, go) = (gate(0), gate(1), gate(2), gate(3));
+            let mut act = [[T::ZERO; LANE]; 4];
+            for k in 0..LANE {
+                let (i, fg, g, o) = (
+                    sigmoid(gi[k]),
+                    sigmoid(gf[k]),
+                    gg[k].tanh_vectorisable(),
+                    sigmoid(go[k]),
+                );
+                act[0][k] = i;
+                act[1][k] = fg;
+                act[2][k] = g;
+                act[3][k] = o;
+                cy[k] = fg.mul(cx[k]).add(i.mul(g));
+                hy[k] = o.mul(cy[k].tanh_vectorisable());
+            }
+            // SAFETY: the gate columns `q·h + col..+n` of row `r` are this thread's to
+            // write; the workspace may be the input gates, read above.
+            unsafe {
+                for (q, v) in act.iter().enumerate() {
+                    store(v, f.workspace, r, q * h + col, n);
+                }
+            }
+        }
+        // SAFETY: the state columns `col..+n` of row `r` are this thread's to write.
+        unsafe {
+            store(&cy, f.cy, r, col, n);
+            if f.hy.present() {
+                store(&hy, f.hy, r, col, n);
+            }
+        }
+        col += n;
+    }
+}
+
+/// # Safety
+/// As [`forward_row_any`].
+#[inline(always)]
+unsafe fn backward_row<T: Float>(b: &Backward, r: usize) {
+    let h = b.hidden;
+    let one = T::ONE;
+    let mut col = 0;
+    while col < h {
+        let n = LANE.min(h - col);
+        // SAFETY: the gate columns `q·h + col..+n` and state columns `col..+n` of row `r`
+        // lie inside the operands (caller); absent gradients read as zeros.
+        let (i, fg, g, o, cx, cy, ghy, gcy) = unsafe {
+            (
+                load::<T>(b.workspace, r, col, n),
+                load::<T>(b.workspace, r, h + col, n),
+                load::<T>(b.workspace, r, 2 * h + col, n),
+                load::<T>(b.workspace, r, 3 * h + col, n),
+                load::<T>(b.cx, r, col, n),
+                load::<T>(b.cy, r, col, n),
+                load::<T>(b.grad_hy, r, col, n),
+                load::<T>(b.grad_cy, r, col, n),
+            )
+        };
+        let mut d = [[T::ZERO; LANE]; 4];
+        let mut dcx = [T::ZERO; LANE];
+        for k in 0..LANE {
+            let tc = cy[k].tanh_vectorisable();
+            let gc = gcy[k].add(ghy[k].mul(o[k]).mul(one.sub(tc.mul(tc))));
+            d[0][k] = gc.mul(g[k]).mul(one.sub(i[k]).mul(i[k]));
+            d[1][k] = gc.mul(cx[k]).mul(one.sub(fg[k]).mul(fg[k]));
+            d[2][k] = gc.mul(i[k]).mul(one.sub(g[k].mul(g[k])));
+            d[3][k] = ghy[k].mul(tc).mul(one.sub(o[k]).mul(o[k]));
+            dcx[k] = gc.mul(fg[k]);
+        }
+        // SAFETY: these columns of row `r` are this thread's to write; `grad_gates` may be
+        // the workspace and `grad_cx` may be `grad_cy`, both read above.
+        unsafe {
+            for (q, v) in d.iter().enumerate() {
+                store(v, b.grad_gates, r, q * h + col, n);
+            }
+            store(&dcx, b.grad_cx, r, col, n);
+        }
+        col += n;
+    }
+}
