@@ -42,6 +42,7 @@ pub(crate) fn cell_state(workspace: &Tensor, cx: &Tensor, cy: &Tensor) -> Result
     let guards = bodies.lock();
     let esize = cx.dtype().size();
     let read = |t: Option<&Tensor>| bodies.read(&guards, t, esize);
+    let gates = read(Some(workspace));
     let args = LstmCellArgs {
         dtype: cx.dtype(),
         rows,
@@ -52,8 +53,8 @@ pub(crate) fn cell_state(workspace: &Tensor, cx: &Tensor, cy: &Tensor) -> Result
         bias_hh: std::ptr::null(),
         cx: read(Some(cx)),
         workspace: RowsAt {
-            ptr: read(Some(workspace)).ptr.cast_mut(),
-            row_stride: read(Some(workspace)).row_stride,
+            ptr: gates.ptr.cast_mut(),
+            row_stride: gates.row_stride,
         },
         hy: RowsAt {
             ptr: std::ptr::null_mut(),

@@ -98,13 +98,30 @@ pub fn lstm_layer(
         |ctx, t| fused_forward(ctx, t, has_bi, has_bh),
         |ctx, t, (y, gates)| record_backward(ctx, t, y, gates),
     )?;
+    let (out, c_n) = split_states(&y, steps, batch, hidden)?;
+    let h_n = out.select(0, steps - 1)?;
+    Ok((out, h_n, c_n))
+}
+
+/// The node's output buffer `y` (or its gradient) seen as the hidden states `[T, B, H]` and
+/// the final cell state `[B, H]` that follows them.
+fn split_states(y: &Tensor, steps: usize, batch: usize, hidden: usize) -> Result<(Tensor, Tensor)> {
     let seq = steps * batch * hidden;
     let out = y.narrow(0, 0, seq)?.view(&dims(&[steps, batch, hidden]))?;
     let c_n = y
         .narrow(0, seq, batch * hidden)?
         .view(&dims(&[batch, hidden]))?;
-    let h_n = out.select(0, steps - 1)?;
-    Ok((out, h_n, c_n))
+    Ok((out, c_n))
+}
+
+/// A new contiguous tensor of `shape` with `like`'s dtype and device, allocated by the op.
+fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    Tensor::uninit_with_layout(
+        ctx,
+        Layout::contiguous(shape, 0),
+        like.dtype(),
+        like.device(),
+    )
 }
 
 /// Sizes as `view` takes them.
@@ -167,24 +184,17 @@ fn fused_forward(
         None => None,
     };
     let (steps, batch, hidden) = (x.shape()[0], x.shape()[1], h0.shape()[1]);
-    let fresh = |shape: &[usize]| {
-        Tensor::uninit_with_layout(ctx, Layout::contiguous(shape, 0), x.dtype(), x.device())
-    };
     // Every step's input product at once, the input bias added in place (no second
     // `[T, B, 4H]` buffer); the cells then activate it in place.
     let gates = x.matmul(&w_ih.t()?)?;
     if let Some(b) = b_ih {
         gates.add_(b)?;
     }
-    let seq = steps * batch * hidden;
-    let y = fresh(&[seq + batch * hidden])?;
-    let out = y.narrow(0, 0, seq)?.view(&dims(&[steps, batch, hidden]))?;
-    let c_n = y
-        .narrow(0, seq, batch * hidden)?
-        .view(&dims(&[batch, hidden]))?;
+    let y = fresh(ctx, x, &[(steps + 1) * batch * hidden])?;
+    let (out, c_n) = split_states(&y, steps, batch, hidden)?;
     // The cell states between are written to two buffers in turn: the backward recomputes them.
     let between = if steps > 1 {
-        fresh(&[2, batch, hidden])?
+        fresh(ctx, x, &[2, batch, hidden])?
     } else {
         c_n.clone()
     };
@@ -220,8 +230,7 @@ fn fused_forward(
 /// activated gates by the fused cell, rounded as the forward rounded them.
 fn cell_states(ctx: &OpContext, gates: &Tensor, c0: &Tensor) -> Result<Tensor> {
     let (steps, batch, hidden) = (gates.shape()[0], gates.shape()[1], c0.shape()[1]);
-    let layout = Layout::contiguous(&[steps - 1, batch, hidden], 0);
-    let cells = Tensor::uninit_with_layout(ctx, layout, c0.dtype(), c0.device())?;
+    let cells = fresh(ctx, c0, &[steps - 1, batch, hidden])?;
     let mut c = c0.clone();
     for s in 0..steps - 1 {
         let cy = cells.select(0, s)?;
@@ -262,26 +271,11 @@ fn record_backward(ctx: &OpContext, t: &[&Tensor], y: &Tensor, gates: &Tensor) -
             let (y, gates) = (sy.get()?, sgates.get()?);
             let (c0, w_hh) = (sc0.get()?.contiguous()?, sw_hh.get()?);
             let cells = cell_states(&ctx, &gates, &c0)?;
-            let fresh = |shape: &[usize]| {
-                let layout = Layout::contiguous(shape, 0);
-                Tensor::uninit_with_layout(&ctx, layout, y.dtype(), y.device())
-            };
-            let seq = steps * batch * hidden;
-            let view = |t: &Tensor, start: usize, sizes: &[usize]| {
-                t.narrow(0, start, sizes.iter().product())?
-                    .view(&dims(sizes))
-            };
-            let (out, c_n) = (
-                view(&y, 0, &[steps, batch, hidden])?,
-                view(&y, seq, &[batch, hidden])?,
-            );
-            let (g_out, g_cn) = (
-                view(&g, 0, &[steps, batch, hidden])?,
-                view(&g, seq, &[batch, hidden])?,
-            );
+            let (out, c_n) = split_states(&y, steps, batch, hidden)?;
+            let (g_out, g_cn) = split_states(&g, steps, batch, hidden)?;
             // The gates' gradients take the saved gates' place unless the graph is kept.
             let dgates = if retains_graph() {
-                fresh(&[steps, batch, 4 * hidden])?
+                fresh(&ctx, &y, &[steps, batch, 4 * hidden])?
             } else {
                 overwritten = true;
                 gates.clone()
@@ -301,7 +295,7 @@ fn record_backward(ctx: &OpContext, t: &[&Tensor], y: &Tensor, gates: &Tensor) -
                 // Only the last cell state is an output; the rest get what the next step sent.
                 let (grad_cy, grad_cx) = match dc.take() {
                     Some(carry) => (carry.clone(), carry),
-                    None => (g_cn.clone(), fresh(&[batch, hidden])?),
+                    None => (g_cn.clone(), fresh(&ctx, &y, &[batch, hidden])?),
                 };
                 let cx = if s == 0 { c0.clone() } else { cell(s - 1)? };
                 let dg = dgates.select(0, s)?;
