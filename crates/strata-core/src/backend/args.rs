@@ -5,7 +5,7 @@
 //! Every pointer is an address in the backend's device memory (never dereferenced above the
 //! seam); what each must address is the `# Safety` section of the method that takes it.
 
-use super::kernel::{GemmScratch, Mat, PoolWindows, Product, UpdatePtrs, UpdateRule};
+use super::kernel::{ConvWindows, GemmScratch, Mat, PoolWindows, Product, UpdatePtrs, UpdateRule};
 use crate::{DType, Scalar};
 
 /// [`super::Backend::dense_sum`]: sums `outer` contiguous `[len, inner]` blocks of `dtype`
@@ -138,6 +138,74 @@ pub(crate) struct ScatterAddArgs<'a> {
     pub(crate) index: IndexOperand<'a>,
     /// The destination's stride along the indexed dimension, in elements.
     pub(crate) dim_stride: isize,
+}
+
+/// [`super::Backend::im2col`] and [`super::Backend::col2im_add`]: the column matrices of
+/// `samples·channels` image planes, each entry `cols[n, c, i, j, y, x]` the input under
+/// output `(y, x)` at kernel offset `(i, j)` (see [`ConvWindows`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ColumnsArgs {
+    /// The dtype of image and columns.
+    pub(crate) dtype: DType,
+    /// The image's first element: `[samples, channels, h, w]` at `image_strides`.
+    pub(crate) image: *mut u8,
+    /// The image's strides, in elements.
+    pub(crate) image_strides: [usize; 4],
+    /// The columns' first element: `[samples, channels, kh, kw, oh, ow]` at `col_strides`.
+    pub(crate) cols: *mut u8,
+    /// The columns' strides, in elements.
+    pub(crate) col_strides: [usize; 6],
+    /// Samples.
+    pub(crate) samples: usize,
+    /// Channels per sample.
+    pub(crate) channels: usize,
+    /// The windows over each plane.
+    pub(crate) windows: ConvWindows,
+}
+
+/// [`super::Backend::channel_sums`]: per-channel sums over `[n, c, s]` contiguous elements
+/// (batch norm's statistics), accumulated in f64 and written in `dtype`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChannelSumsArgs {
+    /// The dtype of every operand (f32 or f64).
+    pub(crate) dtype: DType,
+    /// Samples, channels, and elements per channel of one sample.
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) s: usize,
+    /// `n·c·s` elements read.
+    pub(crate) x: *const u8,
+    /// Null: the forward statistics, `first` = the mean and `second` = the biased variance
+    /// of each channel. Else `n·c·s` gradient elements read, with `mean` given: `first` =
+    /// `Σ grad` and `second` = `Σ grad·(x - mean)` of each channel.
+    pub(crate) grad: *const u8,
+    /// `c` elements read (with `grad`), or null.
+    pub(crate) mean: *const u8,
+    /// `c` elements written each.
+    pub(crate) first: *mut u8,
+    pub(crate) second: *mut u8,
+}
+
+/// [`super::Backend::channel_affine`]: `out = x·a[ch] + b[ch]`, plus `grad·d[ch]` when
+/// `grad` is given, over `[n, c, s]` contiguous elements (batch norm's element-wise passes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChannelAffineArgs {
+    /// The dtype of every operand (f32 or f64).
+    pub(crate) dtype: DType,
+    /// Samples, channels, and elements per channel of one sample.
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) s: usize,
+    /// `n·c·s` elements read.
+    pub(crate) x: *const u8,
+    /// `c` elements read each.
+    pub(crate) a: *const u8,
+    pub(crate) b: *const u8,
+    /// `n·c·s` elements read and `c` elements of `d`, or both null.
+    pub(crate) grad: *const u8,
+    pub(crate) d: *const u8,
+    /// `n·c·s` elements written.
+    pub(crate) out: *mut u8,
 }
 
 /// [`super::Backend::max_pool2d`]: 2-d max pooling of contiguous planes, with each maximum's

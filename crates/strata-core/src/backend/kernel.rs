@@ -333,6 +333,65 @@ impl GemmScratch {
     }
 }
 
+/// The windows of a 2-d convolution over planes of `h×w` elements: kernel offset `(i, j)`
+/// of output `(y, x)` (of `oh×ow`) reads input row `y·sh + i·dh - ph` and column
+/// `x·sw + j·dw - pw`, or zero where that falls in the padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvWindows {
+    /// Input plane height and width.
+    pub h: usize,
+    pub w: usize,
+    /// Output plane height and width.
+    pub oh: usize,
+    pub ow: usize,
+    /// Kernel height and width.
+    pub kh: usize,
+    pub kw: usize,
+    /// Distance between output positions, in input positions.
+    pub sh: usize,
+    pub sw: usize,
+    /// Zeros before the first row and column.
+    pub ph: usize,
+    pub pw: usize,
+    /// Distance between the positions a kernel reads.
+    pub dh: usize,
+    pub dw: usize,
+}
+
+impl ConvWindows {
+    /// The outputs along one axis that kernel offset `k` reads inside the input, and the
+    /// first input position read: `(first output, count, first input)`, or `None` when
+    /// every position falls in the padding.
+    pub fn reach(
+        out: usize,
+        size: usize,
+        stride: usize,
+        pad: usize,
+        dil: usize,
+        k: usize,
+    ) -> Option<(usize, usize, usize)> {
+        let offset = k * dil;
+        // Output o reads input o·stride + offset - pad, which must lie in 0..size.
+        let first = pad.saturating_sub(offset).div_ceil(stride);
+        let last = (size.checked_sub(1)? + pad).checked_sub(offset)? / stride;
+        let last = last.min(out.checked_sub(1)?);
+        if first > last {
+            return None;
+        }
+        Some((first, last - first + 1, first * stride + offset - pad))
+    }
+
+    /// [`ConvWindows::reach`] along the rows for kernel row `i`.
+    pub fn rows(&self, i: usize) -> Option<(usize, usize, usize)> {
+        Self::reach(self.oh, self.h, self.sh, self.ph, self.dh, i)
+    }
+
+    /// [`ConvWindows::reach`] along the columns for kernel column `j`.
+    pub fn cols(&self, j: usize) -> Option<(usize, usize, usize)> {
+        Self::reach(self.ow, self.w, self.sw, self.pw, self.dw, j)
+    }
+}
+
 /// The windows of a 2-d pooling over planes of `h×w` elements: output `(y, x)` of `oh×ow`
 /// reads rows `y·sh - ph ..` and columns `x·sw - pw ..`, `kh×kw` of them, clipped to the
 /// plane.
@@ -367,6 +426,22 @@ impl PoolWindows {
         let start = (o * stride).saturating_sub(pad);
         let end = (o * stride + k).saturating_sub(pad).min(size);
         start..end.max(start)
+    }
+
+    /// Whether every window lies inside the plane: no padding, and the last window of each
+    /// axis ends within it.
+    pub fn inside(&self) -> bool {
+        self.ph == 0
+            && self.pw == 0
+            && self.oh > 0
+            && self.ow > 0
+            && (self.oh - 1) * self.sh + self.kh <= self.h
+            && (self.ow - 1) * self.sw + self.kw <= self.w
+    }
+
+    /// Whether the windows are 2×2 at stride 2, inside the plane (`MaxPool2d(2)`).
+    pub fn is_pairs(&self) -> bool {
+        (self.kh, self.kw, self.sh, self.sw) == (2, 2, 2, 2) && self.inside()
     }
 }
 

@@ -8,9 +8,9 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -66,6 +66,28 @@ impl Backend for Meta {
     unsafe fn max_pool2d_backward(&self, _: &MaxPoolBackwardArgs) {}
 
     unsafe fn update(&self, _: &UpdateArgs<'_>) {}
+
+    unsafe fn im2col(&self, _: &ColumnsArgs) -> bool {
+        // As the CPU, so that a convolution takes the same path (neither allocates).
+        true
+    }
+
+    unsafe fn col2im_add(&self, _: &ColumnsArgs) -> bool {
+        true
+    }
+
+    fn fused_batch_norm(&self) -> bool {
+        // As the CPU, so that batch norm takes the same path and allocates the same.
+        true
+    }
+
+    unsafe fn channel_sums(&self, _: &ChannelSumsArgs) -> bool {
+        true
+    }
+
+    unsafe fn channel_affine(&self, _: &ChannelAffineArgs) -> bool {
+        true
+    }
 
     fn fused_attention(&self) -> bool {
         // As the CPU, so that attention takes the same path and allocates the same.

@@ -33,9 +33,9 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -215,6 +215,64 @@ pub(crate) trait Backend: Sync {
     /// gradient `n` readable ones; the written operands share no memory with each other or
     /// the gradient, and the op holds their storages locked.
     unsafe fn update(&self, args: &UpdateArgs<'_>);
+
+    /// Writes every entry of the column matrices `args.cols` from the image `args.image`
+    /// (zeros where a window reads padding) in one pass. Returns false, writing nothing, on
+    /// a backend without it (the default): the convolution then copies one strided window
+    /// per kernel offset with [`Backend::copy`] and [`Backend::fill`].
+    ///
+    /// # Safety
+    /// The image must address readable elements of the dtype for every position of its
+    /// shape and strides, and the columns writable ones for every position of theirs; the
+    /// columns overlap neither themselves (no two positions share an element) nor the
+    /// image, and nothing else touches them during the call.
+    unsafe fn im2col(&self, args: &ColumnsArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Adds every entry of the column matrices `args.cols` onto the image position it was
+    /// read from (entries in the padding are dropped), offset by offset in kernel order, as
+    /// one strided add per offset would. Returns false, writing nothing, on a backend
+    /// without it (the default): the convolution then adds each offset's window with
+    /// [`Backend::binary`].
+    ///
+    /// # Safety
+    /// As for [`Backend::im2col`], with the columns read and the image written: the image
+    /// overlaps neither itself nor the columns.
+    unsafe fn col2im_add(&self, args: &ColumnsArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Whether this backend has batch norm's fused passes ([`Backend::channel_sums`] and
+    /// [`Backend::channel_affine`]) for f32 and f64. Without them (the default), batch
+    /// norm is composed of the kernels above on this device.
+    fn fused_batch_norm(&self) -> bool {
+        false
+    }
+
+    /// Per-channel sums in one pass (see [`ChannelSumsArgs`]). Returns false, writing
+    /// nothing, on a backend without it ([`Backend::fused_batch_norm`]).
+    ///
+    /// # Safety
+    /// Every non-null pointer addresses the elements [`ChannelSumsArgs`] gives it, readable
+    /// or written as it says; the written ones overlap nothing and nothing else touches
+    /// them during the call.
+    unsafe fn channel_sums(&self, args: &ChannelSumsArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// A per-channel affine map in one pass (see [`ChannelAffineArgs`]). Returns false,
+    /// writing nothing, on a backend without it.
+    ///
+    /// # Safety
+    /// As for [`Backend::channel_sums`], with the operands of [`ChannelAffineArgs`].
+    unsafe fn channel_affine(&self, args: &ChannelAffineArgs) -> bool {
+        let _ = args;
+        false
+    }
 
     /// Whether this backend has the fused attention kernels
     /// ([`Backend::attention_forward`] and [`Backend::attention_backward`]). Without them

@@ -2,7 +2,9 @@
 //! validates everything (*infer*), then allocates and runs (*execute*).
 
 pub(crate) mod attention;
+pub(crate) mod batch_norm;
 pub mod binary;
+pub(crate) mod columns;
 mod contiguous;
 pub mod copy;
 pub mod index;

@@ -10,8 +10,10 @@
 //! stride. Kernels ([`kernels`]) work on runs, converting dtypes blockwise.
 
 mod attention;
+mod batch_norm;
 pub(crate) mod binary;
 pub(crate) mod chunk;
+mod columns;
 pub(crate) mod convert;
 pub(crate) mod dense_sum;
 pub(crate) mod gather;
@@ -32,9 +34,9 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    DenseSumArgs, GemmArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -165,6 +167,32 @@ impl Backend for Cpu {
         // SAFETY: forwarded from the caller.
         unsafe { layer_norm::backward(args) };
         true
+    }
+
+    unsafe fn im2col(&self, args: &ColumnsArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { columns::im2col(args) };
+        true
+    }
+
+    unsafe fn col2im_add(&self, args: &ColumnsArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { columns::col2im_add(args) };
+        true
+    }
+
+    fn fused_batch_norm(&self) -> bool {
+        true
+    }
+
+    unsafe fn channel_sums(&self, args: &ChannelSumsArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { batch_norm::channel_sums(args) }
+    }
+
+    unsafe fn channel_affine(&self, args: &ChannelAffineArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { batch_norm::channel_affine(args) }
     }
 
     fn fused_lstm_cell(&self) -> bool {

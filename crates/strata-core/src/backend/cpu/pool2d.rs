@@ -62,27 +62,12 @@ impl DTypeFn for MaxPool {
                     ),
                 )
             };
-            for oy in 0..w.oh {
-                let rows = PoolWindows::span(oy, w.sh, w.ph, w.kh, w.h);
-                for ox in 0..w.ow {
-                    let cols = PoolWindows::span(ox, w.sw, w.pw, w.kw, w.w);
-                    let first = rows.start * w.w + cols.start;
-                    let (mut best, mut at) = (src[first.min(plane_in - 1)], first);
-                    for y in rows.clone() {
-                        for (x, &v) in src[y * w.w + cols.start..y * w.w + cols.end]
-                            .iter()
-                            .enumerate()
-                        {
-                            #[allow(clippy::eq_op)]
-                            let nan = v != v && best == best;
-                            if v > best || nan {
-                                (best, at) = (v, y * w.w + cols.start + x);
-                            }
-                        }
-                    }
-                    dst[oy * w.ow + ox] = best;
-                    idx[oy * w.ow + ox] = at as i64;
-                }
+            if w.is_pairs() {
+                pairs(src, dst, idx, &w);
+            } else if w.inside() {
+                inside(src, dst, idx, &w);
+            } else {
+                clipped(src, dst, idx, &w);
             }
         };
         let work = self.planes * plane_out * w.kh * w.kw;
@@ -90,6 +75,94 @@ impl DTypeFn for MaxPool {
             (0..self.planes).for_each(one);
         } else {
             pool().install(|| (0..self.planes).into_par_iter().for_each(one));
+        }
+    }
+}
+
+/// Whether `v` replaces `best` as a window's maximum: larger, or the first NaN.
+#[inline(always)]
+fn beats<T: Element>(v: T, best: T) -> bool {
+    #[allow(clippy::eq_op)]
+    let nan = v != v && best == best;
+    v > best || nan
+}
+
+/// One plane's windows, any geometry: each window clipped to the plane.
+fn clipped<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
+    let plane_in = w.h * w.w;
+    for oy in 0..w.oh {
+        let rows = PoolWindows::span(oy, w.sh, w.ph, w.kh, w.h);
+        for ox in 0..w.ow {
+            let cols = PoolWindows::span(ox, w.sw, w.pw, w.kw, w.w);
+            let first = rows.start * w.w + cols.start;
+            let (mut best, mut at) = (src[first.min(plane_in - 1)], first);
+            for y in rows.clone() {
+                for (x, &v) in src[y * w.w + cols.start..y * w.w + cols.end]
+                    .iter()
+                    .enumerate()
+                {
+                    if beats(v, best) {
+                        (best, at) = (v, y * w.w + cols.start + x);
+                    }
+                }
+            }
+            dst[oy * w.ow + ox] = best;
+            idx[oy * w.ow + ox] = at as i64;
+        }
+    }
+}
+
+/// One plane's windows when every window lies inside the plane (no padding read): no
+/// clipping, each window's rows read as slices.
+fn inside<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
+    for oy in 0..w.oh {
+        let y0 = oy * w.sh;
+        let (out, at_out) = (
+            &mut dst[oy * w.ow..(oy + 1) * w.ow],
+            &mut idx[oy * w.ow..(oy + 1) * w.ow],
+        );
+        for (ox, (d, i)) in out.iter_mut().zip(at_out.iter_mut()).enumerate() {
+            let x0 = ox * w.sw;
+            let (mut best, mut at) = (src[y0 * w.w + x0], y0 * w.w + x0);
+            for y in y0..y0 + w.kh {
+                let row = &src[y * w.w + x0..y * w.w + x0 + w.kw];
+                for (x, &v) in row.iter().enumerate() {
+                    if beats(v, best) {
+                        (best, at) = (v, y * w.w + x0 + x);
+                    }
+                }
+            }
+            *d = best;
+            *i = at as i64;
+        }
+    }
+}
+
+/// One plane's 2×2 windows at stride 2 inside the plane (the usual `MaxPool2d(2)`): two
+/// input rows per output row, four candidates per window compared without branches, in
+/// the same order as [`clipped`].
+fn pairs<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
+    let ow = w.ow;
+    for oy in 0..w.oh {
+        let top = 2 * oy * w.w;
+        let r0 = &src[top..top + 2 * ow];
+        let r1 = &src[top + w.w..top + w.w + 2 * ow];
+        let out = &mut dst[oy * ow..(oy + 1) * ow];
+        let at_out = &mut idx[oy * ow..(oy + 1) * ow];
+        for ox in 0..ow {
+            let (a, b, c, d) = (r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]);
+            let (mut best, mut at) = (a, 0usize);
+            if beats(b, best) {
+                (best, at) = (b, 1);
+            }
+            if beats(c, best) {
+                (best, at) = (c, w.w);
+            }
+            if beats(d, best) {
+                (best, at) = (d, w.w + 1);
+            }
+            out[ox] = best;
+            at_out[ox] = (top + 2 * ox + at) as i64;
         }
     }
 }
@@ -150,5 +223,73 @@ impl DTypeFn for MaxPoolBackward {
         } else {
             pool().install(|| (0..self.planes).into_par_iter().for_each(one));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clipped, inside, pairs};
+    use crate::backend::kernel::PoolWindows;
+
+    /// A plane with ties (few distinct values) and NaNs, the same each run.
+    fn plane(h: usize, w: usize) -> Vec<f32> {
+        (0..h * w)
+            .map(|k| match (k * 7919) % 23 {
+                0 => f32::NAN,
+                r => (r % 4) as f32 - 1.5,
+            })
+            .collect()
+    }
+
+    fn windows(h: usize, w: usize, k: usize, s: usize, ceil: bool) -> PoolWindows {
+        let out = |size: usize| {
+            if ceil {
+                (size - k).div_ceil(s) + 1
+            } else {
+                (size - k) / s + 1
+            }
+        };
+        PoolWindows {
+            h,
+            w,
+            oh: out(h),
+            ow: out(w),
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+            ph: 0,
+            pw: 0,
+        }
+    }
+
+    fn run(
+        f: fn(&[f32], &mut [f32], &mut [i64], &PoolWindows),
+        src: &[f32],
+        w: &PoolWindows,
+    ) -> (Vec<u32>, Vec<i64>) {
+        let mut dst = vec![0.0; w.oh * w.ow];
+        let mut idx = vec![0; w.oh * w.ow];
+        f(src, &mut dst, &mut idx, w);
+        (dst.iter().map(|v| v.to_bits()).collect(), idx)
+    }
+
+    /// The unclipped paths pick the same maximum at the same position as the general one,
+    /// ties and NaNs included.
+    #[test]
+    fn the_fast_paths_agree_with_the_clipped_windows() {
+        for (h, w, k, s) in [(28, 28, 2, 2), (7, 9, 2, 2), (14, 14, 3, 2), (9, 6, 3, 3)] {
+            let win = windows(h, w, k, s, false);
+            assert!(win.inside());
+            let src = plane(h, w);
+            let general = run(clipped, &src, &win);
+            assert_eq!(run(inside, &src, &win), general, "{h}x{w} k{k} s{s}");
+            if (k, s) == (2, 2) {
+                assert!(win.is_pairs());
+                assert_eq!(run(pairs, &src, &win), general, "{h}x{w} pairs");
+            }
+        }
+        // ceil_mode's last window hangs over the edge: not inside.
+        assert!(!windows(7, 7, 2, 2, true).inside());
     }
 }

@@ -6,6 +6,7 @@ use crate::api::entry::Entry;
 use crate::api::ternary::fused_mul_add;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::op::OpContext;
+use crate::ops::batch_norm as fused_passes;
 use crate::ops::copy::copy_unversioned;
 use crate::{DType, Error, Result, Tensor};
 
@@ -174,12 +175,19 @@ fn forward(
     let op = ctx.op();
     let (c, per_channel) = check(op, x, weight, bias, stats)?;
     let acc = acc_dtype(x.dtype());
+    let fused = fused_passes::fused(x, &[weight, bias, stats.running_mean, stats.running_var])?;
     let xa = x.to(acc)?;
     let dims = reduced_dims(x.dim());
     let bshape = broadcast_shape(x.dim(), c);
     let (mean, invstd) = if stats.training {
-        let mean = xa.mean_over(&dims, true)?;
-        let var = xa.var_over(&dims, 0.0, true)?;
+        let (mean, var) = if fused {
+            let fresh = || Tensor::on(x.device()).empty(&bshape, acc);
+            let (mean, var) = (fresh()?, fresh()?);
+            fused_passes::moments(x, &mean, &var)?;
+            (mean, var)
+        } else {
+            (xa.mean_over(&dims, true)?, xa.var_over(&dims, 0.0, true)?)
+        };
         let invstd = var.add(stats.eps)?.rsqrt()?;
         let m = stats.momentum;
         if let Some(rm) = stats.running_mean {
@@ -216,6 +224,11 @@ fn forward(
         Some(b) => shift.add(&b.to(acc)?.reshape_to(&bshape)?)?,
         None => shift,
     };
+    if fused {
+        let y = Tensor::on(x.device()).empty(x.shape().as_slice(), x.dtype())?;
+        fused_passes::affine(x, &alpha, &beta, None, &y)?;
+        return Ok((y, mean, invstd));
+    }
     let y = fused_mul_add(&xa, &alpha, &beta)?
         .to(x.dtype())?
         .contiguous()?;
@@ -288,6 +301,10 @@ fn backward(
     let count = x.numel() / c.max(1);
     let w_dtype = weight.map(|w| w.dtype());
     let b_dtype = inputs.last().map(|b| b.dtype());
+    let fused = fused_passes::fused(
+        x,
+        &inputs[1..].iter().copied().map(Some).collect::<Vec<_>>(),
+    )?;
     record(ctx, "NativeBatchNormBackward0", inputs, out, |rec| {
         let need_x = rec.needs(0);
         let need_w = has_w && rec.needs(1);
@@ -303,8 +320,27 @@ fn backward(
             let acc = acc_dtype(dtype);
             let dims = reduced_dims(ndim);
             let bshape = broadcast_shape(ndim, c);
-            let ga = g.to(acc)?;
             let invstd = sinv.get()?;
+            let w = sw.as_ref().map(|w| w.get()).transpose()?;
+            // The per-channel factor of the gradient: invstd·w.
+            let scale = |invstd: &Tensor| match &w {
+                Some(w) => invstd.mul(&w.to(acc)?.reshape_to(&bshape)?),
+                None => Ok(invstd.clone()),
+            };
+            if fused && (need_w || (need_x && training)) {
+                return fused_backward(FusedBackward {
+                    g: g.contiguous()?,
+                    x: take(&sx)?,
+                    mean: take(&smean)?,
+                    invstd: &invstd,
+                    scale: need_x.then(|| scale(&invstd)).transpose()?.as_ref(),
+                    count,
+                    training,
+                    wanted: [need_x, need_w, need_b],
+                    present: [has_w, has_b],
+                });
+            }
+            let ga = g.to(acc)?;
             let sum_g = ga.sum_over(&dims, true)?;
             // x - mean, the one full-size temporary besides the result (it becomes the
             // result when the input needs a gradient in training mode).
@@ -320,11 +356,7 @@ fn backward(
             };
             let mut grads = Vec::with_capacity(3);
             if need_x {
-                let w = sw.as_ref().map(|w| w.get()).transpose()?;
-                let scale = match &w {
-                    Some(w) => invstd.mul(&w.to(acc)?.reshape_to(&bshape)?)?,
-                    None => invstd.clone(),
-                };
+                let scale = scale(&invstd)?;
                 let gx = match (&centred, &dotp) {
                     (Some(xmu), Some(dotp)) if training => {
                         // dx = (gy - Σgy/n - (x - mean)·Σgy(x - mean)·invstd²/n)·invstd·w,
@@ -358,4 +390,68 @@ fn backward(
             Ok(grads)
         })
     })
+}
+
+/// What the fused backward takes.
+struct FusedBackward<'a> {
+    /// The output's gradient, contiguous.
+    g: Tensor,
+    /// The saved input and per-channel mean.
+    x: Tensor,
+    mean: Tensor,
+    /// The per-channel `1/sqrt(var + eps)`, and `invstd·w` when the input needs a gradient.
+    invstd: &'a Tensor,
+    scale: Option<&'a Tensor>,
+    /// Values per channel.
+    count: usize,
+    training: bool,
+    /// Which gradients are wanted (input, weight, bias) and which parameters exist.
+    wanted: [bool; 3],
+    present: [bool; 2],
+}
+
+/// The backward as two fused passes: one reading the gradient and the input for each
+/// channel's `Σ g` and `Σ g·(x - mean)`, one writing the input's gradient
+/// `g·scale + x·p + q` (in training mode, with `p = -Σg(x - mean)·invstd²/n·scale` and
+/// `q = -(Σg/n)·scale - mean·p`; in eval mode `g·scale`). Allocates the per-channel sums and
+/// the input's gradient, nothing full-sized besides.
+fn fused_backward(b: FusedBackward<'_>) -> Grads {
+    let fresh = || Tensor::on(b.x.device()).empty(b.invstd.shape().as_slice(), b.x.dtype());
+    let (sum_g, dotp) = (fresh()?, fresh()?);
+    fused_passes::grad_sums(&b.g, &b.x, &b.mean, &sum_g, &dotp)?;
+    let gx = match b.scale.filter(|_| b.wanted[0]) {
+        Some(scale) if b.training => {
+            let n = b.count as f64;
+            let k = dotp.mul(b.invstd)?.mul(b.invstd)?.div(n)?;
+            let p = k.mul(scale)?.neg()?;
+            let q = sum_g.div(n)?.mul(scale)?.neg()?.sub(&b.mean.mul(&p)?)?;
+            let gx = Tensor::on(b.x.device()).empty(b.x.shape().as_slice(), b.x.dtype())?;
+            fused_passes::affine(&b.x, &p, &q, Some((&b.g, scale)), &gx)?;
+            Some(gx)
+        }
+        Some(scale) => Some(b.g.mul(scale)?),
+        None => None,
+    };
+    let mut grads = vec![gx];
+    grads.extend(param_grads(&b, &sum_g, &dotp)?);
+    Ok(grads)
+}
+
+/// The weight's and the bias's gradients (for those that exist) from the per-channel sums.
+fn param_grads(b: &FusedBackward<'_>, sum_g: &Tensor, dotp: &Tensor) -> Grads {
+    let [_, need_w, need_b] = b.wanted;
+    let [has_w, has_b] = b.present;
+    let c = b.x.shape()[1];
+    let mut grads = Vec::with_capacity(2);
+    if has_w {
+        grads.push(
+            need_w
+                .then(|| dotp.mul(b.invstd)?.reshape_to(&[c]))
+                .transpose()?,
+        );
+    }
+    if has_b {
+        grads.push(need_b.then(|| sum_g.reshape_to(&[c])).transpose()?);
+    }
+    Ok(grads)
 }

@@ -2,6 +2,7 @@
 //! backward against central finite differences in f64.
 
 mod autocast;
+mod batch_norm_fused;
 mod cells;
 mod class_losses;
 mod conv_options;

@@ -1,31 +1,30 @@
-//! Column matrices for a slice of the batch: each kernel offset `(i, j)` copies the input
-//! positions it reads (a strided window of the input) into its rows, and the gradient adds
-//! them back. Nothing is padded: positions that fall in the padding stay zero in the columns
-//! and are skipped on the way back.
+//! Column matrices for a slice of the batch, built and added back in one pass by the
+//! backend's column kernels where it has them. Otherwise (the composed default) each kernel
+//! offset `(i, j)` copies the input positions it reads (a strided window of the input) into
+//! its rows, and the gradient adds them back. Nothing is padded: positions that fall in the
+//! padding stay zero in the columns and are skipped on the way back.
 
 use super::geometry::Geometry;
+use crate::backend::kernel::ConvWindows;
+use crate::ops::columns::{col2im_add, im2col};
 use crate::{Result, Tensor};
 
-/// The output positions along one axis that kernel offset `k` reads inside the input, and the
-/// first input position read: `(first output, count, first input)`, or `None` when every
-/// position falls in the padding.
-fn reach(
-    out: usize,
-    size: usize,
-    stride: usize,
-    pad: usize,
-    dil: usize,
-    k: usize,
-) -> Option<(usize, usize, usize)> {
-    let offset = k * dil;
-    // Output o reads input o·stride + offset - pad, which must lie in 0..size.
-    let first = pad.saturating_sub(offset).div_ceil(stride);
-    let last = (size - 1 + pad).checked_sub(offset)? / stride;
-    let last = last.min(out.checked_sub(1)?);
-    if first > last {
-        return None;
+/// The windows of `g` for the column kernels.
+fn conv_windows(g: &Geometry) -> ConvWindows {
+    ConvWindows {
+        h: g.h,
+        w: g.w,
+        oh: g.oh,
+        ow: g.ow,
+        kh: g.kernel.0,
+        kw: g.kernel.1,
+        sh: g.stride.0,
+        sw: g.stride.1,
+        ph: g.padding.0,
+        pw: g.padding.1,
+        dh: g.dilation.0,
+        dw: g.dilation.1,
     }
-    Some((first, last - first + 1, first * stride + offset - pad))
 }
 
 /// Each kernel offset's pair of matching windows: the input positions (a strided view of
@@ -37,13 +36,13 @@ fn windows(
     g: &Geometry,
     mut each: impl FnMut(Tensor, Tensor) -> Result<()>,
 ) -> Result<()> {
+    let win = conv_windows(g);
     for i in 0..g.kernel.0 {
-        let Some((oy, ny, iy)) = reach(g.oh, g.h, g.stride.0, g.padding.0, g.dilation.0, i) else {
+        let Some((oy, ny, iy)) = win.rows(i) else {
             continue;
         };
         for j in 0..g.kernel.1 {
-            let Some((ox, nx, ix)) = reach(g.ow, g.w, g.stride.1, g.padding.1, g.dilation.1, j)
-            else {
+            let Some((ox, nx, ix)) = win.cols(j) else {
                 continue;
             };
             let input = x
@@ -74,6 +73,9 @@ fn windows(
 /// (`[b, C, H, W]`): `cols[n, c, i, j, y, x]` is the input under output `(y, x)` at kernel
 /// offset `(i, j)`, or 0 in the padding.
 pub(super) fn fill(x: &Tensor, cols: &Tensor, g: &Geometry) -> Result<()> {
+    if im2col(x, cols, &conv_windows(g))? {
+        return Ok(());
+    }
     if g.padding.0 > 0 || g.padding.1 > 0 {
         cols.zero_()?;
     }
@@ -83,12 +85,129 @@ pub(super) fn fill(x: &Tensor, cols: &Tensor, g: &Geometry) -> Result<()> {
 /// Adds every column entry of `cols` (`[b, C, kh, kw, OH, OW]`) back onto the position of
 /// `gx` (`[b, C, H, W]`) it was read from; entries in the padding are dropped.
 pub(super) fn add_back(cols: &Tensor, gx: &Tensor, g: &Geometry) -> Result<()> {
+    if col2im_add(cols, gx, &conv_windows(g))? {
+        return Ok(());
+    }
     windows(gx, cols, g, |input, column| input.add_(&column).map(drop))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::reach;
+    use crate::backend::kernel::ConvWindows;
+
+    fn reach(
+        out: usize,
+        size: usize,
+        stride: usize,
+        pad: usize,
+        dil: usize,
+        k: usize,
+    ) -> Option<(usize, usize, usize)> {
+        ConvWindows::reach(out, size, stride, pad, dil, k)
+    }
+
+    use super::super::geometry::Geometry;
+    use super::super::Pair;
+    use super::{conv_windows, windows};
+    use crate::ops::columns::{col2im_add, im2col};
+    use crate::{DType, Result, Tensor};
+
+    /// `(h, w, kernel, stride, padding, dilation)`.
+    type Case = (usize, usize, Pair, Pair, Pair, Pair);
+
+    fn geometry((h, w, kernel, stride, padding, dilation): Case, n: usize, c: usize) -> Geometry {
+        let out = |size: usize, k: usize, s: usize, p: usize, d: usize| {
+            (size + 2 * p - d * (k - 1) - 1) / s + 1
+        };
+        Geometry {
+            n,
+            c,
+            h,
+            w,
+            o: 1,
+            groups: 1,
+            kernel,
+            stride,
+            padding,
+            dilation,
+            oh: out(h, kernel.0, stride.0, padding.0, dilation.0),
+            ow: out(w, kernel.1, stride.1, padding.1, dilation.1),
+        }
+    }
+
+    fn bits(t: &Tensor) -> Result<Vec<u64>> {
+        Ok(t.to(DType::F64)?
+            .to_vec::<f64>()?
+            .iter()
+            .map(|v| v.to_bits())
+            .collect())
+    }
+
+    /// The column kernels give exactly what the strided copies and adds give, for column
+    /// buffers laid out as the forward's and as the weight gradient's, for an input that is
+    /// a strided view, in every float dtype.
+    #[test]
+    fn the_column_kernels_equal_the_composed_copies_and_adds() -> Result<()> {
+        let cases: [Case; 6] = [
+            (6, 7, Pair(3, 3), Pair(1, 1), Pair(1, 1), Pair(1, 1)),
+            (7, 5, Pair(3, 2), Pair(2, 1), Pair(0, 1), Pair(1, 1)),
+            (9, 8, Pair(3, 3), Pair(2, 2), Pair(2, 2), Pair(2, 2)),
+            (5, 5, Pair(1, 1), Pair(2, 2), Pair(0, 0), Pair(1, 1)),
+            (4, 6, Pair(2, 3), Pair(1, 3), Pair(3, 2), Pair(1, 1)),
+            (28, 28, Pair(3, 3), Pair(1, 1), Pair(1, 1), Pair(1, 1)),
+        ];
+        for dtype in [DType::F64, DType::F32, DType::BF16] {
+            for case in cases {
+                let (n, c) = (2, 3);
+                let g = geometry(case, n, c);
+                let six = [n, c, g.kernel.0, g.kernel.1, g.oh, g.ow];
+                // The input contiguous, then as a strided view (the last two dimensions
+                // swapped back).
+                let inputs = [
+                    Tensor::randn(&[n, c, g.h, g.w], dtype)?,
+                    Tensor::randn(&[n, c, g.w, g.h], dtype)?.transpose(2, 3)?,
+                ];
+                for x in inputs {
+                    let layouts = [
+                        Tensor::full(&six[..], f64::NAN, dtype)?,
+                        Tensor::full(&[c, g.kernel.0, g.kernel.1, n, g.oh, g.ow], f64::NAN, dtype)?
+                            .permute(&[3, 0, 1, 2, 4, 5])?,
+                    ];
+                    for fast in layouts {
+                        let composed = Tensor::zeros(&six[..], dtype)?;
+                        assert!(im2col(&x, &fast, &conv_windows(&g))?, "{case:?}");
+                        windows(&x, &composed, &g, |input, column| {
+                            column.copy_(&input).map(drop)
+                        })?;
+                        assert_eq!(bits(&fast)?, bits(&composed)?, "im2col {dtype} {case:?}");
+
+                        let gx = Tensor::randn(&[n, c, g.h, g.w], dtype)?;
+                        let gx_composed = gx.deep_clone()?;
+                        assert!(col2im_add(&fast, &gx, &conv_windows(&g))?, "{case:?}");
+                        windows(&gx_composed, &fast, &g, |input, column| {
+                            input.add_(&column).map(drop)
+                        })?;
+                        assert_eq!(bits(&gx)?, bits(&gx_composed)?, "col2im {dtype} {case:?}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A written operand that overlaps itself is declined (the caller composes), not
+    /// written.
+    #[test]
+    fn an_overlapping_buffer_is_declined() -> Result<()> {
+        let g = geometry((4, 4, Pair(3, 3), Pair(1, 1), Pair(1, 1), Pair(1, 1)), 1, 1);
+        let x = Tensor::randn(&[1, 1, 4, 4], DType::F32)?;
+        let overlapping = Tensor::zeros(&[1], DType::F32)?.expand(&[1, 1, 3, 3, 4, 4])?;
+        assert!(!im2col(&x, &overlapping, &conv_windows(&g))?);
+        let cols = Tensor::zeros(&[1, 1, 3, 3, 4, 4], DType::F32)?;
+        let image = Tensor::zeros(&[1], DType::F32)?.expand(&[1, 1, 4, 4])?;
+        assert!(!col2im_add(&cols, &image, &conv_windows(&g))?);
+        Ok(())
+    }
 
     #[test]
     fn reach_skips_padding_and_respects_dilation() {
