@@ -7,6 +7,7 @@ mod attention;
 pub mod autograd;
 mod cnn;
 mod data;
+mod layers;
 mod mlp;
 mod plan;
 
@@ -111,7 +112,15 @@ pub(crate) fn bf16_path() -> &'static str {
 }
 
 /// The groups of rows that run alone with [`run_group`].
-pub const GROUPS: [&str; 6] = ["alloc", "autograd", "cnn", "data", "plan", "attention"];
+pub const GROUPS: [&str; 7] = [
+    "alloc",
+    "autograd",
+    "cnn",
+    "layers",
+    "data",
+    "plan",
+    "attention",
+];
 
 /// Runs one group of [`GROUPS`] alone (PyTorch's figures measured where the group has them).
 pub fn run_group(group: &str, quick: bool) -> strata::Result<Vec<Row>> {
@@ -120,6 +129,11 @@ pub fn run_group(group: &str, quick: bool) -> strata::Result<Vec<Row>> {
         "alloc" => alloc::rows(quick),
         "autograd" => autograd::rows(quick, torch().as_ref()),
         "cnn" => cnn::rows(quick, torch().as_ref()),
+        "layers" => layers::rows(
+            quick,
+            torch().as_ref(),
+            copy_bandwidth(if quick { 3 } else { 10 }),
+        ),
         "data" => data::rows(quick),
         "plan" => plan::rows(quick),
         "attention" => attention::rows(quick),
@@ -283,6 +297,7 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
     rows.extend(alloc::rows(quick)?);
     rows.extend(autograd::rows(quick, torch.as_ref())?);
     rows.extend(cnn::rows(quick, torch.as_ref())?);
+    rows.extend(layers::rows(quick, torch.as_ref(), probe)?);
     rows.extend(mlp::rows(quick, torch.as_ref(), sgemm_1024)?);
     rows.extend(data::rows(quick)?);
     rows.extend(plan::rows(quick)?);

@@ -154,6 +154,45 @@ def put_peak(name, step):
 
 put_peak("small CNN, batch 256: peak allocated in the step", cnn_step)
 
+# The main job's layers alone at batch 128 (as `strata train`), forward and backward with
+# a given output gradient; the names are strata's rows' (bench/layers.rs).
+B = 128
+for c_in, c_out, size, input_grad in ((1, 32, 28, False), (32, 64, 14, True)):
+    conv = torch.nn.Conv2d(c_in, c_out, 3, padding=1)
+    cx = torch.randn(B, c_in, size, size, requires_grad=input_grad)
+    cg = torch.randn(B, c_out, size, size)
+
+    def conv_step():
+        conv(cx).backward(cg)
+        conv.zero_grad(set_to_none=True)
+        cx.grad = None
+
+    name = f"conv {c_in}->{c_out} 3x3 on [{B},{c_in},{size},{size}]: forward + backward"
+    out[name] = median(conv_step) * 1e3
+px = torch.randn(B, 32, 28, 28, requires_grad=True)
+pg = torch.randn(B, 32, 14, 14)
+
+
+def pool_step():
+    torch.nn.functional.max_pool2d(px, 2).backward(pg)
+    px.grad = None
+
+
+out[f"max pool 2 on [{B},32,28,28]: forward + backward"] = median(pool_step) * 1e3
+lstm = torch.nn.LSTM(28, 128, batch_first=True)
+lx = torch.randn(B, 28, 28)
+lg = torch.randn(B, 28, 128)
+
+
+def lstm_step():
+    lstm(lx)[0].backward(lg)
+    lstm.zero_grad(set_to_none=True)
+
+
+out[f"LSTM 28->128, 28 steps, batch {B}: forward + backward"] = median(lstm_step) * 1e3
+aa, ab = torch.rand(1 << 16), torch.rand(1 << 16)
+out["add 64Ki f32"] = median(lambda: torch.add(aa, ab), 3 if quick else 200) * 1e6
+
 # Training steps of an MLP 784-1024-1024-10 on a batch of 256: forward, loss, backward,
 # optimizer step, gradients set to None; the peak is measured on a step after the first
 # (the optimizer's state exists).

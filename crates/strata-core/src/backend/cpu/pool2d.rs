@@ -138,10 +138,30 @@ fn inside<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows
     }
 }
 
-/// One plane's 2×2 windows at stride 2 inside the plane (the usual `MaxPool2d(2)`): two
-/// input rows per output row, four candidates per window compared without branches, in
-/// the same order as [`clipped`].
+/// One plane's 2×2 windows at stride 2 inside the plane (the usual `MaxPool2d(2)`), built
+/// with AVX2 where the CPU has it (the compiler vectorises the pairwise selects).
 fn pairs<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
+    #[cfg(target_arch = "x86_64")]
+    if super::chunk::avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        unsafe { pairs_avx2(src, dst, idx, w) };
+        return;
+    }
+    pairs_body(src, dst, idx, w);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pairs_avx2<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
+    pairs_body(src, dst, idx, w);
+}
+
+/// Two input rows per output row. Each window's maximum is the better of its two rows'
+/// maxima, each row's the better of its two elements, where the later one wins only when it
+/// [`beats`] the earlier: the first maximum in row-major order, or the first NaN, as
+/// [`clipped`] finds it.
+#[inline(always)]
+fn pairs_body<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows) {
     let ow = w.ow;
     for oy in 0..w.oh {
         let top = 2 * oy * w.w;
@@ -149,20 +169,16 @@ fn pairs<T: Element>(src: &[T], dst: &mut [T], idx: &mut [i64], w: &PoolWindows)
         let r1 = &src[top + w.w..top + w.w + 2 * ow];
         let out = &mut dst[oy * ow..(oy + 1) * ow];
         let at_out = &mut idx[oy * ow..(oy + 1) * ow];
+        let below = w.w as i64;
         for ox in 0..ow {
             let (a, b, c, d) = (r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]);
-            let (mut best, mut at) = (a, 0usize);
-            if beats(b, best) {
-                (best, at) = (b, 1);
-            }
-            if beats(c, best) {
-                (best, at) = (c, w.w);
-            }
-            if beats(d, best) {
-                (best, at) = (d, w.w + 1);
-            }
-            out[ox] = best;
-            at_out[ox] = (top + 2 * ox + at) as i64;
+            let upper = beats(b, a);
+            let (m0, i0) = if upper { (b, 1) } else { (a, 0) };
+            let lower = beats(d, c);
+            let (m1, i1) = if lower { (d, below + 1) } else { (c, below) };
+            let second = beats(m1, m0);
+            out[ox] = if second { m1 } else { m0 };
+            at_out[ox] = (top + 2 * ox) as i64 + if second { i1 } else { i0 };
         }
     }
 }
