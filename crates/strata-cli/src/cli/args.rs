@@ -104,7 +104,7 @@ pub(crate) struct BenchArgs {
     /// Fewer repetitions: a smoke run, not a measurement.
     #[arg(long)]
     pub(crate) quick: bool,
-    /// Run one group of rows alone: alloc, autograd, cnn, data, plan or attention.
+    /// Run one group of rows alone: alloc, autograd, cnn, layers, data, plan or attention.
     #[arg(long)]
     pub(crate) only: Option<String>,
 }

@@ -42,14 +42,14 @@ use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 
 /// The kernels of one device.
 ///
-/// Every method below is required: each is a kernel family with nothing smaller to build it
-/// from, and `copy_to_host`/`copy_from_host` are how the host reaches the device's memory at
-/// all. A method added for a fused kernel (im2col, a fused recurrent cell) must come with a
-/// default body composed from these, or (the fused attention) a default that declines so
-/// that the op composes the result from these: a backend implements it only to go faster.
-/// Everything a method takes is defined in this module ([`plan`], [`args`], [`kernel`],
-/// [`attention`]),
-/// never in a backend, and no pointer it is given is dereferenced above the seam.
+/// Every method without a default is required: each is a kernel family with nothing
+/// smaller to build it from, and `copy_to_host`/`copy_from_host` are how the host reaches
+/// the device's memory at all. A method added for a fused kernel (the attention, layer norm,
+/// the LSTM cell, im2col and col2im, batch norm's passes) must come with a default that
+/// declines, writing nothing, so that the op composes the result from the required ones: a
+/// backend implements it only to go faster. Everything a method takes is defined in this
+/// module ([`plan`], [`args`], [`kernel`], [`attention`]), never in a backend, and no
+/// pointer it is given is dereferenced above the seam.
 pub(crate) trait Backend: Sync {
     /// The device whose memory these kernels read and write.
     #[cfg_attr(not(test), allow(dead_code))]
