@@ -6,8 +6,8 @@
 
 use crate::backend::args::{ChannelAffineArgs, ChannelSumsArgs};
 use crate::backend::for_device;
-use crate::storage::{lock_storages, Access, StorageGuards};
-use crate::tensor::Body;
+use crate::storage::StorageGuards;
+use crate::tensor::{lock_bodies, Body};
 use crate::{DType, Error, Result, Tensor};
 
 /// Whether the fused passes take `x` (`[N, C, ...]`) and the per-channel `params` (each of
@@ -163,13 +163,7 @@ impl Bodies {
 
     /// Locks every storage: the written ones for writing.
     fn lock(&self) -> StorageGuards<'_> {
-        let locks: Vec<_> = self
-            .reads
-            .iter()
-            .map(|b| (&*b.storage, Access::Read))
-            .chain(self.writes.iter().map(|b| (&*b.storage, Access::Write)))
-            .collect();
-        lock_storages(&locks)
+        lock_bodies(&self.reads, &self.writes)
     }
 
     /// The first element of read operand `i`.

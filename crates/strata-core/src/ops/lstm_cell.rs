@@ -6,8 +6,8 @@
 
 use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs, RowsAt};
 use crate::backend::for_device;
-use crate::storage::{lock_storages, Access, StorageGuards};
-use crate::tensor::Body;
+use crate::storage::StorageGuards;
+use crate::tensor::{lock_bodies, Body};
 use crate::{DType, Error, Result, Tensor};
 
 /// Whether the fused cell takes operands of `dtype` on `device`'s backend.
@@ -204,13 +204,7 @@ impl Bodies {
 
     /// Locks every storage: the written ones for writing.
     fn lock(&self) -> StorageGuards<'_> {
-        let locks: Vec<_> = self
-            .reads
-            .iter()
-            .map(|b| (&*b.storage, Access::Read))
-            .chain(self.writes.iter().map(|b| (&*b.storage, Access::Write)))
-            .collect();
-        lock_storages(&locks)
+        lock_bodies(&self.reads, &self.writes)
     }
 
     /// The rows of read operand `t` (one of the reads given to [`Bodies::new`]), or null

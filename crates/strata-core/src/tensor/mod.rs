@@ -23,7 +23,7 @@ mod weak;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use crate::layout::{Dims, Layout};
-use crate::storage::Storage;
+use crate::storage::{lock_storages, Access, Storage, StorageGuards};
 use crate::{DType, Device};
 use grad_meta::AutogradMeta;
 use strata_alloc::Category;
@@ -68,6 +68,17 @@ pub struct ViewInfo {
 pub(crate) struct Body {
     pub storage: Arc<Storage>,
     pub layout: Layout,
+}
+
+/// Locks the storages of `reads` for reading and those of `writes` for writing, as one op
+/// (see [`lock_storages`]).
+pub(crate) fn lock_bodies<'a>(reads: &'a [Body], writes: &'a [Body]) -> StorageGuards<'a> {
+    let locks: Vec<_> = reads
+        .iter()
+        .map(|b| (&*b.storage, Access::Read))
+        .chain(writes.iter().map(|b| (&*b.storage, Access::Write)))
+        .collect();
+    lock_storages(&locks)
 }
 
 #[derive(Debug)]

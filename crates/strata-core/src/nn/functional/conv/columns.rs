@@ -95,17 +95,6 @@ pub(super) fn add_back(cols: &Tensor, gx: &Tensor, g: &Geometry) -> Result<()> {
 mod tests {
     use crate::backend::kernel::ConvWindows;
 
-    fn reach(
-        out: usize,
-        size: usize,
-        stride: usize,
-        pad: usize,
-        dil: usize,
-        k: usize,
-    ) -> Option<(usize, usize, usize)> {
-        ConvWindows::reach(out, size, stride, pad, dil, k)
-    }
-
     use super::super::geometry::Geometry;
     use super::super::Pair;
     use super::{conv_windows, windows};
@@ -211,6 +200,7 @@ mod tests {
 
     #[test]
     fn reach_skips_padding_and_respects_dilation() {
+        let reach = ConvWindows::reach;
         // size 5, kernel offset 0, stride 1, pad 1: output 0 reads -1 (padding).
         assert_eq!(reach(5, 5, 1, 1, 1, 0), Some((1, 4, 0)));
         // offset 2 with pad 1 reads 1.. and the last output reads 5 (padding).
