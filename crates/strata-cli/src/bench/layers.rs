@@ -1,4 +1,4 @@
-//! Layer rows of `strata bench`: the layers of the main job's models alone, forward and
+//! Layer rows of `strata bench`: the layers of the models `strata train` trains, alone, forward and
 //! backward at the shapes `strata train` runs them (batch 128), beside PyTorch on the same
 //! shapes: the cnn's two convolutions, its first max pool (also in GB/s against the
 //! memory-copy probe, bytes read plus written), the lstm's LSTM layer over 28 steps, and an
