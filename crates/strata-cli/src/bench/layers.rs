@@ -1,5 +1,5 @@
-//! Layer rows of `strata bench`: the layers of the models `strata train` trains, alone, forward and
-//! backward at the shapes `strata train` runs them (batch 128), beside PyTorch on the same
+//! Layer rows of `strata bench`: the layers of the models `strata train` trains, alone,
+//! forward and backward at the shapes it runs them (batch 128), beside PyTorch on the same
 //! shapes: the cnn's two convolutions, its first max pool (also in GB/s against the
 //! memory-copy probe, bytes read plus written), the lstm's LSTM layer over 28 steps, and an
 //! element-wise add of 64 Ki floats (a size where the thread pool's hand-off shows).
