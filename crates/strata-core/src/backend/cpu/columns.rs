@@ -92,9 +92,10 @@ impl DTypeFn for Columns {
     }
 }
 
-/// One plane's column rows for kernel offset `(i, j)`: calls `row(y, reach)` for every
-/// output row `y`, with `reach` the `(first column, count, first image row, first image
-/// column)` read inside the image, or `None` when the row reads only padding.
+/// One plane's column rows: calls `row(i, j, y, reach)` for every kernel offset `(i, j)`
+/// (in kernel order) and output row `y`, with `reach` the `(first column, count, first
+/// image row, first image column)` read inside the image, or `None` when the row reads only
+/// padding.
 fn offsets(
     w: &ConvWindows,
     mut row: impl FnMut(usize, usize, usize, Option<(usize, usize, usize, usize)>),
