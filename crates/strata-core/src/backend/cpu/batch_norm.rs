@@ -6,7 +6,7 @@
 use rayon::prelude::*;
 
 use super::gather::SharedPtr;
-use super::threads::pool;
+use super::threads::{pool, spread};
 use crate::backend::args::{ChannelAffineArgs, ChannelSumsArgs};
 use crate::DType;
 
@@ -149,7 +149,7 @@ unsafe fn sums<T: Real>(args: &ChannelSumsArgs) {
     if n * c * s < PARALLEL_WORK || c < 2 {
         (0..c).for_each(one);
     } else {
-        pool().install(|| (0..c).into_par_iter().for_each(one));
+        spread(c, &one);
     }
 }
 

@@ -3,10 +3,8 @@
 //! `col2im_add` adds every entry back onto the input position it came from. One image
 //! plane (a sample's channel) is one task; planes are split across strata's pool.
 
-use rayon::prelude::*;
-
 use super::gather::SharedPtr;
-use super::threads::pool;
+use super::threads::spread;
 use crate::backend::args::ColumnsArgs;
 use crate::backend::kernel::ConvWindows;
 use crate::dtype::{dispatch, DTypeFn, Element};
@@ -87,7 +85,7 @@ impl DTypeFn for Columns {
         if work < PARALLEL_WORK || planes < 2 {
             (0..planes).for_each(one);
         } else {
-            pool().install(|| (0..planes).into_par_iter().for_each(one));
+            spread(planes, &one);
         }
     }
 }
@@ -124,6 +122,10 @@ fn offsets(
 /// `kh×kw×oh×ow` writable elements at `cs[2..]`, apart from everything else in use.
 unsafe fn gather_plane<T: Element>(image: *mut T, cols: *mut T, a: &Columns, w: &ConvWindows) {
     let (is, cs) = (a.is, a.cs);
+    if banded(a, w) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { gather_bands(image, cols, a, w) };
+    }
     offsets(w, |i, j, y, reach| {
         let out = cols.wrapping_add(i * cs[2] + j * cs[3] + y * cs[4]);
         let put = |x: usize, v: T| {
@@ -148,6 +150,54 @@ unsafe fn gather_plane<T: Element>(image: *mut T, cols: *mut T, a: &Columns, w: 
         }
         (ox + nx..w.ow).for_each(|x| put(x, T::ZERO));
     });
+}
+
+/// Whether each kernel offset's columns of a plane are one shifted run of the image:
+/// stride 1 both ways, output rows as wide as the image's ("same" padding), and the image's
+/// and the columns' rows dense and back to back. Entry `t` of the offset's `oh·ow` block
+/// is then image element `t + shift`, except in the padding columns at the row ends.
+fn banded(a: &Columns, w: &ConvWindows) -> bool {
+    w.sh == 1
+        && w.sw == 1
+        && w.ow == w.w
+        && a.is[3] == 1
+        && a.is[2] == w.w
+        && a.cs[5] == 1
+        && a.cs[4] == w.ow
+}
+
+/// Writes one plane's columns when [`banded`]: per kernel offset, one copy of the image
+/// run it reads, then zeros over the padding rows and the padding columns of each row.
+/// A row of the columns is a few dozen entries; one copy per row costs more than the copy.
+///
+/// # Safety
+/// As [`gather_plane`], and [`banded`] holds.
+unsafe fn gather_bands<T: Element>(image: *mut T, cols: *mut T, a: &Columns, w: &ConvWindows) {
+    let (oh, ow) = (w.oh, w.ow);
+    for i in 0..w.kh {
+        for j in 0..w.kw {
+            // SAFETY: the offset's block of oh·ow entries is dense (`banded`) and inside the
+            // plane's columns, which nothing else touches (the caller's contract).
+            let block = unsafe {
+                std::slice::from_raw_parts_mut(cols.add(i * a.cs[2] + j * a.cs[3]), oh * ow)
+            };
+            let (Some((oy, ny, iy)), Some((ox, nx, ix))) = (w.rows(i), w.cols(j)) else {
+                block.fill(T::ZERO);
+                continue;
+            };
+            let (start, len) = (oy * ow + ox, (ny - 1) * ow + nx);
+            // SAFETY: image rows iy..iy + ny are inside the plane (`reach`), and the run
+            // ends at row iy + ny - 1's column ix + nx - 1 < w.
+            let run = unsafe { std::slice::from_raw_parts(image.add(iy * w.w + ix), len) };
+            block[..start].fill(T::ZERO);
+            block[start..start + len].copy_from_slice(run);
+            block[start + len..].fill(T::ZERO);
+            for y in oy..oy + ny {
+                block[y * ow..y * ow + ox].fill(T::ZERO);
+                block[y * ow + ox + nx..(y + 1) * ow].fill(T::ZERO);
+            }
+        }
+    }
 }
 
 /// Adds one plane's columns onto its image.

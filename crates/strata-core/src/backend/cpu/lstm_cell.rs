@@ -10,11 +10,9 @@
 //! themselves; on x86_64 the walk is also compiled with AVX2 and FMA and chosen at run time,
 //! as the map kernels are ([`super::chunk`]). Rows run in parallel on strata's pool.
 
-use rayon::prelude::*;
-
 use super::chunk::avx2;
 use super::math::Float;
-use super::threads::pool;
+use super::threads::spread;
 use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs, RowsAt};
 use crate::dtype::DType;
 
@@ -166,7 +164,7 @@ unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
     if tasks <= 1 {
         (0..tasks).for_each(run);
     } else {
-        pool().install(|| (0..tasks).into_par_iter().for_each(run));
+        spread(tasks, &run);
     }
 }
 

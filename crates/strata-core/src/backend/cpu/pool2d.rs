@@ -1,10 +1,8 @@
 //! 2-d max pooling over contiguous planes, with the position of each maximum, and its
 //! backward: each plane on its own, planes split across strata's pool.
 
-use rayon::prelude::*;
-
 use super::gather::SharedPtr;
-use super::threads::pool;
+use super::threads::spread;
 use crate::backend::args::{MaxPoolArgs, MaxPoolBackwardArgs};
 use crate::backend::kernel::PoolWindows;
 use crate::dtype::{dispatch, DTypeFn, Element};
@@ -74,7 +72,7 @@ impl DTypeFn for MaxPool {
         if work < 1 << 16 || self.planes < 2 {
             (0..self.planes).for_each(one);
         } else {
-            pool().install(|| (0..self.planes).into_par_iter().for_each(one));
+            spread(self.planes, &one);
         }
     }
 }
@@ -237,7 +235,7 @@ impl DTypeFn for MaxPoolBackward {
         if self.planes * (pi + po) < 1 << 16 || self.planes < 2 {
             (0..self.planes).for_each(one);
         } else {
-            pool().install(|| (0..self.planes).into_par_iter().for_each(one));
+            spread(self.planes, &one);
         }
     }
 }

@@ -461,8 +461,20 @@ unsafe fn compute<T: Element>(
             job.run(par);
         }
     };
-    if work >= PARALLEL_WORK {
-        let threads = num_threads();
+    let threads = num_threads();
+    let widens = matches!(T::DTYPE, DType::F16 | DType::BF16);
+    if work >= PARALLEL_WORK && threads > 1 && batches.is_multiple_of(threads) && !widens {
+        // Large products that divide evenly over the threads: side by side, each on one
+        // thread, with no hand-off inside them. A long-depth product whose result is small
+        // (a convolution's weight gradient, split along its depth) threads poorly inside
+        // `gemm`.
+        pool().install(|| {
+            (0..threads).into_par_iter().for_each(|r| {
+                let range = r * batches / threads..(r + 1) * batches / threads;
+                range.for_each(|e| one(e, Parallelism::None, room.slot(0)));
+            })
+        });
+    } else if work >= PARALLEL_WORK {
         let room = room.slot(0);
         pool().install(|| (0..batches).for_each(|e| one(e, Parallelism::Rayon(threads), room)));
     } else if batches > 1 && work.saturating_mul(batches) >= PARALLEL_WORK {

@@ -1,10 +1,9 @@
 //! Walking the runs of an element-wise [`Plan`] on the CPU: rows, tiles and direct tiled
 //! copies, split across strata's thread pool.
 
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
-use super::threads::{pool, GRAIN_SIZE};
+use super::threads::{pool, spread, GRAIN_SIZE};
 use super::tile;
 use crate::backend::plan::{ByteStrides, PerOperand, Plan, TILE};
 
@@ -45,30 +44,27 @@ impl Plan {
         let threads = pool().current_num_threads();
         if runs >= threads {
             let chunks = (threads * 4).min(runs);
-            pool().install(|| {
-                (0..chunks).into_par_iter().for_each(|c| {
-                    let lo = runs * c / chunks;
-                    let hi = runs * (c + 1) / chunks;
-                    self.walk(lo, hi, &f);
-                })
+            spread(chunks, &|c| {
+                let lo = runs * c / chunks;
+                let hi = runs * (c + 1) / chunks;
+                self.walk(lo, hi, &f);
             });
         } else {
-            // Few long runs: split each run's elements across the pool instead.
+            // Few long runs: split each run's elements into pieces of at least a quarter
+            // of the grain size instead, a few per thread.
             let n = self.shape[0];
-            let pieces = threads.min(n.div_ceil(GRAIN_SIZE / 4).max(1));
+            let pieces = (threads * 4).min(n.div_ceil(GRAIN_SIZE / 4).max(1));
             let inner = &self.inner;
-            pool().install(|| {
-                (0..runs * pieces).into_par_iter().for_each(|k| {
-                    let (run, piece) = (k / pieces, k % pieces);
-                    let (lo, hi) = (n * piece / pieces, n * (piece + 1) / pieces);
-                    let base = self.run_start(run, 1);
-                    let ptrs: PerOperand<*mut u8> = base
-                        .iter()
-                        .zip(inner)
-                        .map(|(p, s)| p.wrapping_offset(lo as isize * s))
-                        .collect();
-                    f(&ptrs, inner, hi - lo);
-                })
+            spread(runs * pieces, &|k| {
+                let (run, piece) = (k / pieces, k % pieces);
+                let (lo, hi) = (n * piece / pieces, n * (piece + 1) / pieces);
+                let base = self.run_start(run, 1);
+                let ptrs: PerOperand<*mut u8> = base
+                    .iter()
+                    .zip(inner)
+                    .map(|(p, s)| p.wrapping_offset(lo as isize * s))
+                    .collect();
+                f(&ptrs, inner, hi - lo);
             });
         }
     }
@@ -283,7 +279,7 @@ impl Plan {
 /// than one thread.
 fn for_units(units: usize, unit: impl Fn(usize) + Sync + Send) {
     if units > 1 && pool().current_num_threads() > 1 {
-        pool().install(|| (0..units).into_par_iter().for_each(unit));
+        spread(units, &unit);
     } else {
         (0..units).for_each(unit);
     }

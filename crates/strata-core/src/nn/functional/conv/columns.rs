@@ -137,13 +137,18 @@ mod tests {
     /// a strided view, in every float dtype.
     #[test]
     fn the_column_kernels_equal_the_composed_copies_and_adds() -> Result<()> {
-        let cases: [Case; 6] = [
+        // Stride 1 with "same" padding takes the kernels' banded path (the first, the 28×28
+        // and the last three, one dilated); the others take the row by row path.
+        let cases: [Case; 9] = [
             (6, 7, Pair(3, 3), Pair(1, 1), Pair(1, 1), Pair(1, 1)),
             (7, 5, Pair(3, 2), Pair(2, 1), Pair(0, 1), Pair(1, 1)),
             (9, 8, Pair(3, 3), Pair(2, 2), Pair(2, 2), Pair(2, 2)),
             (5, 5, Pair(1, 1), Pair(2, 2), Pair(0, 0), Pair(1, 1)),
             (4, 6, Pair(2, 3), Pair(1, 3), Pair(3, 2), Pair(1, 1)),
             (28, 28, Pair(3, 3), Pair(1, 1), Pair(1, 1), Pair(1, 1)),
+            (8, 9, Pair(3, 3), Pair(1, 1), Pair(2, 2), Pair(2, 2)),
+            (3, 4, Pair(5, 5), Pair(1, 1), Pair(2, 2), Pair(1, 1)),
+            (2, 2, Pair(7, 7), Pair(1, 1), Pair(3, 3), Pair(1, 1)),
         ];
         for dtype in [DType::F64, DType::F32, DType::BF16] {
             for case in cases {

@@ -5,7 +5,8 @@
 //! multiplies each group's weight into them, writing straight into the output. Backward
 //! does the same per slice: the input's gradient is the weight's transpose times the output
 //! gradient, added back onto the input positions the columns came from; the weight's
-//! gradient accumulates slice by slice into one weight-sized buffer.
+//! gradient accumulates slice by slice, each slice's product split in two along its long
+//! depth (the positions) so that the halves run side by side.
 
 mod columns;
 mod geometry;
@@ -92,8 +93,9 @@ pub fn conv2d(
 /// Memory: besides the output, forward holds one column buffer of at most
 /// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding). The backward
 /// node saves the input and the weight (no copies); backward holds one column buffer of the
-/// same bound per gradient it computes, a copy of one slice of the output gradient, and a
-/// weight-sized buffer for the weight's gradient. A bf16 or f16 convolution with a bias
+/// same bound per gradient it computes, a copy of one slice of the output gradient, and,
+/// for the weight's gradient, two weight-sized buffers of partial sums beside it (its
+/// product is split in two along the positions, one half per thread). A bf16 or f16 convolution with a bias
 /// computes its forward in f32 (f32 copies of the input, weight and output) so that the
 /// bias is added before the one rounding, as in PyTorch.
 ///
@@ -124,6 +126,11 @@ pub fn conv2d_with(
         )
         .map(|(out, _)| out)
 }
+
+/// The parts the weight gradient's product is cut into along its depth (the slice's
+/// positions), computed side by side and summed: one product with a small result and a
+/// long depth threads poorly.
+const DEPTH_SPLIT: usize = 2;
 
 /// How many samples' columns fit in [`COLUMN_BUDGET_BYTES`] (at least one).
 fn slice_samples(g: &Geometry, element_size: usize) -> usize {
@@ -284,7 +291,8 @@ fn input_grad(gy: &Tensor, weight: &Tensor, g: &Geometry) -> Result<Tensor> {
 }
 
 /// The weight's gradient `[O, C/groups, kh, kw]`: per slice, `gy · colsᵀ` summed over the
-/// slice's samples in one product, accumulated into one weight-sized buffer.
+/// slice's samples in [`DEPTH_SPLIT`] products side by side, accumulated into one
+/// weight-sized buffer.
 fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
     let (groups, og, k, l) = (g.groups, g.group_outputs(), g.group_patch(), g.positions());
     let step = slice_samples(g, x.dtype().size());
@@ -293,22 +301,37 @@ fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
     let per_sample = g.c * g.kernel.0 * g.kernel.1 * l;
     let buffer = Tensor::on(dev).empty(&[per_sample * step], x.dtype())?;
     let gw = Tensor::on(dev).zeros(&[groups, og, k], gy.dtype())?;
-    let part = Tensor::on(dev).empty(&[groups, og, k], gy.dtype())?;
+    let part = Tensor::on(dev).empty(&[DEPTH_SPLIT, groups, og, k], gy.dtype())?;
     for (first, b) in slices(g, step) {
         let cols = buffer.narrow(0, 0, per_sample * b)?;
         let as_six = cols
             .view_to(&[g.c, g.kernel.0, g.kernel.1, b, g.oh, g.ow])?
             .permute(&[3, 0, 1, 2, 4, 5])?;
         columns::fill(&x.narrow(0, first as i64, b)?, &as_six, g)?;
-        let cols = cols.view_to(&[groups, k, b * l])?;
-        // gy's slice as [groups, O/groups, b·L] (one copy of the slice).
+        // The depth b·L cut into `split` equal parts, one product each (side by side on
+        // the pool), summed after.
+        let split = if (b * l).is_multiple_of(DEPTH_SPLIT) {
+            DEPTH_SPLIT
+        } else {
+            1
+        };
+        let depth = b * l / split;
+        let cols = cols
+            .view_to(&[groups, k, split, depth])?
+            .permute(&[2, 0, 3, 1])?;
+        // gy's slice as [groups, O/groups, b·L] (one copy of the slice), then as
+        // [split, groups, O/groups, depth].
         let gys = gy
             .narrow(0, first as i64, b)?
             .reshape_to(&[b, groups, og, l])?
             .permute(&[1, 2, 0, 3])?
-            .reshape_to(&[groups, og, b * l])?;
-        gys.matmul_out(&cols.transpose(1, 2)?, &part)?;
-        gw.add_(&part)?;
+            .reshape_to(&[groups, og, split, depth])?
+            .permute(&[2, 0, 1, 3])?;
+        let parts = part.narrow(0, 0, split)?;
+        gys.matmul_out(&cols, &parts)?;
+        for s in 0..split {
+            gw.add_(&parts.select(0, s as i64)?)?;
+        }
     }
     gw.view_to(&[g.o, g.group_channels(), g.kernel.0, g.kernel.1])
 }
