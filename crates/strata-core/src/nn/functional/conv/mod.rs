@@ -94,8 +94,9 @@ pub fn conv2d(
 /// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding). The backward
 /// node saves the input and the weight (no copies); backward holds one column buffer of the
 /// same bound per gradient it computes, a copy of one slice of the output gradient, and,
-/// for the weight's gradient, two weight-sized buffers of partial sums beside it (its
-/// product is split in two along the positions, one half per thread). A bf16 or f16 convolution with a bias
+/// for the weight's gradient, two weight-sized buffers of partial sums beside it (in f32 and
+/// f64 its product is split in two along the positions, one half per thread; one buffer in
+/// f16 and bf16, whose product rounds once). A bf16 or f16 convolution with a bias
 /// computes its forward in f32 (f32 copies of the input, weight and output) so that the
 /// bias is added before the one rounding, as in PyTorch.
 ///
@@ -127,9 +128,9 @@ pub fn conv2d_with(
         .map(|(out, _)| out)
 }
 
-/// The parts the weight gradient's product is cut into along its depth (the slice's
-/// positions), computed side by side and summed: one product with a small result and a
-/// long depth threads poorly.
+/// The parts an f32 or f64 weight gradient's product is cut into along its depth (the
+/// slice's positions), computed side by side and summed: one product with a small result
+/// and a long depth threads poorly.
 const DEPTH_SPLIT: usize = 2;
 
 /// How many samples' columns fit in [`COLUMN_BUDGET_BYTES`] (at least one).
@@ -301,7 +302,14 @@ fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
     let per_sample = g.c * g.kernel.0 * g.kernel.1 * l;
     let buffer = Tensor::on(dev).empty(&[per_sample * step], x.dtype())?;
     let gw = Tensor::on(dev).zeros(&[groups, og, k], gy.dtype())?;
-    let part = Tensor::on(dev).empty(&[DEPTH_SPLIT, groups, og, k], gy.dtype())?;
+    // f16 and bf16 products sum in f32 and round once, as PyTorch's: split, they would
+    // round each part and then their sum.
+    let parts_per_slice = if matches!(gy.dtype(), DType::F16 | DType::BF16) {
+        1
+    } else {
+        DEPTH_SPLIT
+    };
+    let part = Tensor::on(dev).empty(&[parts_per_slice, groups, og, k], gy.dtype())?;
     for (first, b) in slices(g, step) {
         let cols = buffer.narrow(0, 0, per_sample * b)?;
         let as_six = cols
@@ -310,8 +318,8 @@ fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
         columns::fill(&x.narrow(0, first as i64, b)?, &as_six, g)?;
         // The depth b·L cut into `split` equal parts, one product each (side by side on
         // the pool), summed after.
-        let split = if (b * l).is_multiple_of(DEPTH_SPLIT) {
-            DEPTH_SPLIT
+        let split = if (b * l).is_multiple_of(parts_per_slice) {
+            parts_per_slice
         } else {
             1
         };
