@@ -1,5 +1,6 @@
 //! strata's own thread pool: kernels run here, never on the caller's pool.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Elements below which a loop runs on the calling thread (PyTorch's grain size).
@@ -68,8 +69,6 @@ pub(crate) fn spread(pieces: usize, piece: &(dyn Fn(usize) + Sync)) {
         panic!("a kernel panicked on strata's thread pool");
     }
 }
-
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The closure's pointer without its lifetime, for the workers' `'static` jobs.
 fn erase<'a>(piece: &'a (dyn Fn(usize) + Sync)) -> *const (dyn Fn(usize) + Sync + 'static) {

@@ -15,7 +15,7 @@ mod half;
 use ::gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::threads::{num_threads, pool};
+use super::threads::{num_threads, pool, spread};
 use crate::backend::args::GemmArgs;
 use crate::backend::kernel::{GemmScratch, Mat, Product};
 use crate::dtype::{cast, dispatch, DType, DTypeFn, Element};
@@ -468,11 +468,9 @@ unsafe fn compute<T: Element>(
         // thread, with no hand-off inside them. A long-depth product whose result is small
         // (a convolution's weight gradient, split along its depth) threads poorly inside
         // `gemm`.
-        pool().install(|| {
-            (0..threads).into_par_iter().for_each(|r| {
-                let range = r * batches / threads..(r + 1) * batches / threads;
-                range.for_each(|e| one(e, Parallelism::None, room.slot(0)));
-            })
+        spread(threads, &|r| {
+            let range = r * batches / threads..(r + 1) * batches / threads;
+            range.for_each(|e| one(e, Parallelism::None, room.slot(0)));
         });
     } else if work >= PARALLEL_WORK {
         let room = room.slot(0);

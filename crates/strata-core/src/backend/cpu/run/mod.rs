@@ -167,7 +167,7 @@ impl Plan {
                 }
             }
         };
-        for_units(units, unit);
+        spread(units, &unit);
     }
 
     /// Copies operand 1 into operand 0 tile by tile, each tile in one move (a register
@@ -211,7 +211,7 @@ impl Plan {
                 };
             }
         };
-        for_units(units, unit);
+        spread(units, &unit);
         true
     }
 
@@ -272,16 +272,6 @@ impl Plan {
                 index[d] = 0;
             }
         }
-    }
-}
-
-/// Runs `unit(0..units)`, spread over the pool when there is more than one unit and more
-/// than one thread.
-fn for_units(units: usize, unit: impl Fn(usize) + Sync + Send) {
-    if units > 1 && pool().current_num_threads() > 1 {
-        spread(units, &unit);
-    } else {
-        (0..units).for_each(unit);
     }
 }
 
