@@ -528,6 +528,60 @@ pub fn lock_storages<'a>(operands: &[(&'a Storage, Access)]) -> StorageGuards<'a
     }
 }
 
+/// The most storages [`lock_reads`] locks without [`lock_storages`]'s buffers.
+const FEW: usize = 3;
+
+/// Read locks on the storages an op only reads (the inputs of an op whose output is fresh),
+/// from [`lock_reads`].
+pub(crate) enum ReadGuards<'a> {
+    /// Up to [`FEW`] storages, locked in a fixed array.
+    Few(#[allow(dead_code)] [Option<RwLockReadGuard<'a, ()>>; FEW]),
+    /// More, through [`lock_storages`].
+    Many(#[allow(dead_code)] StorageGuards<'a>),
+}
+
+impl ReadGuards<'_> {
+    /// Base address of `storage`'s bytes for reading. The storage must be one of the locked
+    /// ones.
+    pub fn read_ptr(&self, storage: &Storage) -> *const u8 {
+        storage.ptr.load(Ordering::Acquire)
+    }
+}
+
+/// Read-locks `storages` as [`lock_storages`] would (each distinct storage once, in
+/// increasing id order, after any pending copy into it has finished), without building its
+/// merged list and guard vector when there are at most [`FEW`]: a one-element `a + b` locks
+/// its two inputs for a few instructions.
+pub(crate) fn lock_reads<'a>(storages: &[&'a Storage]) -> ReadGuards<'a> {
+    if storages.len() > FEW {
+        let all: Locked<_> = storages.iter().map(|&s| (s, Access::Read)).collect();
+        return ReadGuards::Many(lock_storages(&all));
+    }
+    // Insertion into id order, skipping repeats.
+    let mut order: [Option<&'a Storage>; FEW] = [None; FEW];
+    let mut n = 0;
+    for &s in storages {
+        if order[..n].iter().flatten().any(|o| o.id == s.id) {
+            continue;
+        }
+        let mut i = n;
+        while let Some(prev) = order[..i].last().copied().flatten() {
+            if prev.id < s.id {
+                break;
+            }
+            order[i] = order[i - 1];
+            i -= 1;
+        }
+        order[i] = Some(s);
+        n += 1;
+    }
+    for s in order.iter().flatten() {
+        s.wait_pending();
+    }
+    // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
+    ReadGuards::Few(order.map(|s| s.map(|s| s.lock.read().unwrap_or_else(|p| p.into_inner()))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,6 +601,38 @@ mod tests {
         assert!(s.allocator().is_some());
         drop(s);
         assert_eq!(alloc.memory_allocated(), 0);
+    }
+
+    #[test]
+    fn read_locks_hold_every_distinct_storage_once() {
+        let alloc = Arc::new(HostAllocator::new());
+        let s: Vec<Storage> = (0..5).map(|_| storage(&alloc, 64)).collect();
+        for picks in [
+            &[0usize][..],
+            &[1, 0],
+            &[2, 2],
+            &[2, 0, 1],
+            &[0, 0, 0],
+            &[4, 3, 1, 0],
+        ] {
+            let chosen: Vec<&Storage> = picks.iter().map(|&i| &s[i]).collect();
+            let guards = lock_reads(&chosen);
+            for (i, st) in s.iter().enumerate() {
+                // A held read lock refuses a writer; an unlocked storage takes one.
+                let writable = st.lock.try_write().is_ok();
+                assert_eq!(
+                    writable,
+                    !picks.contains(&i),
+                    "picks {picks:?}, storage {i}"
+                );
+            }
+            assert_eq!(
+                guards.read_ptr(&s[picks[0]]),
+                s[picks[0]].ptr.load(Ordering::Acquire)
+            );
+            drop(guards);
+            assert!(s.iter().all(|st| st.lock.try_write().is_ok()));
+        }
     }
 
     #[test]

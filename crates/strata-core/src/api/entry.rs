@@ -27,7 +27,7 @@
 //! operands' backend) and its backward formula in [`crate::autograd::formulas`]; the
 //! public method in [`crate::api`] only joins the two through an [`Entry`].
 
-use smallvec::SmallVec;
+use std::borrow::Cow;
 
 use crate::autograd::record::refuse_out_with_grad;
 use crate::autograd::selective::{self, KeptOutputs};
@@ -35,9 +35,6 @@ use crate::backend::refuse_without_kernel;
 use crate::mode::{internal, is_grad_enabled};
 use crate::op::{OpContext, OpInput};
 use crate::{Device, Error, Result, Tensor};
-
-/// The operands' handles, borrowed: building them costs no reference counting.
-type Refs<'a> = SmallVec<[&'a Tensor; 4]>;
 
 /// An op that passed its entry checks, ready to run.
 pub(crate) struct Entry<'a> {
@@ -52,11 +49,12 @@ struct Operands<'a> {
 }
 
 impl Operands<'_> {
-    /// The operands the op computes with.
-    fn refs(&self) -> Refs<'_> {
+    /// The operands the op computes with (the inputs themselves, without copying the
+    /// list, when nothing was cast).
+    fn refs(&self) -> Cow<'_, [&Tensor]> {
         match &self.cast {
-            Some(c) => c.iter().collect(),
-            None => self.inputs.iter().copied().collect(),
+            Some(c) => Cow::Owned(c.iter().collect()),
+            None => Cow::Borrowed(self.inputs),
         }
     }
 }
@@ -96,8 +94,8 @@ impl<'a> Entry<'a> {
 
     /// The operands of an in-place op, an `out=` form or a view: the inputs themselves,
     /// never cast.
-    fn operands(&self) -> Refs<'a> {
-        self.inputs.iter().copied().collect()
+    fn operands(&self) -> &'a [&'a Tensor] {
+        self.inputs
     }
 
     /// The device the op's kernels run on: its operands' (a 0-d CPU operand, which may join
@@ -169,10 +167,10 @@ impl<'a> Entry<'a> {
     ) -> Result<Tensor> {
         self.check_kernel()?;
         let x = self.operands();
-        let rec = begin(&self.ctx, &x)?;
-        let out = reported(internal(|| forward(&self.ctx, &x)))?;
+        let rec = begin(&self.ctx, x)?;
+        let out = reported(internal(|| forward(&self.ctx, x)))?;
         if let Some(rec) = rec {
-            finish(rec, &x)?;
+            finish(rec, x)?;
         }
         Ok(out)
     }
@@ -188,8 +186,8 @@ impl<'a> Entry<'a> {
         check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
         refuse_without_kernel(self.ctx.op(), out.device())?;
         let x = self.operands();
-        refuse_out_with_grad(self.ctx.op(), &x, out)?;
-        reported(internal(|| forward(&self.ctx, &x)))
+        refuse_out_with_grad(self.ctx.op(), x, out)?;
+        reported(internal(|| forward(&self.ctx, x)))
     }
 
     /// [`Entry::run_out`] for an op written into several outputs (`max_dim_out`'s values
@@ -204,9 +202,9 @@ impl<'a> Entry<'a> {
         for &out in outs {
             check_devices(self.ctx.op(), &[out, self.inputs.first().unwrap_or(&out)])?;
             refuse_without_kernel(self.ctx.op(), out.device())?;
-            refuse_out_with_grad(self.ctx.op(), &x, out)?;
+            refuse_out_with_grad(self.ctx.op(), x, out)?;
         }
-        reported(internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, x)))
     }
 
     /// Runs an optimizer's update in place on the operands themselves (never cast), outside
@@ -218,7 +216,7 @@ impl<'a> Entry<'a> {
     ) -> Result<T> {
         self.check_kernel()?;
         let x = self.operands();
-        reported(internal(|| forward(&self.ctx, &x)))
+        reported(internal(|| forward(&self.ctx, x)))
     }
 
     /// Runs a composite op whose parts record themselves (PyTorch's implicitly

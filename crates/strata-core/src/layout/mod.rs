@@ -112,6 +112,14 @@ impl Layout {
         self.offset
     }
 
+    /// The same sizes and strides starting at element `offset`.
+    pub fn with_offset(&self, offset: usize) -> Layout {
+        Layout {
+            offset,
+            ..self.clone()
+        }
+    }
+
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
         self.sizes.len()

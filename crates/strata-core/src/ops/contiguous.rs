@@ -14,15 +14,14 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::backend::Plan;
-use crate::layout::{Dims, Layout};
+use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::ops::iter::{ElementwiseSpec, Output};
-use crate::storage::{lock_storages, Access, Storage};
-use crate::tensor::alloc_for;
+use crate::storage::{lock_reads, Storage};
 use crate::{DType, Result, Tensor};
 
-/// An input operand: its storage, the element offset of its first element and its dtype.
-type Operand = (Arc<Storage>, usize, DType);
+/// The most inputs the direct route takes (a ternary op's three); more take the general one.
+const MAX_INPUTS: usize = 3;
 
 /// A new output of `out_dtype` computed by `kernel` from `inputs` (operand 0 the output, then
 /// the inputs in order): through [`try_new_output`] when the inputs qualify, else through the
@@ -66,49 +65,60 @@ pub(crate) fn try_new_output(
     row_major_only: bool,
     kernel: impl FnOnce(&Plan),
 ) -> Option<Result<Tensor>> {
-    let mut sizes = Dims::new();
-    let device = inputs.first()?.device();
-    let mut operands: SmallVec<[Operand; 3]> = SmallVec::new();
-    for (k, t) in inputs.iter().enumerate() {
-        let operand = t.with_body(|b| {
-            let layout = &b.layout;
-            let same_shape = if k == 0 {
-                sizes = Dims::from_slice(layout.sizes());
-                true
-            } else {
-                layout.sizes() == &sizes[..]
-            };
-            let contiguous = if row_major_only {
-                is_row_major(layout)
-            } else {
-                layout.is_contiguous()
-            };
-            // Empty tensors keep the general route's layout rules (PyTorch's strides for
-            // them are not always row-major).
-            let nonempty = layout.numel() > 0;
-            (same_shape && contiguous && nonempty && b.storage.device() == device)
-                .then(|| (b.storage.clone(), layout.offset(), t.dtype()))
-        })?;
-        operands.push(operand);
-    }
-    if operands.is_empty() {
+    if inputs.len() > MAX_INPUTS {
         return None;
     }
-    let layout = Layout::contiguous(&sizes, 0);
+    let device = inputs.first()?.device();
+    // Fixed arrays rather than vectors: this route is what a one-element op costs.
+    let mut storages: [Option<Arc<Storage>>; MAX_INPUTS] = [None, None, None];
+    let mut at = [(0usize, DType::Bool); MAX_INPUTS];
+    let mut layout: Option<Layout> = None;
+    for (k, t) in inputs.iter().enumerate() {
+        let taken = t.with_body(|b| {
+            let l = &b.layout;
+            let same_shape = layout
+                .as_ref()
+                .is_none_or(|first| l.sizes() == first.sizes());
+            let row_major = is_row_major(l);
+            let contiguous = row_major || (!row_major_only && l.is_contiguous());
+            // Empty tensors keep the general route's layout rules (PyTorch's strides for
+            // them are not always row-major).
+            if !(same_shape && contiguous && l.numel() > 0 && b.storage.device() == device) {
+                return false;
+            }
+            if layout.is_none() {
+                layout = Some(if row_major {
+                    l.with_offset(0)
+                } else {
+                    Layout::contiguous(l.sizes(), 0)
+                });
+            }
+            storages[k] = Some(b.storage.clone());
+            at[k] = (l.offset(), t.dtype());
+            true
+        });
+        if !taken {
+            return None;
+        }
+    }
+    let layout = layout?;
     let numel = layout.numel();
-    let mut storage = match alloc_for(ctx, &layout, out_dtype, device) {
+    // An input's elements fit in memory, but a wider output's bytes may not: the general
+    // route reports that.
+    let nbytes = numel
+        .checked_mul(out_dtype.size())
+        .filter(|&b| b <= isize::MAX as usize)?;
+    let mut storage = match ctx.allocate(nbytes, device) {
         Ok(s) => s,
         Err(e) => return Some(Err(e)),
     };
     let out_ptr = Storage::unshared_write_ptr(&mut storage)?;
     {
+        let held: SmallVec<[&Storage; MAX_INPUTS]> =
+            storages.iter().flatten().map(|s| &**s).collect();
         // Only the inputs are locked: the output is not shared with anything yet.
-        let locks: SmallVec<[(&Storage, Access); 3]> = operands
-            .iter()
-            .map(|(s, _, _)| (&**s, Access::Read))
-            .collect();
-        let guards = lock_storages(&locks);
-        let inputs = operands.iter().map(|(s, offset, dtype)| {
+        let guards = lock_reads(&held);
+        let inputs = held.iter().zip(&at).map(|(s, (offset, dtype))| {
             let ptr = guards.read_ptr(s).wrapping_add(offset * dtype.size()) as *mut u8;
             (ptr, *dtype)
         });

@@ -139,12 +139,44 @@ pub(crate) fn buffer<T>() -> Buffer<T> {
     [const { MaybeUninit::uninit() }; BLOCK]
 }
 
+/// Runs at most this many elements long take [`short_run`]'s direct loop.
+const SHORT: usize = 16;
+
+/// The operands' addresses when `plan` is one run of at most [`SHORT`] elements whose
+/// operands are contiguous and already of the types the kernel reads and writes (`out`, then
+/// `input` for each input): a one-element `a + b` then costs a loop of one step instead of
+/// the walk over runs, the block staging and the SIMD chunking built for long loops. The
+/// element function is the same, so results are the same.
+#[inline(always)]
+fn short_run<O: Element, I: Element>(plan: &Plan) -> Option<(&[*mut u8], usize)> {
+    let n = match plan.shape[..] {
+        [n] if n <= SHORT && !plan.tiled => n,
+        _ => return None,
+    };
+    let (out, inputs) = plan.dtypes.split_first()?;
+    let contiguous = plan.inner[0] == size_of::<O>() as isize
+        && plan.inner[1..]
+            .iter()
+            .all(|&s| s == size_of::<I>() as isize);
+    (*out == O::DTYPE && inputs.iter().all(|&d| d == I::DTYPE) && contiguous)
+        .then_some((&plan.ptrs[..], n))
+}
+
 /// `out = f(a)` element-wise. Operand 0 is the output, operand 1 the input; `a` is read as
 /// `I` and `f`'s result written as the output's dtype.
 ///
 /// # Safety
 /// The plan's operands must be valid for the loop (storages locked, output write-locked).
 pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Sync) {
+    if let Some((p, n)) = short_run::<O, I>(plan) {
+        let (o, a) = (p[0] as *mut O, p[1] as *const I);
+        for i in 0..n {
+            // SAFETY: `n` contiguous elements of each operand lie in its locked storage (the
+            // caller's contract); an output that is also the input is read before written.
+            unsafe { o.add(i).write(f(a.add(i).read())) };
+        }
+        return;
+    }
     plan.for_each_run(|p, s, n| {
         let mut abuf = buffer::<I>();
         let mut obuf = buffer::<O>();
@@ -180,6 +212,14 @@ pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Syn
 /// # Safety
 /// As for [`map1`].
 pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + Sync) {
+    if let Some((p, n)) = short_run::<O, I>(plan) {
+        let (o, a, b) = (p[0] as *mut O, p[1] as *const I, p[2] as *const I);
+        for i in 0..n {
+            // SAFETY: as in `map1`.
+            unsafe { o.add(i).write(f(a.add(i).read(), b.add(i).read())) };
+        }
+        return;
+    }
     plan.for_each_run(|p, s, n| {
         let mut abuf = buffer::<I>();
         let mut bbuf = buffer::<I>();
@@ -217,6 +257,18 @@ pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + 
 /// # Safety
 /// As for [`map1`].
 pub unsafe fn map3<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I, I) -> O + Sync) {
+    if let Some((p, n)) = short_run::<O, I>(plan) {
+        let (o, a) = (p[0] as *mut O, p[1] as *const I);
+        let (b, c) = (p[2] as *const I, p[3] as *const I);
+        for i in 0..n {
+            // SAFETY: as in `map1`.
+            unsafe {
+                o.add(i)
+                    .write(f(a.add(i).read(), b.add(i).read(), c.add(i).read()))
+            };
+        }
+        return;
+    }
     plan.for_each_run(|p, s, n| {
         let mut abuf = buffer::<I>();
         let mut bbuf = buffer::<I>();
