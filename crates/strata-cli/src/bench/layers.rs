@@ -1,10 +1,11 @@
 //! Layer rows of `strata bench`: the layers of the models `strata train` trains, alone,
 //! forward and backward at the shapes it runs them (batch 128), beside PyTorch on the same
 //! shapes: the cnn's two convolutions, its first max pool (also in GB/s against the
-//! memory-copy probe, bytes read plus written), the lstm's LSTM layer over 28 steps, and an
+//! memory-copy probe, bytes read plus written), the lstm's LSTM layer over 28 steps, a GRU
+//! layer of the same shape, and an
 //! element-wise add of 64 Ki floats (a size where the thread pool's hand-off shows).
 
-use strata::nn::{Module, RnnConfig, LSTM};
+use strata::nn::{Module, RnnConfig, GRU, LSTM};
 use strata::prelude::*;
 use strata_core::nn::functional::{conv2d, max_pool2d_with, Pair, Pool2dOptions};
 
@@ -106,6 +107,29 @@ pub fn rows(
     })?;
     rows.push(row(
         &format!("LSTM 28->128, 28 steps, batch {BATCH}: forward + backward"),
+        ms,
+        "ms",
+    ));
+
+    // A GRU layer of the same shape (its steps are `gru_cell`s).
+    let gru = GRU::with_config(
+        28,
+        128,
+        RnnConfig {
+            batch_first: true,
+            ..RnnConfig::default()
+        },
+    )?;
+    let ms = timed(reps, || {
+        let (out, _) = gru.call_with(&x, None)?;
+        out.backward_with(Some(&g), false)?;
+        for p in gru.parameters() {
+            p.zero_grad(true)?;
+        }
+        Ok(())
+    })?;
+    rows.push(row(
+        &format!("GRU 28->128, 28 steps, batch {BATCH}: forward + backward"),
         ms,
         "ms",
     ));

@@ -190,6 +190,15 @@ def lstm_step():
 
 
 out[f"LSTM 28->128, 28 steps, batch {B}: forward + backward"] = median(lstm_step) * 1e3
+gru = torch.nn.GRU(28, 128, batch_first=True)
+
+
+def gru_step():
+    gru(lx)[0].backward(lg)
+    gru.zero_grad(set_to_none=True)
+
+
+out[f"GRU 28->128, 28 steps, batch {B}: forward + backward"] = median(gru_step) * 1e3
 aa, ab = torch.rand(1 << 16), torch.rand(1 << 16)
 out["add 64Ki f32"] = median(lambda: torch.add(aa, ab), 3 if quick else 200) * 1e6
 

@@ -391,3 +391,57 @@ pub(crate) struct LstmCellBackwardArgs {
     /// is written), else overlaps nothing.
     pub(crate) grad_cx: RowsAt<*mut u8>,
 }
+
+/// [`super::Backend::gru_cell_forward`]: the element-wise part of `rows` GRU cells of
+/// `hidden` units, from the two products' gates (biases included) `input_gates` and
+/// `hidden_gates` (`[rows, 3·hidden]`, the chunks `r, z, n`) and the state `h`:
+/// `r = σ(hr + ir)`, `z = σ(hz + iz)`, `n = tanh(in + hn·r)` and `hy = (h - n)·z + n`, each
+/// rounded as PyTorch's composition of these ops rounds it. Writes `r, z, n, hn` to
+/// `workspace`, all the backward needs besides `h`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GruCellArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// Cells (the batch).
+    pub(crate) rows: usize,
+    /// Units per cell: the gate matrices have `3·hidden` columns, the states `hidden`.
+    pub(crate) hidden: usize,
+    /// `[rows, 3·hidden]` read.
+    pub(crate) input_gates: RowsAt<*const u8>,
+    /// `[rows, 3·hidden]` read.
+    pub(crate) hidden_gates: RowsAt<*const u8>,
+    /// `[rows, hidden]` read: the state before the step.
+    pub(crate) h: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` written: `r, z, n` and the hidden product's `n` chunk `hn`;
+    /// overlaps nothing.
+    pub(crate) workspace: RowsAt<*mut u8>,
+    /// `[rows, hidden]` written: the state after the step; overlaps nothing.
+    pub(crate) hy: RowsAt<*mut u8>,
+}
+
+/// [`super::Backend::gru_cell_backward`]: the gradients of the GRU cells of
+/// [`GruCellArgs`] from `grad_hy`, the saved `workspace` (`r, z, n, hn`) and `h`:
+/// `dz = g·(h - n)·z(1 - z)`, `dn = g·(1 - z)·(1 - n²)`, `dr = dn·hn·r(1 - r)`; the input
+/// gates' gradient is `[dr, dz, dn]`, the hidden gates' `[dr, dz, dn·r]` and the state's
+/// `g·z`, each rounded as the composed backward rounds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GruCellBackwardArgs {
+    /// f32 or f64, of every operand.
+    pub(crate) dtype: DType,
+    /// Cells (the batch).
+    pub(crate) rows: usize,
+    /// Units per cell.
+    pub(crate) hidden: usize,
+    /// `[rows, hidden]` read.
+    pub(crate) grad_hy: RowsAt<*const u8>,
+    /// `[rows, hidden]` read: the state before the step.
+    pub(crate) h: RowsAt<*const u8>,
+    /// `[rows, 4·hidden]` read: what the forward wrote.
+    pub(crate) workspace: RowsAt<*const u8>,
+    /// `[rows, 3·hidden]` written, or null when not needed; overlaps nothing.
+    pub(crate) grad_input_gates: RowsAt<*mut u8>,
+    /// `[rows, 3·hidden]` written, or null when not needed; overlaps nothing.
+    pub(crate) grad_hidden_gates: RowsAt<*mut u8>,
+    /// `[rows, hidden]` written, or null when not needed; overlaps nothing.
+    pub(crate) grad_h: RowsAt<*mut u8>,
+}

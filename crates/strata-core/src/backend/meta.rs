@@ -8,9 +8,9 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
-    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
+    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
+    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -117,6 +117,19 @@ impl Backend for Meta {
     }
 
     unsafe fn lstm_cell_backward(&self, _: &LstmCellBackwardArgs) -> bool {
+        true
+    }
+
+    fn fused_gru_cell(&self) -> bool {
+        // As the CPU, so that `gru_cell` takes the same path and allocates the same.
+        true
+    }
+
+    unsafe fn gru_cell_forward(&self, _: &GruCellArgs) -> bool {
+        true
+    }
+
+    unsafe fn gru_cell_backward(&self, _: &GruCellBackwardArgs) -> bool {
         true
     }
 

@@ -33,9 +33,9 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
-    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
+    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
+    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -369,6 +369,36 @@ pub(crate) trait Backend: Sync {
     /// As for [`Backend::lstm_cell_forward`], with the operands of
     /// [`LstmCellBackwardArgs`].
     unsafe fn lstm_cell_backward(&self, args: &LstmCellBackwardArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Whether this backend has the fused GRU cell ([`Backend::gru_cell_forward`] and
+    /// [`Backend::gru_cell_backward`]) for f32 and f64. Without it (the default), `gru_cell`
+    /// runs its element-wise part as the composition of the kernels above on this device.
+    fn fused_gru_cell(&self) -> bool {
+        false
+    }
+
+    /// The fused GRU cell's element-wise forward (see [`GruCellArgs`]). Returns false,
+    /// writing nothing, on a backend without it ([`Backend::fused_gru_cell`]).
+    ///
+    /// # Safety
+    /// Every operand must address the rows [`GruCellArgs`] describes (readable or writable
+    /// as it says); the written operands overlap nothing, and nothing else touches them
+    /// during the call.
+    unsafe fn gru_cell_forward(&self, args: &GruCellArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// The fused GRU cell's element-wise backward (see [`GruCellBackwardArgs`]). Returns
+    /// false, writing nothing, on a backend without it.
+    ///
+    /// # Safety
+    /// As for [`Backend::gru_cell_forward`], with the operands of [`GruCellBackwardArgs`]
+    /// (a null written operand is not written).
+    unsafe fn gru_cell_backward(&self, args: &GruCellBackwardArgs) -> bool {
         let _ = args;
         false
     }

@@ -4,9 +4,11 @@
 pub(crate) mod attention;
 pub(crate) mod batch_norm;
 pub mod binary;
+mod cell_operands;
 pub(crate) mod columns;
 mod contiguous;
 pub mod copy;
+pub(crate) mod gru_cell;
 pub mod index;
 pub(crate) mod iter;
 pub mod joining;

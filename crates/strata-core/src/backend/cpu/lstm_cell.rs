@@ -10,45 +10,13 @@
 //! themselves; on x86_64 the walk is also compiled with AVX2 and FMA and chosen at run time,
 //! as the map kernels are ([`super::chunk`]). Rows run in parallel on strata's pool.
 
+use super::cell_rows::{
+    add_from, bias, in_parallel, load, rows, rows_mut, sigmoid, store, Rows, LANE,
+};
 use super::chunk::avx2;
 use super::math::Float;
-use super::threads::spread;
-use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs, RowsAt};
+use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs};
 use crate::dtype::DType;
-
-/// Columns computed together.
-const LANE: usize = 16;
-
-/// State elements per parallel task: each costs five activations, so tasks are smaller than
-/// the element-wise kernels' grain.
-const STATE_PER_TASK: usize = 4096;
-
-/// A row operand as integers, so the parallel closures are `Send`; `addr` 0 is absent.
-#[derive(Clone, Copy)]
-struct Rows {
-    addr: usize,
-    stride: usize,
-}
-
-impl Rows {
-    fn present(self) -> bool {
-        self.addr != 0
-    }
-
-    /// Element `col` of row `row`, as a `T` pointer.
-    #[inline(always)]
-    fn at<T>(self, row: usize, col: usize) -> *mut T {
-        (self.addr as *mut T).wrapping_add(row * self.stride + col)
-    }
-}
-
-/// A bias: `4·hidden` contiguous elements read as row 0, or absent when null.
-fn bias(p: *const u8) -> Rows {
-    Rows {
-        addr: p as usize,
-        stride: 0,
-    }
-}
 
 /// The operands of the forward, as integers.
 #[derive(Clone, Copy)]
@@ -76,22 +44,6 @@ struct Backward {
     workspace: Rows,
     grad_gates: Rows,
     grad_cx: Rows,
-}
-
-/// Converts a row operand's pointer to an address.
-fn rows<P>(at: RowsAt<*const P>) -> Rows {
-    Rows {
-        addr: at.ptr as usize,
-        stride: at.row_stride,
-    }
-}
-
-/// Converts a written row operand's pointer to an address.
-fn rows_mut<P>(at: RowsAt<*mut P>) -> Rows {
-    Rows {
-        addr: at.ptr as usize,
-        stride: at.row_stride,
-    }
 }
 
 /// Runs the forward; false (nothing written) for a dtype other than f32 and f64.
@@ -148,26 +100,6 @@ pub(crate) unsafe fn backward(a: &LstmCellBackwardArgs) -> bool {
     true
 }
 
-/// Runs `row(r)` for every `r < rows`, in tasks of about [`STATE_PER_TASK`] state elements
-/// on strata's pool (on the calling thread when there is one task).
-///
-/// # Safety
-/// `row(r)` must be safe to call for every `r < rows`, concurrently for different rows.
-unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
-    let per_task = (STATE_PER_TASK / hidden.max(1)).max(1);
-    let tasks = rows.div_ceil(per_task);
-    let run = |task: usize| {
-        for r in task * per_task..((task + 1) * per_task).min(rows) {
-            row(r);
-        }
-    };
-    if tasks <= 1 {
-        (0..tasks).for_each(run);
-    } else {
-        spread(tasks, &run);
-    }
-}
-
 /// The forward of row `r`, with AVX2 and FMA where the CPU has them.
 ///
 /// # Safety
@@ -209,54 +141,6 @@ unsafe fn backward_row_any<T: Float>(b: &Backward, r: usize) {
 unsafe fn backward_row_avx<T: Float>(b: &Backward, r: usize) {
     // SAFETY: forwarded.
     unsafe { backward_row::<T>(b, r) }
-}
-
-/// Reads `n ≤ LANE` elements from `rows`' row `r` at column `col` into `into`, added to what
-/// is there (nothing for an absent operand).
-///
-/// # Safety
-/// A present operand's row `r` holds columns `col..col + n`, readable.
-#[inline(always)]
-unsafe fn add_from<T: Float>(into: &mut [T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
-    if !rows.present() {
-        return;
-    }
-    let src = rows.at::<T>(r, col) as *const T;
-    for (k, v) in into.iter_mut().enumerate().take(n) {
-        // SAFETY: `k < n`; the caller's contract.
-        *v = v.add(unsafe { *src.add(k) });
-    }
-}
-
-/// Reads `n ≤ LANE` elements of a present operand, as [`add_from`] into zeros.
-///
-/// # Safety
-/// As [`add_from`].
-#[inline(always)]
-unsafe fn load<T: Float>(rows: Rows, r: usize, col: usize, n: usize) -> [T; LANE] {
-    let mut v = [T::ZERO; LANE];
-    // SAFETY: forwarded.
-    unsafe { add_from(&mut v, rows, r, col, n) };
-    v
-}
-
-/// Writes the first `n` elements of `from` to `rows`' row `r` at column `col`.
-///
-/// # Safety
-/// Row `r` holds columns `col..col + n`, writable by this thread alone.
-#[inline(always)]
-unsafe fn store<T: Float>(from: &[T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
-    let dst = rows.at::<T>(r, col);
-    for (k, v) in from.iter().enumerate().take(n) {
-        // SAFETY: `k < n`; the caller's contract.
-        unsafe { *dst.add(k) = *v };
-    }
-}
-
-/// `1 / (1 + e^-x)`, as the sigmoid kernel evaluates it.
-#[inline(always)]
-fn sigmoid<T: Float>(x: T) -> T {
-    T::ONE.div(T::ONE.add(x.neg().exp_vectorisable()))
 }
 
 /// # Safety

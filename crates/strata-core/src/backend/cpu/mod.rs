@@ -12,12 +12,14 @@
 mod attention;
 mod batch_norm;
 pub(crate) mod binary;
+mod cell_rows;
 pub(crate) mod chunk;
 mod columns;
 pub(crate) mod convert;
 pub(crate) mod dense_sum;
 pub(crate) mod gather;
 pub(crate) mod gemm;
+mod gru_cell;
 pub(crate) mod kernels;
 mod layer_norm;
 mod lstm_cell;
@@ -34,9 +36,9 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, LayerNormArgs,
-    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
-    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
+    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
+    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -207,6 +209,20 @@ impl Backend for Cpu {
     unsafe fn lstm_cell_backward(&self, args: &LstmCellBackwardArgs) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { lstm_cell::backward(args) }
+    }
+
+    fn fused_gru_cell(&self) -> bool {
+        true
+    }
+
+    unsafe fn gru_cell_forward(&self, args: &GruCellArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { gru_cell::forward(args) }
+    }
+
+    unsafe fn gru_cell_backward(&self, args: &GruCellBackwardArgs) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { gru_cell::backward(args) }
     }
 
     unsafe fn attention_forward(&self, args: &AttentionArgs<'_>) -> bool {

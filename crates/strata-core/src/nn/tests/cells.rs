@@ -97,6 +97,74 @@ fn gru_cell_matches_pytorch_formula_and_gradients() {
     gradcheck(|t| gru_cell(&t[0], &t[1], &t[2], &t[3], None, None), &u);
 }
 
+/// An f32 leaf of `shape` drawn from `seed`.
+fn leaf32(shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn_with(shape, crate::DType::F32, &mut crate::Generator::new(seed))
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
+
+/// The GRU cell op by op, as PyTorch's CPU composition.
+fn composed_gru(t: &[Tensor]) -> Result<Tensor> {
+    let gi = linear(&t[0], &t[2], Some(&t[4]))?.chunk(3, 1)?;
+    let gh = linear(&t[1], &t[3], Some(&t[5]))?.chunk(3, 1)?;
+    let r = gh[0].add(&gi[0])?.sigmoid()?;
+    let z = gh[1].add(&gi[1])?.sigmoid()?;
+    let n = gi[2].add(&gh[2].mul(&r)?)?.tanh()?;
+    t[1].sub(&n)?.mul(&z)?.add(&n)
+}
+
+#[test]
+fn fused_gru_cell_in_f32_equals_its_composition() {
+    // 37 units: two full chunks of columns and a short one.
+    let (b, i, h) = (5, 3, 37);
+    let make = || {
+        vec![
+            leaf32(&[b, i], 31),
+            leaf32(&[b, h], 32),
+            leaf32(&[3 * h, i], 33),
+            leaf32(&[3 * h, h], 34),
+            leaf32(&[3 * h], 35),
+            leaf32(&[3 * h], 36),
+        ]
+    };
+    let (t, u) = (make(), make());
+    let h1 = gru_cell(&t[0], &t[1], &t[2], &t[3], Some(&t[4]), Some(&t[5])).unwrap();
+    let want = composed_gru(&u).unwrap();
+    // The forward rounds as the composition does, element by element.
+    assert_eq!(h1.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    // A gradient that is not contiguous (sum's expands a scalar) reaches the fused backward.
+    h1.sum(None, false).unwrap().backward().unwrap();
+    want.sum(None, false).unwrap().backward().unwrap();
+    for (k, (got, exp)) in t.iter().zip(&u).enumerate() {
+        let got = got.grad().unwrap().to_vec::<f32>().unwrap();
+        let exp = exp.grad().unwrap().to_vec::<f32>().unwrap();
+        for (g, e) in got.iter().zip(&exp) {
+            assert!(
+                (g - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                "input {k}: {g} against {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_gru_cell_computes_only_the_gradients_asked_for() {
+    let (b, i, h) = (2, 3, 4);
+    let x = leaf32(&[b, i], 41).detach().unwrap();
+    let h0 = leaf32(&[b, h], 42);
+    let (w_ih, w_hh) = (
+        leaf32(&[3 * h, i], 43).detach().unwrap(),
+        leaf32(&[3 * h, h], 44),
+    );
+    let h1 = gru_cell(&x, &h0, &w_ih, &w_hh, None, None).unwrap();
+    h1.sum(None, false).unwrap().backward().unwrap();
+    assert!(x.grad().is_none() && w_ih.grad().is_none());
+    assert_eq!(h0.grad().unwrap().shape().as_slice(), [b, h]);
+    assert_eq!(w_hh.grad().unwrap().shape().as_slice(), [3 * h, h]);
+}
+
 #[test]
 fn fused_cells_keep_less_alive_than_their_composition() {
     use std::sync::Arc;

@@ -15,12 +15,11 @@
 //! right after). So a training step's peak stays that of a loop of cells, whose saves are
 //! freed step by step.
 
-use super::{check, lstm_cell};
+use super::{check, fresh, lstm_cell};
 use crate::api::autocast::autocast_dtype;
 use crate::api::entry::Entry;
 use crate::autograd::engine::retains_graph;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::layout::Layout;
 use crate::nn::functional::check::shape;
 use crate::op::OpContext;
 use crate::ops::lstm_cell::{self as kernel, BackwardStep, ForwardStep};
@@ -112,16 +111,6 @@ fn split_states(y: &Tensor, steps: usize, batch: usize, hidden: usize) -> Result
         .narrow(0, seq, batch * hidden)?
         .view(&dims(&[batch, hidden]))?;
     Ok((out, c_n))
-}
-
-/// A new contiguous tensor of `shape` with `like`'s dtype and device, allocated by the op.
-fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    Tensor::uninit_with_layout(
-        ctx,
-        Layout::contiguous(shape, 0),
-        like.dtype(),
-        like.device(),
-    )
 }
 
 /// Sizes as `view` takes them.

@@ -16,6 +16,8 @@ pub use lstm_cell::lstm_cell;
 pub use lstm_layer::lstm_layer;
 
 use super::check::{floating, shape};
+use crate::layout::Layout;
+use crate::op::OpContext;
 use crate::{DType, Result, Tensor};
 
 /// Checks a cell's shapes: `x` `[B, I]` or `[I]`, states `[B, H]` or `[H]`, `w_ih`
@@ -89,6 +91,16 @@ fn check(
 /// composition does, which a fused node computing in the widest dtype would not mirror.
 fn composed(gates: &Tensor, state: &Tensor) -> bool {
     matches!(gates.dtype(), DType::BF16 | DType::F16) || gates.dtype() != state.dtype()
+}
+
+/// A new contiguous tensor of `shape` with `like`'s dtype and device, allocated by the op.
+pub(super) fn fresh(ctx: &OpContext, like: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    Tensor::uninit_with_layout(
+        ctx,
+        Layout::contiguous(shape, 0),
+        like.dtype(),
+        like.device(),
+    )
 }
 
 /// The gates' `k` chunks along the last dimension.

@@ -1,0 +1,132 @@
+//! What the fused recurrent cells ([`super::lstm_cell`], [`super::gru_cell`]) share: row
+//! operands held as integers (so the parallel closures are `Send`), the split of rows across
+//! strata's pool, chunked loads and stores of [`LANE`] columns, and the sigmoid as the
+//! sigmoid kernel evaluates it.
+
+use super::math::Float;
+use super::threads::spread;
+use crate::backend::args::RowsAt;
+
+/// Columns computed together.
+pub(super) const LANE: usize = 16;
+
+/// State elements per parallel task: each costs five activations, so tasks are smaller than
+/// the element-wise kernels' grain.
+pub(super) const STATE_PER_TASK: usize = 4096;
+
+/// A row operand as integers, so the parallel closures are `Send`; `addr` 0 is absent.
+#[derive(Clone, Copy)]
+pub(super) struct Rows {
+    pub(super) addr: usize,
+    pub(super) stride: usize,
+}
+
+impl Rows {
+    pub(super) fn present(self) -> bool {
+        self.addr != 0
+    }
+
+    /// Element `col` of row `row`, as a `T` pointer.
+    #[inline(always)]
+    pub(super) fn at<T>(self, row: usize, col: usize) -> *mut T {
+        (self.addr as *mut T).wrapping_add(row * self.stride + col)
+    }
+}
+
+/// A bias: a gate row of contiguous elements read as row 0, or absent when null.
+pub(super) fn bias(p: *const u8) -> Rows {
+    Rows {
+        addr: p as usize,
+        stride: 0,
+    }
+}
+
+/// Converts a row operand's pointer to an address.
+pub(super) fn rows<P>(at: RowsAt<*const P>) -> Rows {
+    Rows {
+        addr: at.ptr as usize,
+        stride: at.row_stride,
+    }
+}
+
+/// Converts a written row operand's pointer to an address.
+pub(super) fn rows_mut<P>(at: RowsAt<*mut P>) -> Rows {
+    Rows {
+        addr: at.ptr as usize,
+        stride: at.row_stride,
+    }
+}
+
+/// Runs `row(r)` for every `r < rows`, in tasks of about [`STATE_PER_TASK`] state elements
+/// on strata's pool (on the calling thread when there is one task).
+///
+/// # Safety
+/// `row(r)` must be safe to call for every `r < rows`, concurrently for different rows.
+pub(super) unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
+    let per_task = (STATE_PER_TASK / hidden.max(1)).max(1);
+    let tasks = rows.div_ceil(per_task);
+    let run = |task: usize| {
+        for r in task * per_task..((task + 1) * per_task).min(rows) {
+            row(r);
+        }
+    };
+    if tasks <= 1 {
+        (0..tasks).for_each(run);
+    } else {
+        spread(tasks, &run);
+    }
+}
+
+/// Reads `n ≤ LANE` elements from `rows`' row `r` at column `col` into `into`, added to what
+/// is there (nothing for an absent operand).
+///
+/// # Safety
+/// A present operand's row `r` holds columns `col..col + n`, readable.
+#[inline(always)]
+pub(super) unsafe fn add_from<T: Float>(
+    into: &mut [T; LANE],
+    rows: Rows,
+    r: usize,
+    col: usize,
+    n: usize,
+) {
+    if !rows.present() {
+        return;
+    }
+    let src = rows.at::<T>(r, col) as *const T;
+    for (k, v) in into.iter_mut().enumerate().take(n) {
+        // SAFETY: `k < n`; the caller's contract.
+        *v = v.add(unsafe { *src.add(k) });
+    }
+}
+
+/// Reads `n ≤ LANE` elements of a present operand, as [`add_from`] into zeros.
+///
+/// # Safety
+/// As [`add_from`].
+#[inline(always)]
+pub(super) unsafe fn load<T: Float>(rows: Rows, r: usize, col: usize, n: usize) -> [T; LANE] {
+    let mut v = [T::ZERO; LANE];
+    // SAFETY: forwarded.
+    unsafe { add_from(&mut v, rows, r, col, n) };
+    v
+}
+
+/// Writes the first `n` elements of `from` to `rows`' row `r` at column `col`.
+///
+/// # Safety
+/// Row `r` holds columns `col..col + n`, writable by this thread alone.
+#[inline(always)]
+pub(super) unsafe fn store<T: Float>(from: &[T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
+    let dst = rows.at::<T>(r, col);
+    for (k, v) in from.iter().enumerate().take(n) {
+        // SAFETY: `k < n`; the caller's contract.
+        unsafe { *dst.add(k) = *v };
+    }
+}
+
+/// `1 / (1 + e^-x)`, as the sigmoid kernel evaluates it.
+#[inline(always)]
+pub(super) fn sigmoid<T: Float>(x: T) -> T {
+    T::ONE.div(T::ONE.add(x.neg().exp_vectorisable()))
+}
