@@ -86,53 +86,45 @@ pub fn rows(
         probe,
     ));
 
-    // The lstm's LSTM layer: 28 steps of 28 features, 128 hidden units, batch first.
-    let lstm = LSTM::with_config(
-        28,
-        128,
-        RnnConfig {
-            batch_first: true,
-            ..RnnConfig::default()
-        },
-    )?;
+    // The lstm's LSTM layer (28 steps of 28 features, 128 hidden units, batch first) and a
+    // GRU layer of the same shape (its steps are `gru_cell`s).
+    let config = || RnnConfig {
+        batch_first: true,
+        ..RnnConfig::default()
+    };
+    let (lstm, gru) = (
+        LSTM::with_config(28, 128, config())?,
+        GRU::with_config(28, 128, config())?,
+    );
     let x = Tensor::randn(&[BATCH, 28, 28], DType::F32)?;
     let g = Tensor::randn(&[BATCH, 28, 128], DType::F32)?;
-    let ms = timed(reps, || {
-        let (out, _) = lstm.call_with(&x, None)?;
-        out.backward_with(Some(&g), false)?;
-        for p in lstm.parameters() {
-            p.zero_grad(true)?;
-        }
-        Ok(())
-    })?;
-    rows.push(row(
-        &format!("LSTM 28->128, 28 steps, batch {BATCH}: forward + backward"),
-        ms,
-        "ms",
-    ));
-
-    // A GRU layer of the same shape (its steps are `gru_cell`s).
-    let gru = GRU::with_config(
-        28,
-        128,
-        RnnConfig {
-            batch_first: true,
-            ..RnnConfig::default()
-        },
-    )?;
-    let ms = timed(reps, || {
-        let (out, _) = gru.call_with(&x, None)?;
-        out.backward_with(Some(&g), false)?;
-        for p in gru.parameters() {
-            p.zero_grad(true)?;
-        }
-        Ok(())
-    })?;
-    rows.push(row(
-        &format!("GRU 28->128, 28 steps, batch {BATCH}: forward + backward"),
-        ms,
-        "ms",
-    ));
+    type Layer<'a> = Box<dyn Fn() -> Result<Tensor> + 'a>;
+    let layers: [(&str, Layer, Vec<Tensor>); 2] = [
+        (
+            "LSTM",
+            Box::new(|| Ok(lstm.call_with(&x, None)?.0)),
+            lstm.parameters(),
+        ),
+        (
+            "GRU",
+            Box::new(|| Ok(gru.call_with(&x, None)?.0)),
+            gru.parameters(),
+        ),
+    ];
+    for (kind, forward, params) in layers {
+        let ms = timed(reps, || {
+            forward()?.backward_with(Some(&g), false)?;
+            for p in &params {
+                p.zero_grad(true)?;
+            }
+            Ok(())
+        })?;
+        rows.push(row(
+            &format!("{kind} 28->128, 28 steps, batch {BATCH}: forward + backward"),
+            ms,
+            "ms",
+        ));
+    }
 
     // An add of 64 Ki floats, below the size where element-wise ops use the pool.
     let (a, b) = (

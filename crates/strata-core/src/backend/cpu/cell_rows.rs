@@ -3,9 +3,83 @@
 //! strata's pool, chunked loads and stores of [`LANE`] columns, and the sigmoid as the
 //! sigmoid kernel evaluates it.
 
+use super::chunk::avx2;
 use super::math::Float;
 use super::threads::spread;
 use crate::backend::args::RowsAt;
+use crate::dtype::DType;
+
+/// One pass of a fused cell over its rows: its operands, and the work on one row.
+pub(super) trait RowPass: Sync {
+    /// Computes row `r` in `T` (implementations are `#[inline(always)]`, so that the
+    /// AVX2 copy of [`run_rows`] compiles them with AVX2 and FMA).
+    ///
+    /// # Safety
+    /// Row `r` of every operand lies inside the extents the caller gave; no other thread
+    /// touches the row's written elements.
+    unsafe fn row<T: Float>(&self, r: usize);
+}
+
+/// Implements [`RowPass`] for each operand struct by its `#[inline(always)]` row function
+/// (`unsafe fn(&Self, usize)`, generic over the compute type).
+macro_rules! row_passes {
+    ($($pass:ty => $row:ident),* $(,)?) => {
+        $(
+            impl $crate::backend::cpu::cell_rows::RowPass for $pass {
+                #[inline(always)]
+                unsafe fn row<T: $crate::backend::cpu::math::Float>(&self, r: usize) {
+                    // SAFETY: forwarded.
+                    unsafe { $row::<T>(self, r) }
+                }
+            }
+        )*
+    };
+}
+pub(super) use row_passes;
+
+/// Runs `pass` on each of `rows` rows of `hidden` units in `dtype` across strata's pool,
+/// with AVX2 and FMA where the CPU has them; false (nothing written) for a dtype other than
+/// f32 and f64.
+///
+/// # Safety
+/// As [`RowPass::row`], for every `r < rows`, concurrently for different rows.
+pub(super) unsafe fn run_rows<P: RowPass>(
+    pass: &P,
+    dtype: DType,
+    rows: usize,
+    hidden: usize,
+) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match dtype {
+            DType::F32 => in_parallel(rows, hidden, |r| row_any::<P, f32>(pass, r)),
+            DType::F64 => in_parallel(rows, hidden, |r| row_any::<P, f64>(pass, r)),
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Row `r` of `pass`, with AVX2 and FMA where the CPU has them.
+///
+/// # Safety
+/// As [`RowPass::row`].
+unsafe fn row_any<P: RowPass, T: Float>(pass: &P, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
+        return unsafe { row_avx::<P, T>(pass, r) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { pass.row::<T>(r) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx<P: RowPass, T: Float>(pass: &P, r: usize) {
+    // SAFETY: forwarded.
+    unsafe { pass.row::<T>(r) }
+}
 
 /// Columns computed together.
 pub(super) const LANE: usize = 16;
@@ -62,7 +136,7 @@ pub(super) fn rows_mut<P>(at: RowsAt<*mut P>) -> Rows {
 ///
 /// # Safety
 /// `row(r)` must be safe to call for every `r < rows`, concurrently for different rows.
-pub(super) unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
+unsafe fn in_parallel(rows: usize, hidden: usize, row: impl Fn(usize) + Sync) {
     let per_task = (STATE_PER_TASK / hidden.max(1)).max(1);
     let tasks = rows.div_ceil(per_task);
     let run = |task: usize| {

@@ -5,11 +5,9 @@
 //! activations the sigmoid and tanh kernels evaluate, so the two paths agree bit for bit.
 //! Rows are walked as the LSTM cell walks them ([`super::cell_rows`]).
 
-use super::cell_rows::{in_parallel, load, rows, rows_mut, sigmoid, store, Rows, LANE};
-use super::chunk::avx2;
+use super::cell_rows::{load, row_passes, rows, rows_mut, run_rows, sigmoid, store, Rows, LANE};
 use super::math::Float;
 use crate::backend::args::{GruCellArgs, GruCellBackwardArgs};
-use crate::dtype::DType;
 
 /// The operands of the forward, as integers.
 #[derive(Clone, Copy)]
@@ -48,14 +46,7 @@ pub(crate) unsafe fn forward(a: &GruCellArgs) -> bool {
         hy: rows_mut(a.hy),
     };
     // SAFETY: forwarded from the caller.
-    unsafe {
-        match a.dtype {
-            DType::F32 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f32>(&f, r)),
-            DType::F64 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f64>(&f, r)),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { run_rows(&f, a.dtype, a.rows, a.hidden) }
 }
 
 /// Runs the backward; false (nothing written) for a dtype other than f32 and f64.
@@ -73,61 +64,13 @@ pub(crate) unsafe fn backward(a: &GruCellBackwardArgs) -> bool {
         grad_h: rows_mut(a.grad_h),
     };
     // SAFETY: forwarded from the caller.
-    unsafe {
-        match a.dtype {
-            DType::F32 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f32>(&b, r)),
-            DType::F64 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f64>(&b, r)),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { run_rows(&b, a.dtype, a.rows, a.hidden) }
 }
 
-/// The forward of row `r`, with AVX2 and FMA where the CPU has them.
-///
-/// # Safety
-/// Row `r` of every operand lies inside the extents the caller gave; no other thread
-/// touches the row's written elements.
-unsafe fn forward_row_any<T: Float>(f: &Forward, r: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
-        return unsafe { forward_row_avx::<T>(f, r) };
-    }
-    // SAFETY: the caller's contract.
-    unsafe { forward_row::<T>(f, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn forward_row_avx<T: Float>(f: &Forward, r: usize) {
-    // SAFETY: forwarded.
-    unsafe { forward_row::<T>(f, r) }
-}
-
-/// The backward of row `r`, with AVX2 and FMA where the CPU has them.
-///
-/// # Safety
-/// As [`forward_row_any`].
-unsafe fn backward_row_any<T: Float>(b: &Backward, r: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
-        return unsafe { backward_row_avx::<T>(b, r) };
-    }
-    // SAFETY: the caller's contract.
-    unsafe { backward_row::<T>(b, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn backward_row_avx<T: Float>(b: &Backward, r: usize) {
-    // SAFETY: forwarded.
-    unsafe { backward_row::<T>(b, r) }
-}
+row_passes!(Forward => forward_row, Backward => backward_row);
 
 /// # Safety
-/// As [`forward_row_any`].
+/// As [`super::cell_rows::RowPass::row`].
 #[inline(always)]
 unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
     let h = f.hidden;
@@ -172,7 +115,7 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
 }
 
 /// # Safety
-/// As [`forward_row_any`].
+/// As [`super::cell_rows::RowPass::row`].
 #[inline(always)]
 unsafe fn backward_row<T: Float>(b: &Backward, r: usize) {
     let h = b.hidden;

@@ -11,12 +11,10 @@
 //! as the map kernels are ([`super::chunk`]). Rows run in parallel on strata's pool.
 
 use super::cell_rows::{
-    add_from, bias, in_parallel, load, rows, rows_mut, sigmoid, store, Rows, LANE,
+    add_from, bias, load, row_passes, rows, rows_mut, run_rows, sigmoid, store, Rows, LANE,
 };
-use super::chunk::avx2;
 use super::math::Float;
 use crate::backend::args::{LstmCellArgs, LstmCellBackwardArgs};
-use crate::dtype::DType;
 
 /// The operands of the forward, as integers.
 #[derive(Clone, Copy)]
@@ -64,14 +62,7 @@ pub(crate) unsafe fn forward(a: &LstmCellArgs) -> bool {
         activated: a.activated,
     };
     // SAFETY: forwarded from the caller.
-    unsafe {
-        match a.dtype {
-            DType::F32 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f32>(&f, r)),
-            DType::F64 => in_parallel(a.rows, a.hidden, |r| forward_row_any::<f64>(&f, r)),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { run_rows(&f, a.dtype, a.rows, a.hidden) }
 }
 
 /// Runs the backward; false (nothing written) for a dtype other than f32 and f64.
@@ -90,61 +81,13 @@ pub(crate) unsafe fn backward(a: &LstmCellBackwardArgs) -> bool {
         grad_cx: rows_mut(a.grad_cx),
     };
     // SAFETY: forwarded from the caller.
-    unsafe {
-        match a.dtype {
-            DType::F32 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f32>(&b, r)),
-            DType::F64 => in_parallel(a.rows, a.hidden, |r| backward_row_any::<f64>(&b, r)),
-            _ => return false,
-        }
-    }
-    true
+    unsafe { run_rows(&b, a.dtype, a.rows, a.hidden) }
 }
 
-/// The forward of row `r`, with AVX2 and FMA where the CPU has them.
-///
-/// # Safety
-/// Row `r` of every operand lies inside the extents the caller gave; no other thread
-/// touches the row's written elements.
-unsafe fn forward_row_any<T: Float>(f: &Forward, r: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
-        return unsafe { forward_row_avx::<T>(f, r) };
-    }
-    // SAFETY: the caller's contract.
-    unsafe { forward_row::<T>(f, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn forward_row_avx<T: Float>(f: &Forward, r: usize) {
-    // SAFETY: forwarded.
-    unsafe { forward_row::<T>(f, r) }
-}
-
-/// The backward of row `r`, with AVX2 and FMA where the CPU has them.
-///
-/// # Safety
-/// As [`forward_row_any`].
-unsafe fn backward_row_any<T: Float>(b: &Backward, r: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
-        return unsafe { backward_row_avx::<T>(b, r) };
-    }
-    // SAFETY: the caller's contract.
-    unsafe { backward_row::<T>(b, r) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn backward_row_avx<T: Float>(b: &Backward, r: usize) {
-    // SAFETY: forwarded.
-    unsafe { backward_row::<T>(b, r) }
-}
+row_passes!(Forward => forward_row, Backward => backward_row);
 
 /// # Safety
-/// As [`forward_row_any`].
+/// As [`super::cell_rows::RowPass::row`].
 #[inline(always)]
 unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
     let h = f.hidden;
@@ -211,7 +154,7 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
 }
 
 /// # Safety
-/// As [`forward_row_any`].
+/// As [`super::cell_rows::RowPass::row`].
 #[inline(always)]
 unsafe fn backward_row<T: Float>(b: &Backward, r: usize) {
     let h = b.hidden;
