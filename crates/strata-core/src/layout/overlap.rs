@@ -13,6 +13,37 @@ pub enum InternalOverlap {
     TooHard,
 }
 
+/// Whether no two of a tensor's elements can share a memory location, by a sufficient test:
+/// with the dimensions of more than one element taken by increasing stride, each stride
+/// steps past every location the smaller ones reach. True for every dense layout and for
+/// row-strided views such as the first columns of a wider matrix; false where it cannot
+/// tell (a kernel then writes through a buffer).
+pub fn provably_non_overlapping(l: &Layout) -> bool {
+    if l.is_non_overlapping_and_dense() || l.numel() == 0 {
+        return true;
+    }
+    let mut dims: smallvec::SmallVec<[(usize, usize); 6]> = l
+        .sizes()
+        .iter()
+        .zip(l.strides())
+        .filter(|(&n, _)| n > 1)
+        .map(|(&n, &st)| (n, st))
+        .collect();
+    dims.sort_unstable_by_key(|&(_, st)| st);
+    // The furthest location the dimensions taken so far reach from the first element.
+    let mut reach = 0usize;
+    for (n, st) in dims {
+        if st <= reach {
+            return false;
+        }
+        reach = match (n - 1).checked_mul(st).and_then(|r| r.checked_add(reach)) {
+            Some(r) => r,
+            None => return false,
+        };
+    }
+    true
+}
+
 /// How two tensors on the same storage overlap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overlap {
@@ -78,6 +109,49 @@ mod tests {
         assert_eq!(internal_overlap(&l), InternalOverlap::Yes);
         let l = Layout::new(vec![4, 4], vec![1, 3], 0);
         assert_eq!(internal_overlap(&l), InternalOverlap::TooHard);
+    }
+
+    #[test]
+    fn strided_views_that_skip_memory_do_not_overlap_themselves() {
+        // The first 3 columns of a [4, 5] matrix, and of a [2, 4, 5] batch of them.
+        assert!(provably_non_overlapping(&Layout::new(
+            vec![4, 3],
+            vec![5, 1],
+            0
+        )));
+        assert!(provably_non_overlapping(&Layout::new(
+            vec![2, 4, 3],
+            vec![20, 5, 1],
+            7
+        )));
+        // Every other element; a transposed column block; size-1 dimensions of any stride.
+        assert!(provably_non_overlapping(&Layout::new(vec![3], vec![2], 0)));
+        assert!(provably_non_overlapping(&Layout::new(
+            vec![3, 4],
+            vec![1, 5],
+            0
+        )));
+        assert!(provably_non_overlapping(&Layout::new(
+            vec![1, 3],
+            vec![0, 1],
+            0
+        )));
+        // Expanded, and rows that step back into the previous row.
+        assert!(!provably_non_overlapping(&Layout::new(
+            vec![3, 3],
+            vec![0, 1],
+            0
+        )));
+        assert!(!provably_non_overlapping(&Layout::new(
+            vec![4, 4],
+            vec![3, 1],
+            0
+        )));
+        assert!(!provably_non_overlapping(&Layout::new(
+            vec![4, 4],
+            vec![1, 3],
+            0
+        )));
     }
 
     #[test]

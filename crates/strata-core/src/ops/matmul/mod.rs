@@ -36,8 +36,8 @@ const ONE: Scalar = Scalar::Int(1);
 const ZERO: Scalar = Scalar::Int(0);
 
 /// `out = beta·c + alpha·(a @ b)` through `out_mat` into `out`'s storage, everything checked.
-/// The product's buffers (a result buffer when the output shares memory with an input or is
-/// not dense; for f16/bf16 products that widen, f32 room of a bounded size: at most
+/// The product's buffers (a result buffer when the output shares memory with an input or
+/// its elements may share locations; for f16/bf16 products that widen, f32 room of a bounded size: at most
 /// `HALF_SLOTS` slots of `HALF_SLOT_BYTES`) come from the allocator as temporaries of this
 /// op.
 #[allow(clippy::too_many_arguments)]
@@ -51,7 +51,7 @@ fn execute(
     c: Option<(&Body, &Mat)>,
     out: &Body,
     out_mat: &Mat,
-    out_dense: bool,
+    out_distinct: bool,
     alpha: Scalar,
     beta: Scalar,
 ) -> Result<()> {
@@ -62,7 +62,7 @@ fn execute(
     let device = out.storage.device();
     let mut buffer = temporary(
         ctx,
-        GemmScratch::buffer_len(product, shares || !out_dense),
+        GemmScratch::buffer_len(product, shares || !out_distinct),
         dtype,
         device,
     )?;
@@ -92,7 +92,8 @@ fn execute(
     let guards = lock_storages(&locks);
     // SAFETY: every storage is locked (the output's for writing) and the pointers are their
     // bases; the plans were built from layouts validated against those storages. An output
-    // that shares a storage with an input, or is not dense, is written through a buffer.
+    // that shares a storage with an input, or whose elements may share locations, is written
+    // through a buffer.
     // The scratch storages are this call's own, sized as `GemmScratch` says.
     unsafe {
         backend.gemm(&GemmArgs {

@@ -16,6 +16,7 @@ use super::check::{
 use super::{execute, ONE, ZERO};
 use crate::backend::for_device;
 use crate::backend::kernel::Mat;
+use crate::layout::overlap::provably_non_overlapping;
 use crate::layout::view::compute_stride;
 use crate::layout::Layout;
 use crate::op::OpContext;
@@ -54,7 +55,7 @@ fn product_out(
     let (ab, bb, body) = (a.body(), b.body(), out.body());
     let cb = c.map(|(t, m)| (t.body(), m));
     let out_mat = plan.out_mat(&body.layout);
-    let dense = body.layout.is_non_overlapping_and_dense();
+    let distinct = provably_non_overlapping(&body.layout);
     execute(
         ctx,
         backend,
@@ -65,7 +66,7 @@ fn product_out(
         cb.as_ref().map(|(t, m)| (t, *m)),
         &body,
         &out_mat,
-        dense,
+        distinct,
         alpha,
         beta,
     )?;
@@ -143,7 +144,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
     } else {
         plan.out_mat(&body.layout)
     };
-    let dense = body.layout.is_non_overlapping_and_dense();
+    let distinct = provably_non_overlapping(&body.layout);
     execute(
         ctx,
         backend,
@@ -154,7 +155,7 @@ pub(crate) fn matmul_out(ctx: &OpContext, a: &Tensor, b: &Tensor, out: &Tensor) 
         None,
         &body,
         &out_mat,
-        dense,
+        distinct,
         ONE,
         ZERO,
     )?;
