@@ -412,8 +412,10 @@ pub(crate) struct GruCellArgs {
     pub(crate) hidden_gates: RowsAt<*const u8>,
     /// `[rows, hidden]` read: the state before the step.
     pub(crate) h: RowsAt<*const u8>,
-    /// `[rows, 4·hidden]` written: `r, z, n` and the hidden product's `n` chunk `hn`;
-    /// overlaps nothing.
+    /// `[rows, 4·hidden]` written: `r, z, n` and the hidden product's `n` chunk `hn`; its
+    /// first `3·hidden` columns may be `input_gates` themselves (a layer whose input
+    /// products were written into its workspaces: every column is read before it is
+    /// written), and it overlaps nothing else.
     pub(crate) workspace: RowsAt<*mut u8>,
     /// `[rows, hidden]` written: the state after the step; overlaps nothing.
     pub(crate) hy: RowsAt<*mut u8>,
@@ -438,7 +440,9 @@ pub(crate) struct GruCellBackwardArgs {
     pub(crate) h: RowsAt<*const u8>,
     /// `[rows, 4·hidden]` read: what the forward wrote.
     pub(crate) workspace: RowsAt<*const u8>,
-    /// `[rows, 3·hidden]` written, or null when not needed; overlaps nothing.
+    /// `[rows, 3·hidden]` written, or null when not needed; may be the first `3·hidden`
+    /// columns of the workspace's own rows (a layer writing its gradients over what it
+    /// saved: every column is read before it is written), overlaps nothing else.
     pub(crate) grad_input_gates: RowsAt<*mut u8>,
     /// `[rows, 3·hidden]` written, or null when not needed; overlaps nothing.
     pub(crate) grad_hidden_gates: RowsAt<*mut u8>,

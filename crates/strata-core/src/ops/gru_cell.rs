@@ -16,12 +16,17 @@ pub(crate) fn fused(operands: &[&Tensor]) -> Result<bool> {
         return Ok(false);
     };
     let (dtype, device) = (first.dtype(), first.device());
-    if !matches!(dtype, DType::F32 | DType::F64) || !for_device(device)?.fused_gru_cell() {
+    if !available(dtype, device)? {
         return Ok(false);
     }
     Ok(operands
         .iter()
         .all(|t| t.dtype() == dtype && t.device() == device && matrix(t).is_ok()))
+}
+
+/// Whether the fused cell takes operands of `dtype` on `device`'s backend.
+pub(crate) fn available(dtype: DType, device: crate::Device) -> Result<bool> {
+    Ok(matches!(dtype, DType::F32 | DType::F64) && for_device(device)?.fused_gru_cell())
 }
 
 /// The operands of one forward step (see [`GruCellArgs`]).
@@ -32,7 +37,7 @@ pub(crate) struct ForwardStep<'a> {
     pub(crate) hidden_gates: &'a Tensor,
     /// `[rows, H]`: the state before the step.
     pub(crate) h: &'a Tensor,
-    /// `[rows, 4H]` written: `r, z, n, hn`.
+    /// `[rows, 4H]` written: `r, z, n, hn`; its first `3H` columns may be `input_gates`.
     pub(crate) workspace: &'a Tensor,
     /// `[rows, H]` written: the state after the step.
     pub(crate) hy: &'a Tensor,
@@ -46,7 +51,7 @@ pub(crate) struct BackwardStep<'a> {
     pub(crate) h: &'a Tensor,
     /// `[rows, 4H]`: what the forward wrote.
     pub(crate) workspace: &'a Tensor,
-    /// `[rows, 3H]` written, when needed.
+    /// `[rows, 3H]` written, when needed; may be the workspace's first `3H` columns.
     pub(crate) grad_input_gates: Option<&'a Tensor>,
     /// `[rows, 3H]` written, when needed.
     pub(crate) grad_hidden_gates: Option<&'a Tensor>,
@@ -74,7 +79,8 @@ pub(crate) fn forward(step: &ForwardStep<'_>) -> Result<bool> {
     };
     // SAFETY: the caller gives [rows, 3H] gates, a [rows, 4H] workspace and [rows, H]
     // states of one dtype, and `Bodies::new` checked each has contiguous rows; the written
-    // tensors are fresh, overlapping nothing; every storage is locked until `guards` drops.
+    // tensors are the caller's own, overlapping nothing but where the workspace holds the
+    // input gates (which the kernel allows); every storage is locked until `guards` drops.
     let done = unsafe { for_device(s.h.device())?.gru_cell_forward(&args) };
     drop(guards);
     Ok(done)
@@ -115,8 +121,10 @@ pub(crate) fn backward(step: &BackwardStep<'_>) -> Result<bool> {
         grad_hidden_gates: write(s.grad_hidden_gates),
         grad_h: write(s.grad_h),
     };
-    // SAFETY: as in `forward`: shapes from the caller, rows checked contiguous, fresh
-    // written tensors overlapping nothing, storages locked until `guards` drops.
+    // SAFETY: as in `forward`: shapes from the caller, rows checked contiguous, the
+    // caller's own written tensors overlapping nothing but where the input gates' gradient
+    // is the workspace's columns (which the kernel allows), storages locked until `guards`
+    // drops.
     let done = unsafe { for_device(s.h.device())?.gru_cell_backward(&args) };
     drop(guards);
     Ok(done)

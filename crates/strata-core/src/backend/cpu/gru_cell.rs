@@ -102,7 +102,8 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
             act[2][k] = ng;
             hy[k] = hx[k].sub(ng).mul(zg).add(ng);
         }
-        // SAFETY: these columns of row `r` are this thread's to write.
+        // SAFETY: these columns of row `r` are this thread's to write; the workspace may be
+        // the input gates, read above.
         unsafe {
             for (q, v) in act.iter().enumerate() {
                 store(v, f.workspace, r, q * h + col, n);
@@ -152,7 +153,7 @@ unsafe fn backward_row<T: Float>(b: &Backward, r: usize) {
             dh[k] = g[k].mul(zg[k]);
         }
         // SAFETY: these columns of row `r` are this thread's to write; absent outputs are
-        // not written.
+        // not written; `grad_input_gates` may be the workspace's columns, read above.
         unsafe {
             if b.grad_input_gates.present() {
                 for (q, v) in d[..3].iter().enumerate() {

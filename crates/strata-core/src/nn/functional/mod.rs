@@ -39,4 +39,4 @@ pub use loss::{l1_loss, mse_loss, nll_loss, nll_loss_ignoring};
 pub use loss_reduction::Reduction;
 pub use pair::Pair;
 pub use pool::{adaptive_avg_pool2d, avg_pool2d, max_pool2d, max_pool2d_with, Pool2dOptions};
-pub use recurrent::{gru_cell, lstm_cell, lstm_layer};
+pub use recurrent::{gru_cell, gru_layer, lstm_cell, lstm_layer};

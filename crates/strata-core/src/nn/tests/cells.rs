@@ -1,12 +1,12 @@
 //! lstm_cell and gru_cell against their op-by-op compositions, the new losses, and
 //! embedding's padding_idx.
 
-use super::{close, gradcheck, leaf};
+use super::{close, gradcheck, leaf, leaf_of};
 use crate::nn::functional::{
     binary_cross_entropy_with_logits, cross_entropy, cross_entropy_with, embedding_with, gru_cell,
     l1_loss, linear, lstm_cell, CrossEntropyOptions, Reduction,
 };
-use crate::{Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 fn composed_lstm(t: &[Tensor]) -> Result<(Tensor, Tensor)> {
     let gates = linear(&t[1], &t[4], Some(&t[6]))?.add(&linear(&t[0], &t[3], Some(&t[5]))?)?;
@@ -97,14 +97,6 @@ fn gru_cell_matches_pytorch_formula_and_gradients() {
     gradcheck(|t| gru_cell(&t[0], &t[1], &t[2], &t[3], None, None), &u);
 }
 
-/// An f32 leaf of `shape` drawn from `seed`.
-fn leaf32(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn_with(shape, crate::DType::F32, &mut crate::Generator::new(seed))
-        .unwrap()
-        .requires_grad_(true)
-        .unwrap()
-}
-
 /// The GRU cell op by op, as PyTorch's CPU composition.
 fn composed_gru(t: &[Tensor]) -> Result<Tensor> {
     let gi = linear(&t[0], &t[2], Some(&t[4]))?.chunk(3, 1)?;
@@ -121,12 +113,12 @@ fn fused_gru_cell_in_f32_equals_its_composition() {
     let (b, i, h) = (5, 3, 37);
     let make = || {
         vec![
-            leaf32(&[b, i], 31),
-            leaf32(&[b, h], 32),
-            leaf32(&[3 * h, i], 33),
-            leaf32(&[3 * h, h], 34),
-            leaf32(&[3 * h], 35),
-            leaf32(&[3 * h], 36),
+            leaf_of(DType::F32, &[b, i], 31),
+            leaf_of(DType::F32, &[b, h], 32),
+            leaf_of(DType::F32, &[3 * h, i], 33),
+            leaf_of(DType::F32, &[3 * h, h], 34),
+            leaf_of(DType::F32, &[3 * h], 35),
+            leaf_of(DType::F32, &[3 * h], 36),
         ]
     };
     let (t, u) = (make(), make());
@@ -152,11 +144,11 @@ fn fused_gru_cell_in_f32_equals_its_composition() {
 #[test]
 fn fused_gru_cell_computes_only_the_gradients_asked_for() {
     let (b, i, h) = (2, 3, 4);
-    let x = leaf32(&[b, i], 41).detach().unwrap();
-    let h0 = leaf32(&[b, h], 42);
+    let x = leaf_of(DType::F32, &[b, i], 41).detach().unwrap();
+    let h0 = leaf_of(DType::F32, &[b, h], 42);
     let (w_ih, w_hh) = (
-        leaf32(&[3 * h, i], 43).detach().unwrap(),
-        leaf32(&[3 * h, h], 44),
+        leaf_of(DType::F32, &[3 * h, i], 43).detach().unwrap(),
+        leaf_of(DType::F32, &[3 * h, h], 44),
     );
     let h1 = gru_cell(&x, &h0, &w_ih, &w_hh, None, None).unwrap();
     h1.sum(None, false).unwrap().backward().unwrap();

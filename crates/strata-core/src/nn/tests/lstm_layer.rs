@@ -1,10 +1,10 @@
 //! lstm_layer's fused node against a loop of lstm_cells: values, every input's gradient,
 //! finite differences, f32, autocast and bad shapes.
 
-use super::{close, gradcheck, leaf};
+use super::{close, gradcheck, input_grads, leaf, weighted_sum};
 use crate::autocast::autocast;
 use crate::nn::functional::{lstm_cell, lstm_layer};
-use crate::{DType, Generator, Result, Tensor};
+use crate::{DType, Result, Tensor};
 
 /// `[x, h0, c0, w_ih, w_hh, b_ih, b_hh]` for `steps` steps of a batch of 3, 4 inputs and 5
 /// hidden units.
@@ -43,25 +43,14 @@ fn looped(t: &[Tensor]) -> Result<(Tensor, Tensor, Tensor)> {
     Ok((Tensor::stack(&outs.iter().collect::<Vec<_>>(), 0)?, h, c))
 }
 
-/// A scalar that weighs every output element differently.
 fn loss((out, h, c): (Tensor, Tensor, Tensor)) -> Result<Tensor> {
-    let mut g = Generator::new(11);
-    let weigh = |t: &Tensor, g: &mut Generator| -> Result<Tensor> {
-        let p = Tensor::randn_with(&t.shape(), t.dtype(), g)?;
-        t.mul(&p)?.sum(None, false)
-    };
-    weigh(&out, &mut g)?
-        .add(&weigh(&h, &mut g)?)?
-        .add(&weigh(&c, &mut g)?)
+    weighted_sum(&[out, h, c])
 }
 
 fn grads(t: &[Tensor], f: impl Fn(&[Tensor]) -> Result<(Tensor, Tensor, Tensor)>) -> Vec<Vec<f64>> {
-    for x in t {
-        x.zero_grad(true).unwrap();
-    }
-    loss(f(t).unwrap()).unwrap().backward().unwrap();
-    t.iter()
-        .map(|x| x.grad().expect("a gradient").to_vec::<f64>().unwrap())
+    input_grads(t, |t| f(t).map(|(out, h, c)| vec![out, h, c]))
+        .into_iter()
+        .map(|g| g.expect("a gradient"))
         .collect()
 }
 

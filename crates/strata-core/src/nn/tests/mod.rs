@@ -7,6 +7,7 @@ mod cells;
 mod class_losses;
 mod conv_options;
 mod conv_pool;
+mod gru_layer;
 mod layers;
 mod lstm_layer;
 mod memory;
@@ -17,10 +18,49 @@ use crate::{DType, Generator, Result, Tensor};
 
 /// An f64 leaf of `shape` with values from a fixed seed, requiring grad.
 pub(super) fn leaf(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn_with(shape, DType::F64, &mut Generator::new(seed))
+    leaf_of(DType::F64, shape, seed)
+}
+
+/// A leaf of `dtype` and `shape` with values from a fixed seed, requiring grad.
+pub(super) fn leaf_of(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
+    Tensor::randn_with(shape, dtype, &mut Generator::new(seed))
         .unwrap()
         .requires_grad_(true)
         .unwrap()
+}
+
+/// A scalar that weighs every element of `outputs` differently (fixed random weights).
+pub(super) fn weighted_sum(outputs: &[Tensor]) -> Result<Tensor> {
+    let mut g = Generator::new(11);
+    let mut total: Option<Tensor> = None;
+    for t in outputs {
+        let p = Tensor::randn_with(&t.shape(), t.dtype(), &mut g)?;
+        let part = t.mul(&p)?.sum(None, false)?;
+        total = Some(match total {
+            Some(s) => s.add(&part)?,
+            None => part,
+        });
+    }
+    total.ok_or_else(|| crate::Error::from("no outputs to weigh"))
+}
+
+/// Every input's gradient (as f64 values) of [`weighted_sum`] of `f(inputs)`; `None` for
+/// an input the outputs do not depend on.
+pub(super) fn input_grads(
+    inputs: &[Tensor],
+    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+) -> Vec<Option<Vec<f64>>> {
+    for x in inputs {
+        x.zero_grad(true).unwrap();
+    }
+    weighted_sum(&f(inputs).unwrap())
+        .unwrap()
+        .backward()
+        .unwrap();
+    inputs
+        .iter()
+        .map(|x| x.grad().map(|g| g.to_vec::<f64>().unwrap()))
+        .collect()
 }
 
 /// An f64 tensor from values.

@@ -1,6 +1,6 @@
 //! One time step of the Elman cell, given the input's projection for that step
 //! (`x_t W_ihᵀ + b_ih`, computed for all steps at once) and the previous state. The LSTM and
-//! GRU steps are core's fused `lstm_cell` and `gru_cell`.
+//! GRU layers are core's `lstm_layer` and `gru_layer`.
 
 use strata_core::nn::functional::linear;
 use strata_core::{Result, Tensor};

@@ -5,7 +5,7 @@
 
 mod cells;
 
-use strata_core::nn::functional::{gru_cell, linear, lstm_layer};
+use strata_core::nn::functional::{gru_layer, linear, lstm_layer};
 use strata_core::{DType, Error, Result, Tensor};
 
 use crate::init;
@@ -205,37 +205,38 @@ impl Recurrent {
             let (w_ih, w_hh) = (layer.w_ih.get(), layer.w_hh.get());
             let b_ih = layer.b_ih.as_ref().map(TensorSlot::get);
             let b_hh = layer.b_hh.as_ref().map(TensorSlot::get);
-            // The Elman cell projects every step's input at once; the fused cells take x_t.
-            let gx_all = match self.kind {
-                Kind::Tanh => Some(linear(&seq, &w_ih, b_ih.as_ref())?),
-                _ => None,
-            };
+            let h = h0.select(0, l as i64)?;
+            // The LSTM and GRU run the whole sequence as one layer: fused on the CPU, steps
+            // of cells elsewhere.
+            match (self.kind, &c0) {
+                (Kind::Lstm, Some(c0)) => {
+                    let c = c0.select(0, l as i64)?;
+                    let (out, h_n, c_n) =
+                        lstm_layer(&seq, &h, &c, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
+                    seq = out;
+                    hs.push(h_n);
+                    cs.push(c_n);
+                    continue;
+                }
+                (Kind::Gru, _) => {
+                    let (out, h_n) =
+                        gru_layer(&seq, &h, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
+                    seq = out;
+                    hs.push(h_n);
+                    continue;
+                }
+                _ => {}
+            }
+            // The Elman cell projects every step's input at once, then steps.
+            let gx_all = linear(&seq, &w_ih, b_ih.as_ref())?;
             let w = LayerWeights {
                 w_hh: w_hh.clone(),
                 b_hh: b_hh.clone(),
             };
-            let h = h0.select(0, l as i64)?;
-            if let Some(c0) = &c0 {
-                // The whole sequence as one layer: fused on the CPU, steps of cells elsewhere.
-                let c = c0.select(0, l as i64)?;
-                let (out, h_n, c_n) =
-                    lstm_layer(&seq, &h, &c, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?;
-                seq = out;
-                hs.push(h_n);
-                cs.push(c_n);
-                continue;
-            }
             let mut h = h;
             let mut outs = Vec::with_capacity(steps);
             for t in 0..steps {
-                let t = t as i64;
-                h = match &gx_all {
-                    Some(gx) => cells::tanh_step(&gx.select(0, t)?, &h, &w)?,
-                    None => {
-                        let x_t = seq.select(0, t)?;
-                        gru_cell(&x_t, &h, &w_ih, &w_hh, b_ih.as_ref(), b_hh.as_ref())?
-                    }
-                };
+                h = cells::tanh_step(&gx_all.select(0, t as i64)?, &h, &w)?;
                 outs.push(h.clone());
             }
             seq = if outs.is_empty() {

@@ -15,12 +15,10 @@
 //! right after). So a training step's peak stays that of a loop of cells, whose saves are
 //! freed step by step.
 
-use super::{check, fresh, lstm_cell};
-use crate::api::autocast::autocast_dtype;
+use super::{check_layer, dims, fresh, lstm_cell, uniform};
 use crate::api::entry::Entry;
 use crate::autograd::engine::retains_graph;
 use crate::autograd::formulas::{record, take, Grads};
-use crate::nn::functional::check::shape;
 use crate::op::OpContext;
 use crate::ops::lstm_cell::{self as kernel, BackwardStep, ForwardStep};
 use crate::{Error, Result, Tensor};
@@ -56,40 +54,15 @@ pub fn lstm_layer(
     b_ih: Option<&Tensor>,
     b_hh: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    if x.dim() != 3 || h0.dim() != 2 {
-        return Err(shape(
-            "lstm",
-            format!(
-                "expected a [T, B, input_size] sequence and [B, hidden_size] states, got {:?} \
-                 and {:?}",
-                x.shape(),
-                h0.shape()
-            ),
-            vec![x.shape().to_vec(), h0.shape().to_vec()],
-            "unbatched sequences take a batch dimension of 1 (unsqueeze(1))",
-        ));
-    }
-    let (steps, batch) = (x.shape()[0], x.shape()[1]);
-    let hidden = h0.shape()[1];
-    if steps == 0 {
-        let out = Tensor::on(x.device()).zeros(&[0, batch, hidden], x.dtype())?;
+    let biases = [b_ih, b_hh];
+    if let Some(out) = check_layer("lstm", x, h0, Some(c0), [w_ih, w_hh], biases, 4)? {
         return Ok((out, h0.clone(), c0.clone()));
     }
-    check("lstm", &x.select(0, 0)?, h0, Some(c0), w_ih, w_hh, 4)?;
-    for b in [b_ih, b_hh].into_iter().flatten() {
-        if b.shape().as_slice() != [4 * hidden] {
-            return Err(shape(
-                "lstm",
-                format!("a bias must be [{}], got {:?}", 4 * hidden, b.shape()),
-                vec![b.shape().to_vec()],
-                "give one bias per gate unit: [4·hidden_size]",
-            ));
-        }
-    }
+    let (steps, batch, hidden) = (x.shape()[0], x.shape()[1], h0.shape()[1]);
     let mut inputs = vec![x, h0, c0, w_ih, w_hh];
     inputs.extend(b_ih);
     inputs.extend(b_hh);
-    if !fusable(&inputs)? {
+    if !(uniform(&inputs) && kernel::fused(x.dtype(), x.device())?) {
         return stepped(x, h0, c0, w_ih, w_hh, b_ih, b_hh);
     }
     let (has_bi, has_bh) = (b_ih.is_some(), b_hh.is_some());
@@ -111,21 +84,6 @@ fn split_states(y: &Tensor, steps: usize, batch: usize, hidden: usize) -> Result
         .narrow(0, seq, batch * hidden)?
         .view(&dims(&[batch, hidden]))?;
     Ok((out, c_n))
-}
-
-/// Sizes as `view` takes them.
-fn dims(sizes: &[usize]) -> Vec<i64> {
-    sizes.iter().map(|&s| s as i64).collect()
-}
-
-/// Whether the fused node takes these operands: one floating dtype the fused cell has, one
-/// device, no autocast region open.
-fn fusable(inputs: &[&Tensor]) -> Result<bool> {
-    let (dtype, device) = (inputs[0].dtype(), inputs[0].device());
-    let same = inputs
-        .iter()
-        .all(|t| t.dtype() == dtype && t.device() == device);
-    Ok(same && autocast_dtype().is_none() && kernel::fused(dtype, device)?)
 }
 
 /// The layer as a loop of [`lstm_cell`]s, each step recorded on its own.

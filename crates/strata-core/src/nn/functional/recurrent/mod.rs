@@ -4,18 +4,22 @@
 //! and the states, not the dozen intermediates a composition of generic ops would keep. With
 //! bf16 or f16 gates (under autocast, or with half-precision inputs) the rest is PyTorch's
 //! composition of generic recorded ops instead, so that every step rounds as PyTorch's CPU
-//! cells do. This file holds what both cells share: the shape check, the choice of the
-//! composed path, the gates' chunks and the activations' slopes.
+//! cells do. `lstm_layer` and `gru_layer` run a whole sequence as one node where the fused
+//! cell is available. This file holds what the cells and layers share: the shape checks,
+//! the choice of the composed path, the gates' chunks and the activations' slopes.
 
 mod gru_cell;
+mod gru_layer;
 mod lstm_cell;
 mod lstm_layer;
 
 pub use gru_cell::gru_cell;
+pub use gru_layer::gru_layer;
 pub use lstm_cell::lstm_cell;
 pub use lstm_layer::lstm_layer;
 
 use super::check::{floating, shape};
+use crate::api::autocast::autocast_dtype;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::{DType, Result, Tensor};
@@ -83,6 +87,66 @@ fn check(
         ));
     }
     Ok(())
+}
+
+/// Checks a layer's shapes: `x` `[T, B, I]`, the states `[B, H]`, the weights `[w_ih, w_hh]`
+/// as [`check`] wants them for `k` gates, and each bias `[k·H]`. For a sequence of no steps
+/// returns its output, an empty `[0, B, H]` tensor.
+fn check_layer(
+    op: &'static str,
+    x: &Tensor,
+    h0: &Tensor,
+    c0: Option<&Tensor>,
+    [w_ih, w_hh]: [&Tensor; 2],
+    biases: [Option<&Tensor>; 2],
+    k: usize,
+) -> Result<Option<Tensor>> {
+    if x.dim() != 3 || h0.dim() != 2 {
+        return Err(shape(
+            op,
+            format!(
+                "expected a [T, B, input_size] sequence and [B, hidden_size] states, got {:?} \
+                 and {:?}",
+                x.shape(),
+                h0.shape()
+            ),
+            vec![x.shape().to_vec(), h0.shape().to_vec()],
+            "unbatched sequences take a batch dimension of 1 (unsqueeze(1))",
+        ));
+    }
+    let (steps, batch, hidden) = (x.shape()[0], x.shape()[1], h0.shape()[1]);
+    if steps == 0 {
+        return Tensor::on(x.device())
+            .zeros(&[0, batch, hidden], x.dtype())
+            .map(Some);
+    }
+    check(op, &x.select(0, 0)?, h0, c0, w_ih, w_hh, k)?;
+    for b in biases.into_iter().flatten() {
+        if b.shape().as_slice() != [k * hidden] {
+            return Err(shape(
+                op,
+                format!("a bias must be [{}], got {:?}", k * hidden, b.shape()),
+                vec![b.shape().to_vec()],
+                "give one bias per gate unit: [gates·hidden_size]",
+            ));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether a layer's operands may run as one fused node: one dtype and one device, and no
+/// autocast region open (there the steps are cells, whose products autocast casts).
+fn uniform(inputs: &[&Tensor]) -> bool {
+    let (dtype, device) = (inputs[0].dtype(), inputs[0].device());
+    autocast_dtype().is_none()
+        && inputs
+            .iter()
+            .all(|t| t.dtype() == dtype && t.device() == device)
+}
+
+/// Sizes as `view` takes them.
+fn dims(sizes: &[usize]) -> Vec<i64> {
+    sizes.iter().map(|&s| s as i64).collect()
 }
 
 /// Whether a cell runs as PyTorch's composition of recorded ops rather than as one node:
