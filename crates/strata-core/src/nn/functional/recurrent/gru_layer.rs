@@ -13,14 +13,13 @@
 //! frees them right after), so a training step's peak stays that of a loop of cells, whose
 //! saves are freed step by step.
 
-use super::{check_layer, dims, fresh, gru_cell, uniform};
+use super::{check_layer, declined, dims, fresh, gru_cell, uniform, GradientsOverSaved};
 use crate::api::entry::Entry;
-use crate::autograd::engine::retains_graph;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::nn::functional::linear;
 use crate::op::OpContext;
 use crate::ops::gru_cell::{self as kernel, BackwardStep, ForwardStep};
-use crate::{Error, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// One GRU layer over the sequence `x` (`[T, B, I]`) from the state `h0` (`[B, H]`), with
 /// the weights and biases of [`gru_cell`] (`w_ih` `[3H, I]`, `w_hh` `[3H, H]`, biases
@@ -88,14 +87,6 @@ fn stepped(
     Ok((out, h))
 }
 
-/// The error for a backend that declined the fused cell after saying it had one.
-fn declined() -> Error {
-    Error::Unsupported {
-        op: "gru",
-        message: "the device's backend declined the fused GRU cell it reported".into(),
-    }
-}
-
 /// The forward: `(out, workspace)`: every step's hidden state `[T, B, H]` and the
 /// `[T, B, 4H]` workspaces of the steps.
 fn fused_forward(
@@ -133,7 +124,7 @@ fn fused_forward(
             hy: &hy,
         };
         if !kernel::forward(&step)? {
-            return Err(declined());
+            return Err(declined("gru"));
         }
         h = hy;
     }
@@ -161,28 +152,16 @@ fn record_backward(
         let sw_hh = rec.save(t[3])?;
         let sworkspace = rec.save(workspace)?;
         let sout = rec.save(out)?;
-        let mut overwritten = false;
+        let mut over_saved = GradientsOverSaved::new("gru", "workspace");
         Ok(move |g: Tensor| -> Grads {
-            if overwritten {
-                return Err(Error::Autograd {
-                    message: "gru: an earlier backward through this layer failed after it \
-                              had begun writing its gradients over its saved workspace. Hint: \
-                              run the forward again"
-                        .into(),
-                });
-            }
+            over_saved.check()?;
             let ctx = OpContext::enter("gru_backward");
             let (out, workspace, w_hh) = (sout.get()?, sworkspace.get()?, sw_hh.get()?);
             let h0 = sh0.get()?.contiguous()?;
             let g = g.contiguous()?;
             // Each step's gradient row: `[dr, dz, dn]` (its input gates') then `dn·r` (the
             // hidden product's `n` block), over the saved workspace unless the graph is kept.
-            let grad_gates = if retains_graph() {
-                fresh(&ctx, &out, &[steps, batch, 4 * hidden])?
-            } else {
-                overwritten = true;
-                workspace.clone()
-            };
+            let grad_gates = over_saved.buffer(&ctx, &workspace)?;
             let grad_hidden = fresh(&ctx, &out, &[batch, 3 * hidden])?;
             // What step s + 1 sends back to h_s: `g·z` directly, `grad_hidden·w_hh` through
             // the hidden product.
@@ -214,7 +193,7 @@ fn record_backward(
                     grad_h: direct.as_ref(),
                 };
                 if !kernel::backward(&step)? {
-                    return Err(declined());
+                    return Err(declined("gru"));
                 }
                 rows.narrow(1, 3 * hidden, hidden)?
                     .copy_(&grad_hidden.narrow(1, 2 * hidden, hidden)?)?;

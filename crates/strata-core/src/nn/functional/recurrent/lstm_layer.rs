@@ -15,13 +15,12 @@
 //! right after). So a training step's peak stays that of a loop of cells, whose saves are
 //! freed step by step.
 
-use super::{check_layer, dims, fresh, lstm_cell, uniform};
+use super::{check_layer, declined, dims, fresh, lstm_cell, uniform, GradientsOverSaved};
 use crate::api::entry::Entry;
-use crate::autograd::engine::retains_graph;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::op::OpContext;
 use crate::ops::lstm_cell::{self as kernel, BackwardStep, ForwardStep};
-use crate::{Error, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// One LSTM layer over the sequence `x` (`[T, B, I]`) from the states `h0` and `c0`
 /// (`[B, H]`), with the weights and biases of [`lstm_cell`] (`w_ih` `[4H, I]`, `w_hh`
@@ -107,14 +106,6 @@ fn stepped(
     Ok((out, h, c))
 }
 
-/// The error for a backend that declined the fused cell after saying it had one.
-fn declined() -> Error {
-    Error::Unsupported {
-        op: "lstm",
-        message: "the device's backend declined the fused LSTM cell it reported".into(),
-    }
-}
-
 /// The forward: `(y, gates)`: the node's output buffer (every step's hidden state, then the
 /// final cell state) and the `[T, B, 4H]` activated gates.
 fn fused_forward(
@@ -166,7 +157,7 @@ fn fused_forward(
             cy: &cy,
         };
         if !kernel::forward(&step)? {
-            return Err(declined());
+            return Err(declined("lstm"));
         }
         (h, c) = (hy, cy);
     }
@@ -182,7 +173,7 @@ fn cell_states(ctx: &OpContext, gates: &Tensor, c0: &Tensor) -> Result<Tensor> {
     for s in 0..steps - 1 {
         let cy = cells.select(0, s)?;
         if !kernel::cell_state(&gates.select(0, s)?, &c, &cy)? {
-            return Err(declined());
+            return Err(declined("lstm"));
         }
         c = cy;
     }
@@ -204,16 +195,9 @@ fn record_backward(ctx: &OpContext, t: &[&Tensor], y: &Tensor, gates: &Tensor) -
         let sw_hh = rec.save(t[4])?;
         let sgates = rec.save(gates)?;
         let sy = rec.save(y)?;
-        let mut overwritten = false;
+        let mut over_saved = GradientsOverSaved::new("lstm", "gates");
         Ok(move |g: Tensor| -> Grads {
-            if overwritten {
-                return Err(Error::Autograd {
-                    message: "lstm: an earlier backward through this layer failed after it \
-                              had begun writing its gradients over its saved gates. Hint: run \
-                              the forward again"
-                        .into(),
-                });
-            }
+            over_saved.check()?;
             let ctx = OpContext::enter("lstm_backward");
             let (y, gates) = (sy.get()?, sgates.get()?);
             let (c0, w_hh) = (sc0.get()?.contiguous()?, sw_hh.get()?);
@@ -221,12 +205,7 @@ fn record_backward(ctx: &OpContext, t: &[&Tensor], y: &Tensor, gates: &Tensor) -
             let (out, c_n) = split_states(&y, steps, batch, hidden)?;
             let (g_out, g_cn) = split_states(&g, steps, batch, hidden)?;
             // The gates' gradients take the saved gates' place unless the graph is kept.
-            let dgates = if retains_graph() {
-                fresh(&ctx, &y, &[steps, batch, 4 * hidden])?
-            } else {
-                overwritten = true;
-                gates.clone()
-            };
+            let dgates = over_saved.buffer(&ctx, &gates)?;
             let cell = |s: usize| match s + 1 == steps {
                 true => Ok(c_n.clone()),
                 false => cells.select(0, s),
@@ -256,7 +235,7 @@ fn record_backward(ctx: &OpContext, t: &[&Tensor], y: &Tensor, gates: &Tensor) -
                     grad_cx: &grad_cx,
                 };
                 if !kernel::backward(&step)? {
-                    return Err(declined());
+                    return Err(declined("lstm"));
                 }
                 dc = Some(grad_cx);
                 if s > 0 {

@@ -20,6 +20,7 @@ pub use lstm_layer::lstm_layer;
 
 use super::check::{floating, shape};
 use crate::api::autocast::autocast_dtype;
+use crate::autograd::engine::retains_graph;
 use crate::layout::Layout;
 use crate::op::OpContext;
 use crate::{DType, Result, Tensor};
@@ -142,6 +143,59 @@ fn uniform(inputs: &[&Tensor]) -> bool {
         && inputs
             .iter()
             .all(|t| t.dtype() == dtype && t.device() == device)
+}
+
+/// Where a layer's backward writes its gates' gradients: over the buffer the node saved (the
+/// engine frees it right after the node), unless the graph is retained, when the saved
+/// buffer will be read again and the gradients get a fresh one. A backward that failed after
+/// it began overwriting refuses to run again.
+struct GradientsOverSaved {
+    op: &'static str,
+    /// What the saved buffer holds, for the error.
+    what: &'static str,
+    overwritten: bool,
+}
+
+impl GradientsOverSaved {
+    fn new(op: &'static str, what: &'static str) -> Self {
+        GradientsOverSaved {
+            op,
+            what,
+            overwritten: false,
+        }
+    }
+
+    /// `Err` when an earlier backward began writing over the saved buffer.
+    fn check(&self) -> Result<()> {
+        if !self.overwritten {
+            return Ok(());
+        }
+        Err(crate::Error::Autograd {
+            message: format!(
+                "{}: an earlier backward through this layer failed after it had begun \
+                 writing its gradients over its saved {}. Hint: run the forward again",
+                self.op, self.what
+            ),
+        })
+    }
+
+    /// The buffer for the gradients: `saved` itself unless the graph is retained.
+    fn buffer(&mut self, ctx: &OpContext, saved: &Tensor) -> Result<Tensor> {
+        if retains_graph() {
+            return fresh(ctx, saved, &saved.shape());
+        }
+        self.overwritten = true;
+        Ok(saved.clone())
+    }
+}
+
+/// The error for a backend that declined the fused cell of layer `op` after saying it had
+/// one.
+fn declined(op: &'static str) -> crate::Error {
+    crate::Error::Unsupported {
+        op,
+        message: format!("the device's backend declined the fused {op} cell it reported"),
+    }
 }
 
 /// Sizes as `view` takes them.
