@@ -98,9 +98,17 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
         let cx = unsafe { load::<T>(f.cx, r, col, n) };
         let (mut cy, mut hy) = ([T::ZERO; LANE], [T::ZERO; LANE]);
         if f.activated {
+            // Four plain loads rather than a `map` over the gate indices, which was compiled
+            // out of line (without AVX2, returning the four chunks through memory).
             // SAFETY: `q·h + col + n ≤ 4h` lies inside the workspace row (caller).
-            let [i, fg, g, o] =
-                [0, 1, 2, 3].map(|q| unsafe { load::<T>(f.workspace, r, q * h + col, n) });
+            let (i, fg, g, o) = unsafe {
+                (
+                    load::<T>(f.workspace, r, col, n),
+                    load::<T>(f.workspace, r, h + col, n),
+                    load::<T>(f.workspace, r, 2 * h + col, n),
+                    load::<T>(f.workspace, r, 3 * h + col, n),
+                )
+            };
             for k in 0..LANE {
                 cy[k] = fg[k].mul(cx[k]).add(i[k].mul(g[k]));
                 hy[k] = o[k].mul(cy[k].tanh_vectorisable());
