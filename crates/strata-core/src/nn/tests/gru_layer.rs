@@ -2,7 +2,7 @@
 //! each choice of biases, a retained graph, finite differences, f32, autocast and bad
 //! shapes.
 
-use super::{close, gradcheck, input_grads, leaf, weighted_sum};
+use super::{close, f32_copies, gradcheck, input_grads, leaf, weighted_sum};
 use crate::autocast::autocast;
 use crate::nn::functional::{gru_cell, gru_layer};
 use crate::{DType, Result, Tensor};
@@ -120,17 +120,7 @@ fn fused_layer_passes_finite_differences() {
 
 #[test]
 fn fused_layer_in_f32_agrees_with_the_cells() {
-    let t: Vec<Tensor> = inputs(5)
-        .iter()
-        .map(|x| {
-            x.detach()
-                .unwrap()
-                .to(DType::F32)
-                .unwrap()
-                .requires_grad_(true)
-                .unwrap()
-        })
-        .collect();
+    let t = f32_copies(&inputs(5), true);
     let with = (true, true);
     let (got, want) = (fused(&t, with).unwrap(), looped(&t, with).unwrap());
     for (g, w) in got.iter().zip(&want) {
@@ -145,10 +135,7 @@ fn fused_layer_in_f32_agrees_with_the_cells() {
 
 #[test]
 fn under_autocast_the_layer_runs_as_cells() {
-    let t: Vec<Tensor> = inputs(2)
-        .iter()
-        .map(|x| x.detach().unwrap().to(DType::F32).unwrap())
-        .collect();
+    let t = f32_copies(&inputs(2), false);
     let _region = autocast(DType::BF16).unwrap();
     let got = fused(&t, (true, true)).unwrap();
     let want = looped(&t, (true, true)).unwrap();

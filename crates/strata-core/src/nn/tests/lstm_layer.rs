@@ -1,7 +1,7 @@
 //! lstm_layer's fused node against a loop of lstm_cells: values, every input's gradient,
 //! finite differences, f32, autocast and bad shapes.
 
-use super::{close, gradcheck, input_grads, leaf, weighted_sum};
+use super::{close, f32_copies, gradcheck, input_grads, leaf, weighted_sum};
 use crate::autocast::autocast;
 use crate::nn::functional::{lstm_cell, lstm_layer};
 use crate::{DType, Result, Tensor};
@@ -107,17 +107,7 @@ fn fused_layer_passes_finite_differences() {
 
 #[test]
 fn fused_layer_in_f32_agrees_with_the_cells() {
-    let t: Vec<Tensor> = inputs(5)
-        .iter()
-        .map(|x| {
-            x.detach()
-                .unwrap()
-                .to(DType::F32)
-                .unwrap()
-                .requires_grad_(true)
-                .unwrap()
-        })
-        .collect();
+    let t = f32_copies(&inputs(5), true);
     let (out, h, c) = fused(&t).unwrap();
     let (wo, wh, wc) = looped(&t).unwrap();
     for (got, want) in [(&out, &wo), (&h, &wh), (&c, &wc)] {
@@ -134,10 +124,7 @@ fn fused_layer_in_f32_agrees_with_the_cells() {
 
 #[test]
 fn under_autocast_the_layer_runs_as_cells() {
-    let t: Vec<Tensor> = inputs(2)
-        .iter()
-        .map(|x| x.detach().unwrap().to(DType::F32).unwrap())
-        .collect();
+    let t = f32_copies(&inputs(2), false);
     let _region = autocast(DType::BF16).unwrap();
     let (out, h, _) = fused(&t).unwrap();
     let (wo, ..) = looped(&t).unwrap();

@@ -29,6 +29,21 @@ pub(super) fn leaf_of(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
         .unwrap()
 }
 
+/// Detached f32 copies of `inputs`, each a leaf requiring grad when `requires_grad`.
+pub(super) fn f32_copies(inputs: &[Tensor], requires_grad: bool) -> Vec<Tensor> {
+    inputs
+        .iter()
+        .map(|x| {
+            let c = x.detach().unwrap().to(DType::F32).unwrap();
+            if requires_grad {
+                c.requires_grad_(true).unwrap()
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// A scalar that weighs every element of `outputs` differently (fixed random weights).
 pub(super) fn weighted_sum(outputs: &[Tensor]) -> Result<Tensor> {
     let mut g = Generator::new(11);

@@ -245,8 +245,8 @@ fn record_backward(
                     grads[i] = Some(if has_bi && i == 4 {
                         sums.narrow(0, 0, 3 * hidden)?.contiguous()?
                     } else {
-                        let [rz, n] = hidden_blocks(&sums.unsqueeze(0)?, hidden)?;
-                        Tensor::cat(&[&rz, &n], 1)?.squeeze(Some(&[0]))?
+                        let [rz, n] = hidden_blocks(&sums, hidden)?;
+                        Tensor::cat(&[&rz, &n], 0)?
                     });
                 }
             }
@@ -255,11 +255,12 @@ fn record_backward(
     })
 }
 
-/// The hidden product's gradient blocks of gradient rows `[.., 4H]` (`[dr, dz, dn, dn·r]`):
-/// the `r, z` columns `[.., 2H]` and the `n` block's `[.., H]`.
+/// The hidden product's gradient blocks of gradient rows `[.., 4H]` (`[dr, dz, dn, dn·r]`),
+/// along the last dimension: the `r, z` columns `[.., 2H]` and the `n` block's `[.., H]`.
 fn hidden_blocks(rows: &Tensor, hidden: usize) -> Result<[Tensor; 2]> {
+    let last = rows.dim() as i64 - 1;
     Ok([
-        rows.narrow(1, 0, 2 * hidden)?,
-        rows.narrow(1, 3 * hidden, hidden)?,
+        rows.narrow(last, 0, 2 * hidden)?,
+        rows.narrow(last, 3 * hidden, hidden)?,
     ])
 }
