@@ -38,7 +38,7 @@ pub mod storage;
 pub mod tensor;
 
 pub use api::autocast;
-pub use backend::cpu::gemm::bf16_dot_products;
+pub use backend::cpu::gemm::{bf16_dot_issue_times, half_kernel, HalfKernel};
 pub use backend::cpu::threads::{num_threads, pool as thread_pool};
 pub use backend::kernel::{AdamStep, SgdStep};
 pub use device::{DefaultDevice, Device, ParseDeviceError};

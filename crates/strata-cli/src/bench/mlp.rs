@@ -13,7 +13,7 @@ use strata::prelude::*;
 use strata_core::autocast::with_autocast;
 use strata_core::nn::functional::{cross_entropy, Reduction};
 
-use super::{bf16_path, median, torch_row, Row};
+use super::{median, torch_row, Row};
 
 const BATCH: usize = 256;
 /// Layer widths, input first.
@@ -136,7 +136,7 @@ pub fn rows(
             _ => rows.push(Row {
                 name: format!(
                     "{NAME}, Adam: bf16 autocast step vs f32 step ({})",
-                    bf16_path()
+                    strata_core::half_kernel(DType::BF16).name()
                 ),
                 strata: ms,
                 baseline: Some(adam_ms_peak.0),

@@ -102,15 +102,6 @@ fn torch_figures(
         .cloned()
 }
 
-/// The path bf16 matrix products take on this CPU, as the rows name it.
-pub(crate) fn bf16_path() -> &'static str {
-    if strata_core::bf16_dot_products() {
-        "AVX512_BF16 dot products"
-    } else {
-        "f32 blocks"
-    }
-}
-
 /// The groups of rows that run alone with [`run_group`].
 pub const GROUPS: [&str; 7] = [
     "alloc",
@@ -272,15 +263,14 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
         }
         push(&format!("sgemm {k}"), rate, "GFLOP/s", false, false);
     }
-    // Half-precision products, named by the path they take: f16's own `gemm` kernel up to a
-    // depth of 512, f32 blocks of bounded size beyond it; bf16 on the CPU's dot products
-    // where it has them, else f32 blocks.
-    let bf16_path = bf16_path();
+    // Half-precision products, named by the kernel they run on: f16's own `gemm` kernel up
+    // to a depth of 512, beyond it (and bf16 always) the one this CPU runs them on.
+    let kernel = |dtype| strata_core::half_kernel(dtype).name();
     for (k, dtype, path) in [
         (512usize, DType::F16, "gemm-f16"),
-        (512, DType::BF16, bf16_path),
-        (1024, DType::F16, "f32 blocks"),
-        (1024, DType::BF16, bf16_path),
+        (512, DType::BF16, kernel(DType::BF16)),
+        (1024, DType::F16, kernel(DType::F16)),
+        (1024, DType::BF16, kernel(DType::BF16)),
     ] {
         let x = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
         let y = Tensor::rand(&[k, k], DType::F32)?.to(dtype)?;
@@ -294,6 +284,18 @@ pub fn run(quick: bool) -> strata::Result<Vec<Row>> {
         );
     }
     push("memory-copy probe", probe, "GB/s", false, false);
+    // Why bf16 products take the kernel they do: the dot-product instruction's issue time
+    // against the f32 FMA's (a ratio below 0.5: fewer multiply-adds per cycle than f32).
+    if let Some((dot, fma)) = strata_core::bf16_dot_issue_times() {
+        rows.push(Row {
+            name: "vdpbf16ps issue time, 512-bit".to_string(),
+            strata: dot,
+            baseline: Some(fma),
+            baseline_name: "vfmadd231ps".to_string(),
+            ratio: Some(fma / dot),
+            unit: "ns".to_string(),
+        });
+    }
     rows.extend(alloc::rows(quick)?);
     rows.extend(autograd::rows(quick, torch.as_ref())?);
     rows.extend(cnn::rows(quick, torch.as_ref())?);

@@ -11,6 +11,12 @@ mod blocks;
 mod dot_bf16;
 mod fold;
 mod half;
+#[cfg(test)]
+mod kernel_tests;
+#[cfg(target_arch = "x86_64")]
+mod packed;
+#[cfg(target_arch = "x86_64")]
+mod widened;
 
 use ::gemm::Parallelism;
 use rayon::prelude::*;
@@ -24,20 +30,7 @@ use crate::Scalar;
 use blocks::Room;
 use fold::fold;
 pub(crate) use fold::unravel;
-
-/// Whether bf16 matrix products run on this CPU's bf16 dot-product instructions
-/// (AVX512-BF16, detected at run time) wherever their packed blocks fit; without them, bf16
-/// products widen to f32 in bounded blocks.
-pub fn bf16_dot_products() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        dot_bf16::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
+pub use half::{bf16_dot_issue_times, half_kernel, HalfKernel};
 
 /// Multiply-adds (`m·n·k`) from which a product is spread over strata's pool.
 const PARALLEL_WORK: usize = 1 << 17;
