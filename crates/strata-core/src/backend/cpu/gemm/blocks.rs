@@ -280,8 +280,17 @@ pub(super) unsafe fn round_row<H: Half>(
     // staged on the stack, so the output is only written, never read.
     unsafe {
         if let Some((c, beta)) = c {
-            for (j, v) in s.iter_mut().enumerate() {
-                *v += beta * cast::<H, f32>(*c.at(i, j0 + j));
+            if c.cs == 1 {
+                let mut wide = [0f32; HALF_BLOCK];
+                let wide = &mut wide[..cols];
+                H::widen(std::slice::from_raw_parts(c.at(i, j0), cols), wide);
+                for (v, w) in s.iter_mut().zip(wide.iter()) {
+                    *v += beta * w;
+                }
+            } else {
+                for (j, v) in s.iter_mut().enumerate() {
+                    *v += beta * cast::<H, f32>(*c.at(i, j0 + j));
+                }
             }
         }
         if dst.cs == 1 {

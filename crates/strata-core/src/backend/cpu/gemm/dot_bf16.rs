@@ -37,13 +37,16 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bf16")
 }
 
-/// Whether this CPU's cores issue `vdpbf16ps` at half the rate of f32 FMAs: Intel's (on
-/// Emerald Rapids one 512-bit `vdpbf16ps` issues every two cycles, against two 512-bit FMAs
-/// per cycle: the dot products' multiply-adds peak at half the f32 rate).
+/// Whether this CPU's cores run `vdpbf16ps`'s multiply-adds at half the f32 FMAs' rate:
+/// Intel's (on Emerald Rapids one 512-bit `vdpbf16ps` issues every two cycles, against two
+/// 512-bit FMAs per cycle). Read once: CPUID traps to the hypervisor in a virtual machine.
 pub(super) fn half_rate() -> bool {
-    let id = std::arch::x86_64::__cpuid(0);
-    let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes);
-    vendor.concat() == b"GenuineIntel"
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes);
+        vendor.concat() == b"GenuineIntel"
+    })
 }
 
 /// Nanoseconds per 512-bit `vdpbf16ps` and per 512-bit `vfmadd231ps` on this core (`None`
