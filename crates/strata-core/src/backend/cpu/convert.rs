@@ -3,7 +3,7 @@
 //!
 //! bf16 widens by a shift (quieting a signalling NaN) and rounds to nearest even with integer arithmetic that has no
 //! branch (a NaN stays a quiet NaN with its sign and top payload bits), so the loops
-//! vectorise; they are also compiled with AVX2 and chosen at run time. f16 uses the `half`
+//! vectorise; they are also compiled with AVX-512 and with AVX2 and chosen at run time. f16 uses the `half`
 //! crate's slice conversions, which use the CPU's F16C instructions where it has them. The
 //! results are exactly those of the element-by-element casts (`dtype::cast`).
 
@@ -79,21 +79,34 @@ pub(crate) fn bf16_bits(x: f32) -> u16 {
     }
 }
 
-/// Defines `$name(src, ss, dst, ds, n)` (strides in elements) over `$body`, with an AVX2
-/// build chosen at run time.
+/// Defines `$name(src, ss, dst, ds, n)` (strides in elements) over `$body`, with AVX-512 and
+/// AVX2 builds chosen at run time.
 macro_rules! converter {
-    ($name:ident, $avx:ident, $body:ident, $from:ty, $to:ty, $f:expr) => {
+    ($name:ident, $avx512:ident, $avx:ident, $body:ident, $from:ty, $to:ty, $f:expr) => {
         /// Converts `n` elements, `ss` and `ds` elements apart (see the module docs).
         ///
         /// # Safety
         /// As [`convert`], with strides in elements.
         unsafe fn $name(src: *const $from, ss: isize, dst: *mut $to, ds: isize, n: usize) {
             #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                // SAFETY: the CPU has AVX512-BW (and so AVX512-F); the rest is the caller's
+                // contract.
+                return unsafe { $avx512(src, ss, dst, ds, n) };
+            }
+            #[cfg(target_arch = "x86_64")]
             if avx2() {
                 // SAFETY: the CPU has AVX2; the rest is the caller's contract.
                 return unsafe { $avx(src, ss, dst, ds, n) };
             }
             // SAFETY: the caller's contract.
+            unsafe { $body(src, ss, dst, ds, n) }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn $avx512(src: *const $from, ss: isize, dst: *mut $to, ds: isize, n: usize) {
+            // SAFETY: forwarded.
             unsafe { $body(src, ss, dst, ds, n) }
         }
 
@@ -129,6 +142,7 @@ macro_rules! converter {
 
 converter!(
     widen_bf16,
+    widen_bf16_avx512,
     widen_bf16_avx2,
     widen_bf16_body,
     bf16,
@@ -148,6 +162,7 @@ fn quieted(x: u16) -> u16 {
 }
 converter!(
     narrow_bf16,
+    narrow_bf16_avx512,
     narrow_bf16_avx2,
     narrow_bf16_body,
     f32,
