@@ -20,8 +20,8 @@ use crate::dtype::{cast, DType};
 /// f16 kernel) run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HalfKernel {
-    /// AVX512-BF16's dot products on pairs of bf16 (bf16 on CPUs where `vdpbf16ps` issues at
-    /// the f32 FMA rate, as AMD's).
+    /// AVX512-BF16's dot products on pairs of bf16 (bf16 on CPUs where `vdpbf16ps` does more
+    /// multiply-adds per cycle than f32 FMAs, as AMD's).
     Bf16Dot,
     /// f32 FMA tiles on AVX-512F, the operands widened to f32 as they are packed.
     WidenedTiles,

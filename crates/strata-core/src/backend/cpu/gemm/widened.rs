@@ -8,9 +8,9 @@
 //! tile of [`MR`]×[`NR`] sums takes two FMAs per row and step, `a`'s value broadcast from
 //! memory.
 //!
-//! On cores where `vdpbf16ps` issues at half the FMA rate (Intel's, see `dot_bf16`) this is
-//! bf16's fastest path without AMX; it is f16's wherever the `gemm` crate's own f16 kernel
-//! would round more than once.
+//! On cores where `vdpbf16ps` does half the f32 FMAs' multiply-adds per cycle (Intel's, see
+//! `dot_bf16`) this is bf16's fastest path without AMX; it is f16's wherever the `gemm`
+//! crate's own f16 kernel would round more than once.
 
 #![cfg(target_arch = "x86_64")]
 
