@@ -33,6 +33,7 @@ mod size;
 pub mod trace;
 
 pub use allocator::{Block, DeviceAllocator, BLOCK_ALIGN};
+pub use backing::memcheck::running_on_valgrind;
 #[cfg(feature = "cuda")]
 pub use backing::CudaBacking;
 pub use backing::{Backing, BackingError, EventId, HostBacking, StreamId, VirtualBacking};
