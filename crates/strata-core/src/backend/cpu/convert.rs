@@ -1,11 +1,12 @@
 //! Vectorised conversions between the half-precision dtypes and f32, the element-wise engine's
 //! most frequent conversion (every f16 and bf16 op computes in f32).
 //!
-//! bf16 widens by a shift (quieting a signalling NaN) and rounds to nearest even with integer arithmetic that has no
-//! branch (a NaN stays a quiet NaN with its sign and top payload bits), so the loops
-//! vectorise; they are also compiled with AVX-512 and with AVX2 and chosen at run time. f16 uses the `half`
-//! crate's slice conversions, which use the CPU's F16C instructions where it has them. The
-//! results are exactly those of the element-by-element casts (`dtype::cast`).
+//! bf16 widens by a shift (quieting a signalling NaN) and rounds to nearest even with integer
+//! arithmetic that has no branch (a NaN stays a quiet NaN with its sign and top payload
+//! bits), so the loops vectorise; they are also compiled with AVX-512 and with AVX2 and
+//! chosen at run time. f16 uses the `half` crate's slice conversions, which use the CPU's
+//! F16C instructions where it has them. The results are exactly those of the
+//! element-by-element casts (`dtype::cast`).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};

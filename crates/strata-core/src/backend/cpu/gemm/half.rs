@@ -41,8 +41,9 @@ impl HalfKernel {
 }
 
 /// The kernel this CPU runs large `dtype` (f16 or bf16) products on: bf16's dot products on a
-/// CPU with AVX512-BF16 whose vendor is not Intel (whose cores issue `vdpbf16ps` at half the
-/// FMA rate), else the widened tiles on a CPU with AVX-512F, else f32 blocks.
+/// CPU with AVX512-BF16 whose vendor is not Intel (whose cores do half the f32 FMAs'
+/// multiply-adds per cycle with `vdpbf16ps`), else the widened tiles on a CPU with AVX-512F,
+/// else f32 blocks.
 pub fn half_kernel(dtype: DType) -> HalfKernel {
     #[cfg(target_arch = "x86_64")]
     {
