@@ -163,6 +163,52 @@ pub(crate) struct ColumnsArgs {
     pub(crate) windows: ConvWindows,
 }
 
+/// [`super::Backend::conv2d_direct`]: a stride-1, undilated, ungrouped 2-d convolution
+/// computed straight from the image, with no column matrices: `out[n, o, y, x] =
+/// bias[o] + Σ weight(o, c, i, j) · x[n, c, y + i - ph, x + j - pw]` over `c < channels`,
+/// `i < kh`, `j < kw`, zero where the image index falls in the padding. `oh = h + 2·ph - kh
+/// + 1`, `ow` likewise.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectConvArgs {
+    /// The dtype of every operand.
+    pub(crate) dtype: DType,
+    /// Samples, channels, and the image plane `h×w`.
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    /// Output channels.
+    pub(crate) o: usize,
+    /// Kernel height and width, and the zeros before the first row and column (below the
+    /// kernel's size).
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) ph: usize,
+    pub(crate) pw: usize,
+    /// The image's first element: `[n, c, h, w]`, contiguous, read.
+    pub(crate) x: *const u8,
+    /// The weight's first element: `weight(o, c, i, j)` is the element at `o·s0 + c·s1 +
+    /// i·s2 + j·s3` (`weight_strides`), or at `(kh - 1 - i, kw - 1 - j)` when `flip`.
+    pub(crate) weight: *const u8,
+    pub(crate) weight_strides: [usize; 4],
+    pub(crate) flip: bool,
+    /// The bias's first element (`o` elements, `bias_stride` apart), or null for none.
+    pub(crate) bias: *const u8,
+    pub(crate) bias_stride: usize,
+    /// The output's first element: `[n, o, oh, ow]`, contiguous, written.
+    pub(crate) out: *mut u8,
+}
+
+impl DirectConvArgs {
+    /// The output plane's height and width.
+    pub(crate) fn out_plane(&self) -> (usize, usize) {
+        (
+            self.h + 2 * self.ph + 1 - self.kh,
+            self.w + 2 * self.pw + 1 - self.kw,
+        )
+    }
+}
+
 /// [`super::Backend::channel_sums`]: per-channel sums over `[n, c, s]` contiguous elements
 /// (batch norm's statistics), accumulated in f64 and written in `dtype`.
 #[derive(Debug, Clone, Copy)]

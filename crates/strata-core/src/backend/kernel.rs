@@ -211,6 +211,18 @@ pub(crate) fn sums_densely(dtype: DType) -> bool {
     dtype.is_floating()
 }
 
+/// The longest depth (`c·kh·kw`) a direct convolution takes: longer ones build columns and
+/// run on the product kernels, whose blocking suits them better.
+pub(crate) const DIRECT_CONV_MAX_DEPTH: usize = 1024;
+
+/// Whether the CPU convolves `dtype` with a depth of `depth` steps (`c·kh·kw`) directly
+/// (`Backend::conv2d_direct`): f32 up to [`DIRECT_CONV_MAX_DEPTH`], on every CPU (vector
+/// kernels where it has AVX-512 or AVX2, a plain loop elsewhere). The meta device answers
+/// the same, so that it allocates as the CPU does.
+pub(crate) fn convolves_directly(dtype: DType, depth: usize) -> bool {
+    dtype == DType::F32 && (1..=DIRECT_CONV_MAX_DEPTH).contains(&depth)
+}
+
 /// The most rows, columns and depth of the f32 blocks an f16/bf16 product widens into.
 pub(crate) const HALF_BLOCK: usize = 256;
 

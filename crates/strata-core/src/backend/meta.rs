@@ -8,12 +8,13 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
-    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
-    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
+    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
-use super::kernel::{sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
+use super::kernel::{convolves_directly, sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::{DType, Device, Scalar};
 
@@ -73,6 +74,15 @@ impl Backend for Meta {
     }
 
     unsafe fn col2im_add(&self, _: &ColumnsArgs) -> bool {
+        true
+    }
+
+    fn direct_conv(&self, dtype: DType, depth: usize) -> bool {
+        // As the CPU, so that a convolution takes the same path and allocates the same.
+        convolves_directly(dtype, depth)
+    }
+
+    unsafe fn conv2d_direct(&self, _: &DirectConvArgs) -> bool {
         true
     }
 

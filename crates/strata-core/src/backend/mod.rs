@@ -33,9 +33,10 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
-    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
-    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
+    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -45,7 +46,7 @@ use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 /// Every method without a default is required: each is a kernel family with nothing
 /// smaller to build it from, and `copy_to_host`/`copy_from_host` are how the host reaches
 /// the device's memory at all. A method added for a fused kernel (the attention, layer norm,
-/// the LSTM cell, im2col and col2im, batch norm's passes) must come with a default that
+/// the LSTM cell, im2col and col2im, the direct convolution, batch norm's passes) must come with a default that
 /// declines, writing nothing, so that the op composes the result from the required ones: a
 /// backend implements it only to go faster. Everything a method takes is defined in this
 /// module ([`plan`], [`args`], [`kernel`], [`attention`]), never in a backend, and no
@@ -241,6 +242,30 @@ pub(crate) trait Backend: Sync {
     /// As for [`Backend::im2col`], with the columns read and the image written: the image
     /// overlaps neither itself nor the columns.
     unsafe fn col2im_add(&self, args: &ColumnsArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// Whether this backend convolves `dtype` with a depth of `depth` steps (`c·kh·kw`)
+    /// directly ([`Backend::conv2d_direct`]), with no column matrices. Without it (the
+    /// default), a convolution builds columns with [`Backend::im2col`] (or strided copies)
+    /// and multiplies them with [`Backend::gemm`]. The answer may depend on these two only,
+    /// never on the machine, so that the meta device can answer as the CPU and allocate as
+    /// it does.
+    fn direct_conv(&self, dtype: DType, depth: usize) -> bool {
+        let _ = (dtype, depth);
+        false
+    }
+
+    /// The direct convolution (see [`DirectConvArgs`]). Returns false, writing nothing, on a
+    /// backend without it ([`Backend::direct_conv`]).
+    ///
+    /// # Safety
+    /// The image addresses `n·c·h·w` readable elements of the dtype, the weight and a
+    /// non-null bias readable elements at every position their strides give, and the output
+    /// `n·o·oh·ow` writable ones that overlap none of the others and that nothing else
+    /// touches during the call.
+    unsafe fn conv2d_direct(&self, args: &DirectConvArgs) -> bool {
         let _ = args;
         false
     }

@@ -8,6 +8,7 @@ mod cell_operands;
 pub(crate) mod columns;
 mod contiguous;
 pub mod copy;
+pub(crate) mod direct_conv;
 pub(crate) mod gru_cell;
 pub mod index;
 pub(crate) mod iter;

@@ -15,6 +15,7 @@ pub(crate) mod binary;
 mod cell_rows;
 pub(crate) mod chunk;
 mod columns;
+mod conv;
 pub(crate) mod convert;
 pub(crate) mod dense_sum;
 pub(crate) mod gather;
@@ -36,12 +37,13 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, GemmArgs, GruCellArgs,
-    GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs,
-    MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
+    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
+    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
+    UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
-use super::kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
+use super::kernel::{convolves_directly, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
 use super::{Backend, Plan};
 use crate::dtype::DType;
 use crate::Device;
@@ -180,6 +182,19 @@ impl Backend for Cpu {
     unsafe fn col2im_add(&self, args: &ColumnsArgs) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { columns::col2im_add(args) };
+        true
+    }
+
+    fn direct_conv(&self, dtype: DType, depth: usize) -> bool {
+        convolves_directly(dtype, depth)
+    }
+
+    unsafe fn conv2d_direct(&self, args: &DirectConvArgs) -> bool {
+        if !convolves_directly(args.dtype, args.c * args.kh * args.kw) {
+            return false;
+        }
+        // SAFETY: forwarded from the caller; the dtype is f32.
+        unsafe { conv::direct(args) };
         true
     }
 

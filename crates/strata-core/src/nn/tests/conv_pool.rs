@@ -2,7 +2,7 @@
 
 use super::{close, f64s, gradcheck, leaf};
 use crate::nn::functional::{conv2d, max_pool2d, Pair};
-use crate::{DType, Error, Tensor};
+use crate::{DType, Error, Generator, Tensor};
 
 #[test]
 fn conv2d_values() {
@@ -46,6 +46,78 @@ fn conv2d_gradients_match_finite_differences() {
     );
     let e = conv2d(&leaf(&[1, 2, 3, 3], 6), &leaf(&[1, 3, 2, 2], 7), None, 1, 0).unwrap_err();
     assert!(matches!(e, Error::Shape { .. }), "{e}");
+}
+
+/// An input shape, a weight shape, the padding, and whether there is a bias.
+type Case = (&'static [usize], [usize; 4], (usize, usize), bool);
+
+/// The direct f32 convolution (stride 1, one group: the CPU convolves f32 straight from the
+/// image) against the same convolution in f64 (which builds columns): the output and the
+/// gradients of the input, the weight and the bias, within f32's rounding of sums of up to
+/// a few hundred terms.
+#[test]
+fn direct_f32_conv2d_matches_the_f64_columns() {
+    let cases: [Case; 6] = [
+        (&[3, 5, 9, 7], [6, 5, 3, 3], (1, 1), true),
+        (&[2, 1, 28, 28], [32, 1, 3, 3], (1, 1), true),
+        (&[2, 32, 14, 14], [64, 32, 3, 3], (1, 1), true),
+        (&[2, 8, 6, 11], [5, 8, 2, 4], (1, 3), false),
+        (&[1, 4, 7, 7], [3, 4, 1, 1], (0, 0), true),
+        (&[4, 10, 10], [7, 4, 5, 5], (2, 0), true),
+    ];
+    for (seed, (xs, ws, padding, with_bias)) in cases.into_iter().enumerate() {
+        let seed = 10 * seed as u64;
+        let wide = [
+            leaf(xs, seed),
+            leaf(&ws, seed + 1),
+            leaf(&[ws[0]], seed + 2),
+        ];
+        let narrow: Vec<Tensor> = wide
+            .iter()
+            .map(|t| {
+                let t = t.detach().unwrap().to(DType::F32).unwrap();
+                t.requires_grad_(true).unwrap()
+            })
+            .collect();
+        let run = |t: &[Tensor]| {
+            let y = conv2d(&t[0], &t[1], with_bias.then_some(&t[2]), 1, padding).unwrap();
+            let probe = Tensor::randn_with(&y.shape(), DType::F64, &mut Generator::new(seed))
+                .unwrap()
+                .to(y.dtype())
+                .unwrap();
+            y.mul(&probe)
+                .unwrap()
+                .sum(None, false)
+                .unwrap()
+                .backward()
+                .unwrap();
+            let mut out = vec![y.to_vec::<f64>().unwrap()];
+            let used = if with_bias { 3 } else { 2 };
+            out.extend(
+                t[..used]
+                    .iter()
+                    .map(|t| t.grad().unwrap().to_vec::<f64>().unwrap()),
+            );
+            out
+        };
+        let (want, got) = (run(&wide), run(&narrow));
+        let what = [
+            "output",
+            "input gradient",
+            "weight gradient",
+            "bias gradient",
+        ];
+        for ((g, w), what) in got.iter().zip(&want).zip(what) {
+            let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (e, (g, w)) in g.iter().zip(w).enumerate() {
+                assert!(
+                    (g - w).abs() <= 2e-5 * scale,
+                    "{xs:?} by {ws:?}, padding {padding:?}: {what} element {e} is {g}, \
+                     f64 gives {w}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -63,11 +63,26 @@ fn conv2d_columns_stay_within_their_budget() {
         let y = conv2d_with(&x, &w, None, opts).unwrap();
         let out_bytes = y.nbytes();
         let forward_peak = cache.max_memory_allocated() - before;
-        // The output plus one column buffer of at most the budget (rounded to blocks).
-        assert!(
-            forward_peak <= out_bytes + COLUMN_BUDGET_BYTES + (1 << 20),
+        // f32, stride 1, one group: the CPU convolves straight from the image, so forward
+        // allocates its output and nothing else (no column buffer at all).
+        assert_eq!(
+            forward_peak, out_bytes,
             "forward peaked {forward_peak} bytes above its inputs (output {out_bytes})"
         );
+        // In f64 the columns are built: the output plus one column buffer of at most the
+        // budget (rounded to blocks).
+        let x64 = x.detach().unwrap().to(DType::F64).unwrap();
+        let w64 = w.detach().unwrap().to(DType::F64).unwrap();
+        let before64 = cache.memory_allocated();
+        cache.reset_peak_memory_stats();
+        let y64 = conv2d_with(&x64, &w64, None, opts).unwrap();
+        let peak64 = cache.max_memory_allocated() - before64;
+        assert!(
+            peak64 > y64.nbytes() && peak64 <= y64.nbytes() + COLUMN_BUDGET_BYTES + (1 << 20),
+            "an f64 forward peaked {peak64} bytes above its inputs (output {})",
+            y64.nbytes()
+        );
+        drop((x64, w64, y64));
         // After forward only the output is new: the node saves x and w as they are.
         assert!(cache.memory_allocated() - before <= out_bytes + 4096);
 

@@ -1,7 +1,10 @@
-//! `conv2d` as matrix products over column matrices built for a slice of the batch at a
+//! `conv2d`: directly where the backend convolves the geometry straight from the image
+//! (stride 1, no dilation, one group, f32 on the CPU: see `ops::direct_conv`), the input's
+//! gradient likewise as the convolution of the output's gradient by the flipped weight;
+//! otherwise as matrix products over column matrices built for a slice of the batch at a
 //! time, so the temporary stays bounded whatever the batch size.
 //!
-//! Forward builds the columns of up to [`COLUMN_BUDGET_BYTES`] worth of samples and
+//! On the column path, forward builds the columns of up to [`COLUMN_BUDGET_BYTES`] worth of samples and
 //! multiplies each group's weight into them, writing straight into the output. Backward
 //! does the same per slice: the input's gradient is the weight's transpose times the output
 //! gradient, added back onto the input positions the columns came from; the weight's
@@ -15,6 +18,7 @@ use super::Pair;
 use crate::api::entry::Entry;
 use crate::autograd::formulas::{record, take, Grads};
 use crate::op::OpContext;
+use crate::ops::direct_conv::{self, Direction};
 use crate::{DType, Result, Tensor};
 use geometry::{check, Geometry};
 
@@ -90,13 +94,17 @@ pub fn conv2d(
 /// with `weight` (`[O, C/groups, kh, kw]`), plus `bias` (`[O]`). The result is
 /// `[N, O, OH, OW]` with `OH = (H + 2·ph - dh·(kh - 1) - 1) / sh + 1`.
 ///
-/// Memory: besides the output, forward holds one column buffer of at most
-/// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding). The backward
-/// node saves the input and the weight (no copies); backward holds one column buffer of the
-/// same bound per gradient it computes, a copy of one slice of the output gradient, and,
-/// for the weight's gradient, two weight-sized buffers of partial sums beside it (in f32 and
-/// f64 its product is split in two along the positions, one half per thread; one buffer in
-/// f16 and bf16, whose product rounds once). A bf16 or f16 convolution with a bias
+/// Memory: on the CPU, an f32 convolution with stride 1, no dilation, one group, padding
+/// below the kernel, a contiguous input and at most 1024 steps of depth (`C·kh·kw`) is
+/// computed straight from the image: forward allocates nothing but its output, and the
+/// input's gradient (from a contiguous output gradient, depth `O·kh·kw`) nothing but
+/// itself. Otherwise, besides the output, forward holds one column buffer of at most
+/// [`COLUMN_BUDGET_BYTES`] (none for a 1×1 kernel with stride 1 and no padding), and so does
+/// the input's gradient. The backward node saves the input and the weight (no copies); the
+/// weight's gradient holds one column buffer of the same bound, a copy of one slice of the
+/// output gradient, and two weight-sized buffers of partial sums (in f32 and f64 its
+/// product is split in two along the positions, one half per thread; one buffer in f16
+/// and bf16, whose product rounds once). A bf16 or f16 convolution with a bias
 /// computes its forward in f32 (f32 copies of the input, weight and output) so that the
 /// bias is added before the one rounding, as in PyTorch.
 ///
@@ -201,6 +209,12 @@ fn forward(
         x.clone()
     };
     let y = Tensor::on(x.device()).empty(&[g.n, g.o, g.oh, g.ow], x.dtype())?;
+    if direct(&xb, &g, g.padding)? {
+        direct_conv::run(&xb, weight, bias, pair(g.padding), Direction::Forward, &y)?;
+        y.reset_fresh_version();
+        let y = if unbatched { y.squeeze(Some(&[0]))? } else { y };
+        return Ok((y, g));
+    }
     let wg = grouped_weight(weight, &g)?;
     let step = slice_samples(&g, x.dtype().size());
     let buffer = column_buffer(x, &g, step)?;
@@ -261,8 +275,33 @@ fn backward(ctx: &OpContext, inputs: &[&Tensor], out: &Tensor, g: Geometry) -> R
     })
 }
 
-/// The input's gradient `[N, C, H, W]`: per slice, `Wᵀ · gy` as columns, added back.
+/// Whether the convolution of `g` runs directly over `image` (the input, or for the input's
+/// gradient the output's gradient) with `padding`: stride 1, no dilation, one group, and a
+/// backend that takes it ([`direct_conv::takes`]).
+fn direct(image: &Tensor, g: &Geometry, padding: Pair) -> Result<bool> {
+    if g.groups != 1 || g.stride != Pair(1, 1) || g.dilation != Pair(1, 1) {
+        return Ok(false);
+    }
+    direct_conv::takes(image, pair(g.kernel), pair(padding))
+}
+
+/// A pair as a tuple.
+fn pair(p: Pair) -> (usize, usize) {
+    (p.0, p.1)
+}
+
+/// The input's gradient `[N, C, H, W]`: directly when [`direct`] takes the output's
+/// gradient (a convolution of it by the flipped weight); otherwise per slice, `Wᵀ · gy` as columns, added back.
 fn input_grad(gy: &Tensor, weight: &Tensor, g: &Geometry) -> Result<Tensor> {
+    let flipped_padding = Pair(
+        (g.kernel.0 - 1).saturating_sub(g.padding.0),
+        (g.kernel.1 - 1).saturating_sub(g.padding.1),
+    );
+    if g.padding.0 < g.kernel.0 && g.padding.1 < g.kernel.1 && direct(gy, g, flipped_padding)? {
+        let gx = Tensor::on(gy.device()).empty(&[g.n, g.c, g.h, g.w], gy.dtype())?;
+        direct_conv::run(gy, weight, None, pair(g.padding), Direction::InputGrad, &gx)?;
+        return Ok(gx);
+    }
     let gx = Tensor::on(gy.device()).zeros(&[g.n, g.c, g.h, g.w], gy.dtype())?;
     let wt = grouped_weight(weight, g)?.transpose(1, 2)?;
     let step = slice_samples(g, gy.dtype().size());

@@ -1,0 +1,138 @@
+//! The direct convolution ([`crate::backend::Backend::conv2d_direct`]) reached from tensors:
+//! a stride-1, undilated, ungrouped convolution of a contiguous image, with no column
+//! matrices, into the caller's own output (made by its op and not yet handed out). It
+//! computes a forward convolution, or an input's gradient as the convolution of the output's
+//! gradient with the weight flipped and its two channel dimensions swapped. Nothing here
+//! allocates.
+
+use crate::backend::args::DirectConvArgs;
+use crate::backend::for_device;
+use crate::tensor::lock_bodies;
+use crate::{Error, Result, Tensor};
+
+/// Which convolution [`run`] computes from the weight `[O, C, kh, kw]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// `[N, C, H, W]` → `[N, O, OH, OW]` with the weight as it is.
+    Forward,
+    /// The input's gradient: `[N, O, OH, OW]` → `[N, C, H, W]` with the weight flipped along
+    /// `kh` and `kw` and read `[C, O, kh, kw]`, the padding `kernel - 1 - padding`.
+    InputGrad,
+}
+
+/// Whether the backend of `image`'s device convolves it directly with a kernel of `kernel`
+/// and `padding` ([`run`]'s conditions): the image contiguous `[N, C, H, W]`, each padding
+/// below its kernel size, and a backend that takes the dtype and the depth `C·kh·kw`.
+pub(crate) fn takes(
+    image: &Tensor,
+    kernel: (usize, usize),
+    padding: (usize, usize),
+) -> Result<bool> {
+    let shape = image.shape();
+    if shape.len() != 4 || !image.is_contiguous() || padding.0 >= kernel.0 || padding.1 >= kernel.1
+    {
+        return Ok(false);
+    }
+    let depth = shape[1].saturating_mul(kernel.0).saturating_mul(kernel.1);
+    Ok(for_device(image.device())?.direct_conv(image.dtype(), depth))
+}
+
+/// Writes the convolution of `image` by `weight` (`[O, C, kh, kw]`, any strides) in
+/// `direction`, plus `bias` (forward only), into `out` (contiguous, of the result's shape),
+/// with the forward convolution's `padding`. The caller has checked [`takes`] for the image
+/// with the padding the direction uses.
+pub(crate) fn run(
+    image: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    padding: (usize, usize),
+    direction: Direction,
+    out: &Tensor,
+) -> Result<()> {
+    let (is, ws, os) = (image.shape(), weight.shape(), out.shape());
+    let (kh, kw) = (ws[2], ws[3]);
+    let (n, c, h, w) = (is[0], is[1], is[2], is[3]);
+    let ws4 = weight.stride();
+    let (rows, weight_strides, flip, (ph, pw)) = match direction {
+        Direction::Forward => (ws[0], [ws4[0], ws4[1], ws4[2], ws4[3]], false, padding),
+        Direction::InputGrad => (
+            ws[1],
+            [ws4[1], ws4[0], ws4[2], ws4[3]],
+            true,
+            (kh - 1 - padding.0, kw - 1 - padding.1),
+        ),
+    };
+    let channels = match direction {
+        Direction::Forward => ws[1],
+        Direction::InputGrad => ws[0],
+    };
+    let expected = [n, rows, h + 2 * ph + 1 - kh, w + 2 * pw + 1 - kw];
+    let fits = channels == c
+        && image.is_contiguous()
+        && os.as_slice() == expected
+        && out.is_contiguous()
+        && bias.is_none_or(|b| b.numel() == rows && direction == Direction::Forward);
+    let same = [weight, out]
+        .into_iter()
+        .chain(bias)
+        .all(|t| t.dtype() == image.dtype() && t.device() == image.device());
+    if !fits || !same {
+        return Err(Error::shape(
+            "conv2d",
+            format!(
+                "a direct convolution's operands do not fit: image {is:?}, weight {ws:?}, \
+                 output {os:?}"
+            ),
+            vec![is.to_vec(), ws.to_vec(), os.to_vec()],
+        ));
+    }
+    let mut reads = vec![image.body(), weight.body()];
+    reads.extend(bias.map(|b| b.body()));
+    let writes = [out.body()];
+    let guards = lock_bodies(&reads, &writes);
+    let esize = image.dtype().size();
+    let read = |i: usize| {
+        let b = &reads[i];
+        guards
+            .read_ptr(&b.storage)
+            .wrapping_add(b.layout.offset() * esize)
+    };
+    let args = DirectConvArgs {
+        dtype: image.dtype(),
+        n,
+        c,
+        h,
+        w,
+        o: rows,
+        kh,
+        kw,
+        ph,
+        pw,
+        x: read(0),
+        weight: read(1),
+        weight_strides,
+        flip,
+        bias: if bias.is_some() {
+            read(2)
+        } else {
+            std::ptr::null()
+        },
+        bias_stride: reads.get(2).map_or(0, |b| b.layout.strides()[0]),
+        out: guards
+            .write_ptr(&writes[0].storage)
+            .wrapping_add(writes[0].layout.offset() * esize),
+    };
+    // SAFETY: the image and the output are contiguous with the shapes above, the weight and
+    // the bias addressed through their own layouts; the output is the caller's fresh
+    // buffer, apart from every input; every storage is locked until `guards` drops.
+    let done = unsafe { for_device(image.device())?.conv2d_direct(&args) };
+    drop(guards);
+    if done {
+        return Ok(());
+    }
+    Err(Error::dtype(
+        "conv2d",
+        "the device's backend declined a direct convolution it says it takes",
+        Some("this is a bug in the backend: its direct_conv() and conv2d_direct() disagree"),
+    ))
+}
