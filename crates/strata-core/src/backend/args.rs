@@ -209,6 +209,34 @@ impl DirectConvArgs {
     }
 }
 
+/// [`super::Backend::conv2d_direct_weight_grad`]: the weight's gradient of the direct
+/// convolution of [`DirectConvArgs`]'s sizes (no bias, no flip): `out[o, c, i, j] =
+/// Σ grad[n, o, y, x] · x[n, c, y + i - ph, x + j - pw]` over every sample and output
+/// position, zero where the image index falls in the padding.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectWeightGradArgs {
+    /// The dtype of every operand.
+    pub(crate) dtype: DType,
+    /// Samples, channels, and the image plane `h×w`.
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    /// Output channels.
+    pub(crate) o: usize,
+    /// Kernel height and width, and the padding (below the kernel's size).
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) ph: usize,
+    pub(crate) pw: usize,
+    /// The image's first element: `[n, c, h, w]`, contiguous, read.
+    pub(crate) x: *const u8,
+    /// The output gradient's first element: `[n, o, oh, ow]`, contiguous, read.
+    pub(crate) grad: *const u8,
+    /// The weight gradient's first element: `[o, c, kh, kw]`, contiguous, written.
+    pub(crate) out: *mut u8,
+}
+
 /// [`super::Backend::channel_sums`]: per-channel sums over `[n, c, s]` contiguous elements
 /// (batch norm's statistics), accumulated in f64 and written in `dtype`.
 #[derive(Debug, Clone, Copy)]

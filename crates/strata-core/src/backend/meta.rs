@@ -8,10 +8,10 @@
 //! allocated and reserved bytes on meta equal its bytes on the CPU.
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
-    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs,
+    DirectWeightGradArgs, GemmArgs, GruCellArgs, GruCellBackwardArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{convolves_directly, sums_densely, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -83,6 +83,10 @@ impl Backend for Meta {
     }
 
     unsafe fn conv2d_direct(&self, _: &DirectConvArgs) -> bool {
+        true
+    }
+
+    unsafe fn conv2d_direct_weight_grad(&self, _: &DirectWeightGradArgs) -> bool {
         true
     }
 

@@ -33,10 +33,10 @@ pub(crate) use plan::{Dims, Operand, Plan};
 use crate::Scalar;
 use crate::{DType, Device, Error, Result};
 use args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
-    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs,
+    DirectWeightGradArgs, GemmArgs, GruCellArgs, GruCellBackwardArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use attention::{AttentionArgs, AttentionBackwardArgs};
 use kernel::{BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -266,6 +266,19 @@ pub(crate) trait Backend: Sync {
     /// `n·o·oh·ow` writable ones that overlap none of the others and that nothing else
     /// touches during the call.
     unsafe fn conv2d_direct(&self, args: &DirectConvArgs) -> bool {
+        let _ = args;
+        false
+    }
+
+    /// The weight's gradient of a direct convolution (see [`DirectWeightGradArgs`]), for
+    /// the dtypes and depths [`Backend::direct_conv`] takes. Returns false, writing nothing,
+    /// on a backend without it.
+    ///
+    /// # Safety
+    /// The image addresses `n·c·h·w` readable elements of the dtype, the gradient
+    /// `n·o·oh·ow`, and the output `o·c·kh·kw` writable ones that overlap neither and that
+    /// nothing else touches during the call.
+    unsafe fn conv2d_direct_weight_grad(&self, args: &DirectWeightGradArgs) -> bool {
         let _ = args;
         false
     }

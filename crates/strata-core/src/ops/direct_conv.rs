@@ -2,10 +2,10 @@
 //! a stride-1, undilated, ungrouped convolution of a contiguous image, with no column
 //! matrices, into the caller's own output (made by its op and not yet handed out). It
 //! computes a forward convolution, or an input's gradient as the convolution of the output's
-//! gradient with the weight flipped and its two channel dimensions swapped. Nothing here
-//! allocates.
+//! gradient with the weight flipped and its two channel dimensions swapped, and the weight's
+//! gradient from the image and the output's gradient. Nothing here allocates.
 
-use crate::backend::args::DirectConvArgs;
+use crate::backend::args::{DirectConvArgs, DirectWeightGradArgs};
 use crate::backend::for_device;
 use crate::tensor::lock_bodies;
 use crate::{Error, Result, Tensor};
@@ -127,12 +127,90 @@ pub(crate) fn run(
     // buffer, apart from every input; every storage is locked until `guards` drops.
     let done = unsafe { for_device(image.device())?.conv2d_direct(&args) };
     drop(guards);
+    declined(done)
+}
+
+/// Writes the weight's gradient `[O, C, kh, kw]` of the direct convolution of `image`
+/// (`[N, C, H, W]`) with `padding` into `out` (contiguous, of that shape), from the output's
+/// gradient `grad` (contiguous `[N, O, OH, OW]`). The caller has checked [`takes`] for the
+/// image.
+pub(crate) fn weight_grad(
+    image: &Tensor,
+    grad: &Tensor,
+    padding: (usize, usize),
+    out: &Tensor,
+) -> Result<()> {
+    let (is, gs, os) = (image.shape(), grad.shape(), out.shape());
+    let (n, c, h, w) = (is[0], is[1], is[2], is[3]);
+    let fits = os.len() == 4
+        && gs.len() == 4
+        && os[1] == c
+        && padding.0 < os[2]
+        && padding.1 < os[3]
+        && gs.as_slice()
+            == [
+                n,
+                os[0],
+                h + 2 * padding.0 + 1 - os[2],
+                w + 2 * padding.1 + 1 - os[3],
+            ]
+        && [image, grad, out].iter().all(|t| t.is_contiguous())
+        && [grad, out]
+            .iter()
+            .all(|t| t.dtype() == image.dtype() && t.device() == image.device());
+    if !fits {
+        return Err(Error::shape(
+            "conv2d",
+            format!(
+                "a direct convolution's weight gradient does not fit: image {is:?}, output \
+                 gradient {gs:?}, weight gradient {os:?}"
+            ),
+            vec![is.to_vec(), gs.to_vec(), os.to_vec()],
+        ));
+    }
+    let reads = [image.body(), grad.body()];
+    let writes = [out.body()];
+    let guards = lock_bodies(&reads, &writes);
+    let esize = image.dtype().size();
+    let read = |i: usize| {
+        let b = &reads[i];
+        guards
+            .read_ptr(&b.storage)
+            .wrapping_add(b.layout.offset() * esize)
+    };
+    let args = DirectWeightGradArgs {
+        dtype: image.dtype(),
+        n,
+        c,
+        h,
+        w,
+        o: os[0],
+        kh: os[2],
+        kw: os[3],
+        ph: padding.0,
+        pw: padding.1,
+        x: read(0),
+        grad: read(1),
+        out: guards
+            .write_ptr(&writes[0].storage)
+            .wrapping_add(writes[0].layout.offset() * esize),
+    };
+    // SAFETY: the image, the gradient and the output are contiguous with the shapes above;
+    // the output is the caller's fresh buffer, apart from both inputs; every storage is
+    // locked until `guards` drops.
+    let done = unsafe { for_device(image.device())?.conv2d_direct_weight_grad(&args) };
+    drop(guards);
+    declined(done)
+}
+
+/// An error when a backend that says it takes a direct convolution declined it.
+fn declined(done: bool) -> Result<()> {
     if done {
         return Ok(());
     }
     Err(Error::dtype(
         "conv2d",
         "the device's backend declined a direct convolution it says it takes",
-        Some("this is a bug in the backend: its direct_conv() and conv2d_direct() disagree"),
+        Some("this is a bug in the backend: its direct_conv() and its direct kernels disagree"),
     ))
 }

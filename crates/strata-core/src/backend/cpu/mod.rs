@@ -37,10 +37,10 @@ pub(crate) mod unary;
 pub(crate) mod update;
 
 use super::args::{
-    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs, GemmArgs,
-    GruCellArgs, GruCellBackwardArgs, LayerNormArgs, LayerNormBackwardArgs, LstmCellArgs,
-    LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs, PickArgs, ScatterAddArgs, SoftmaxArgs,
-    UpdateArgs,
+    ChannelAffineArgs, ChannelSumsArgs, ColumnsArgs, DenseSumArgs, DirectConvArgs,
+    DirectWeightGradArgs, GemmArgs, GruCellArgs, GruCellBackwardArgs, LayerNormArgs,
+    LayerNormBackwardArgs, LstmCellArgs, LstmCellBackwardArgs, MaxPoolArgs, MaxPoolBackwardArgs,
+    PickArgs, ScatterAddArgs, SoftmaxArgs, UpdateArgs,
 };
 use super::attention::{AttentionArgs, AttentionBackwardArgs};
 use super::kernel::{convolves_directly, BinaryOp, FloatOp, Fold, SameOp, TernaryOp};
@@ -195,6 +195,15 @@ impl Backend for Cpu {
         }
         // SAFETY: forwarded from the caller; the dtype is f32.
         unsafe { conv::direct(args) };
+        true
+    }
+
+    unsafe fn conv2d_direct_weight_grad(&self, args: &DirectWeightGradArgs) -> bool {
+        if !convolves_directly(args.dtype, args.c * args.kh * args.kw) {
+            return false;
+        }
+        // SAFETY: forwarded from the caller; the dtype is f32.
+        unsafe { conv::weight_grad(args) };
         true
     }
 

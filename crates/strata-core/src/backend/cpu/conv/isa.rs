@@ -1,56 +1,18 @@
-//! The direct convolution's vector kernels: one panel of output positions, packed from the
-//! image and multiplied by the packed weight on a register tile, written once for AVX-512F
-//! (8 channels × 32 positions) and AVX2 with FMA (4 channels × 24 positions) over the
-//! [`Isa`] operations.
+//! The vector operations the direct convolution's kernels are written over ([`Isa`]), for
+//! AVX-512F (16 lanes, masks in mask registers) and AVX2 with FMA (8 lanes, masks as
+//! vectors).
 
 use std::arch::x86_64::{
-    __m256, __m256i, __m512, _mm256_and_si256, _mm256_cmpgt_epi32, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setr_epi32, _mm256_setzero_ps, _mm256_storeu_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
-    _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_storeu_ps,
-};
-
-use super::{runs, Kernel, Problem, Run};
-
-/// The best vector kernel this CPU runs, if any.
-pub(super) fn best() -> Option<Kernel> {
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        return Some(AVX512);
-    }
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        return Some(AVX2);
-    }
-    None
-}
-
-/// Every vector kernel this CPU runs (for the tests).
-#[cfg(test)]
-pub(super) fn available() -> Vec<(&'static str, Kernel)> {
-    let mut all = Vec::new();
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        all.push(("AVX-512F", AVX512));
-    }
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        all.push(("AVX2", AVX2));
-    }
-    all
-}
-
-const AVX512: Kernel = Kernel {
-    mr: 8,
-    nr: 48,
-    panel: panel_avx512,
-};
-
-const AVX2: Kernel = Kernel {
-    mr: 4,
-    nr: 24,
-    panel: panel_avx2,
+    __m256, __m256i, __m512, _mm256_and_si256, _mm256_castps256_ps128, _mm256_cmpgt_epi32,
+    _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_maskload_ps,
+    _mm256_maskstore_ps, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_reduce_add_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_storeu_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps, _mm_movehl_ps,
 };
 
 /// The vector operations a tile needs.
-trait Isa {
+pub(super) trait Isa {
     /// A vector of f32.
     type V: Copy;
     /// Its lanes.
@@ -64,6 +26,8 @@ trait Isa {
     unsafe fn load(p: *const f32) -> Self::V;
     /// Stores `v` to `LANES` elements from `p`.
     unsafe fn store(p: *mut f32, v: Self::V);
+    /// The sum of the lanes, in a fixed order.
+    unsafe fn sum(v: Self::V) -> f32;
     /// `a·b + c`, rounded once.
     unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// A set of lanes.
@@ -78,7 +42,7 @@ trait Isa {
 }
 
 /// AVX-512F: 16 lanes, masks in mask registers.
-struct Avx512;
+pub(super) struct Avx512;
 
 impl Isa for Avx512 {
     type V = __m512;
@@ -105,6 +69,11 @@ impl Isa for Avx512 {
         unsafe { _mm512_storeu_ps(p, v) }
     }
     #[inline(always)]
+    unsafe fn sum(v: __m512) -> f32 {
+        // SAFETY: as above.
+        unsafe { _mm512_reduce_add_ps(v) }
+    }
+    #[inline(always)]
     unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
         // SAFETY: as above.
         unsafe { _mm512_fmadd_ps(a, b, c) }
@@ -127,7 +96,7 @@ impl Isa for Avx512 {
 }
 
 /// AVX2 with FMA: 8 lanes, masks as vectors of all-ones lanes.
-struct Avx2;
+pub(super) struct Avx2;
 
 impl Isa for Avx2 {
     type V = __m256;
@@ -154,6 +123,15 @@ impl Isa for Avx2 {
         unsafe { _mm256_storeu_ps(p, v) }
     }
     #[inline(always)]
+    unsafe fn sum(v: __m256) -> f32 {
+        // SAFETY: as above.
+        unsafe {
+            let quads = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let pairs = _mm_add_ps(quads, _mm_movehl_ps(quads, quads));
+            _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)))
+        }
+    }
+    #[inline(always)]
     unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
         // SAFETY: as above.
         unsafe { _mm256_fmadd_ps(a, b, c) }
@@ -178,235 +156,5 @@ impl Isa for Avx2 {
     unsafe fn store_masked(p: *mut f32, v: __m256, m: __m256i) {
         // SAFETY: as above; masked-off lanes are not written.
         unsafe { _mm256_maskstore_ps(p, m, v) }
-    }
-}
-
-/// The AVX-512F panel.
-///
-/// # Safety
-/// As [`Kernel::panel`]; the CPU has AVX-512F.
-#[target_feature(enable = "avx512f")]
-unsafe fn panel_avx512(p: &Problem, a: &[f32], panel: usize, buf: &mut [f32]) {
-    // SAFETY: forwarded from the caller.
-    unsafe { panel_on::<Avx512, 8, 3>(p, a, panel, buf) }
-}
-
-/// The AVX2 panel.
-///
-/// # Safety
-/// As [`Kernel::panel`]; the CPU has AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn panel_avx2(p: &Problem, a: &[f32], panel: usize, buf: &mut [f32]) {
-    // SAFETY: forwarded from the caller.
-    unsafe { panel_on::<Avx2, 4, 3>(p, a, panel, buf) }
-}
-
-/// The most runs a panel spans: one per lane.
-const MAX_RUNS: usize = 48;
-
-/// Panel `panel` of `NV·LANES` output positions on `MR×NV` tiles: its columns packed into
-/// `buf` (`depth` steps of `NV·LANES` f32), then each group of `MR` output channels.
-///
-/// # Safety
-/// As [`Kernel::panel`], for the kernel of `I`, `MR` and `NV`.
-#[inline(always)]
-unsafe fn panel_on<I: Isa, const MR: usize, const NV: usize>(
-    p: &Problem,
-    a: &[f32],
-    panel: usize,
-    buf: &mut [f32],
-) {
-    let nr = NV * I::LANES;
-    let depth = p.depth();
-    let mut rows = [Run::default(); MAX_RUNS];
-    let count = runs(p, panel, nr, false, &mut rows);
-    // SAFETY: forwarded from the caller.
-    unsafe { pack_columns::<I>(p, &rows[..count], nr, buf) };
-    let mut samples = [Run::default(); MAX_RUNS];
-    let count = runs(p, panel, nr, true, &mut samples);
-    let (buf, sums) = buf.split_at_mut(depth * nr);
-    // The depth in blocks of at most `DEPTH_BLOCK` steps, every row panel's tile through
-    // each block in turn, so that the block's columns stay in the L1 cache while the
-    // weight's panels stream past; the sums wait in `sums` between blocks.
-    let kc = depth.div_ceil(depth.div_ceil(DEPTH_BLOCK));
-    for k0 in (0..depth).step_by(kc) {
-        let steps = k0..(k0 + kc).min(depth);
-        for o0 in (0..p.o).step_by(MR) {
-            let weight = &a[o0 * depth..(o0 + MR) * depth];
-            let sums = &mut sums[o0 * nr..(o0 + MR) * nr];
-            // SAFETY: forwarded from the caller.
-            unsafe {
-                tile::<I, MR, NV>(p, weight, buf, sums, o0, steps.clone(), &samples[..count])
-            };
-        }
-    }
-}
-
-/// The most steps along the depth one tile runs before its row panel's neighbours.
-const DEPTH_BLOCK: usize = 128;
-
-/// One vector's worth of a run's lanes at one kernel column `j`: loaded from `src` (elements
-/// from the start of the image row, lanes outside the image masked off) and stored at lane
-/// `lane` of the panel's step (only the run's lanes).
-#[derive(Clone, Copy)]
-struct Piece<M> {
-    src: isize,
-    lane: usize,
-    load: M,
-    store: M,
-}
-
-/// The most pieces a panel packs per kernel offset: one per lane.
-const MAX_PIECES: usize = 48;
-
-/// Packs the columns of a panel's `runs` into `buf`: step `k = (c, i, j)` of lane `l` at
-/// `k·nr + l` holds the image under that lane's position at offset `(i, j)` of channel `c`,
-/// or zero in the padding and past the last position. Each run's pieces (where each kernel
-/// column reads, and which lanes lie in the image) are worked out once per panel; each step
-/// then costs one masked load and store per piece.
-///
-/// # Safety
-/// As [`Kernel::panel`]; `buf` holds `depth·nr` f32.
-#[inline(always)]
-unsafe fn pack_columns<I: Isa>(p: &Problem, runs: &[Run], nr: usize, buf: &mut [f32]) {
-    let lanes: usize = runs.iter().map(|r| r.len).sum();
-    if lanes < nr {
-        buf.fill(0.0);
-    }
-    // SAFETY: the CPU runs `I` (caller's contract).
-    let zero = unsafe { I::zero() };
-    for j in 0..p.kw {
-        // The pieces of every run at kernel column `j` (and the run each belongs to).
-        let mut pieces = [(0usize, None::<Piece<I::M>>); MAX_PIECES];
-        let mut count = 0;
-        for (index, r) in runs.iter().enumerate() {
-            // Lane t of the run reads column x + t + j - pw, inside the image for t in lo..hi.
-            let first = (r.x + j) as isize - p.pw as isize;
-            let lo = (-first).max(0) as usize;
-            let hi = (p.w as isize - first).clamp(0, r.len as isize) as usize;
-            for t0 in (0..r.len).step_by(I::LANES) {
-                let width = I::LANES.min(r.len - t0);
-                let (l, h) = (lo.clamp(t0, t0 + width) - t0, hi.clamp(t0, t0 + width) - t0);
-                // SAFETY: as above.
-                let piece = unsafe {
-                    Piece {
-                        src: first + t0 as isize,
-                        lane: r.lane + t0,
-                        load: I::range(l, h.max(l)),
-                        store: I::range(0, width),
-                    }
-                };
-                pieces[count] = (index, Some(piece));
-                count += 1;
-            }
-        }
-        let pieces = &pieces[..count];
-        let dst = buf.as_mut_ptr();
-        for c in 0..p.c {
-            for i in 0..p.kh {
-                let k = (c * p.kh + i) * p.kw + j;
-                // SAFETY: every write lies in step `k`'s `nr` lanes, inside `buf`; every read
-                // inside the image row of its run (the masks keep the padding's lanes unread).
-                unsafe {
-                    let step = dst.add(k * nr);
-                    for &(index, piece) in pieces {
-                        let Some(piece) = piece else { continue };
-                        let r = &runs[index];
-                        let sy = (r.y + i).wrapping_sub(p.ph);
-                        let v = if sy < p.h {
-                            let line = p.x.add(((r.n * p.c + c) * p.h + sy) * p.w);
-                            I::load_masked(line.wrapping_offset(piece.src), piece.load)
-                        } else {
-                            zero
-                        };
-                        I::store_masked(step.add(piece.lane), v, piece.store);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// One `MR×NV·LANES` tile over the depth's `steps`: output channels `o0..` (the packed
-/// `weight` panel) at the panel's positions (`buf`), from the bias when the steps start the
-/// depth (else from `sums`), stored into the output rows of the samples' runs when they end
-/// it (else into `sums`).
-///
-/// # Safety
-/// As [`Kernel::panel`]; `buf` holds the packed panel, `sums` `MR·NV·LANES` f32.
-#[inline(always)]
-unsafe fn tile<I: Isa, const MR: usize, const NV: usize>(
-    p: &Problem,
-    weight: &[f32],
-    buf: &[f32],
-    sums: &mut [f32],
-    o0: usize,
-    steps: std::ops::Range<usize>,
-    samples: &[Run],
-) {
-    let rows = MR.min(p.o - o0);
-    let nr = NV * I::LANES;
-    let held = sums.as_mut_ptr();
-    // SAFETY: the CPU runs `I` (caller's contract); the bias rows are below `o`; `sums`
-    // holds `MR` rows of `nr`.
-    let mut acc = unsafe {
-        let mut acc = [[I::zero(); NV]; MR];
-        for (r, acc) in acc.iter_mut().enumerate() {
-            for (v, acc) in acc.iter_mut().enumerate() {
-                *acc = if steps.start > 0 {
-                    I::load(held.add(r * nr + v * I::LANES))
-                } else if r < rows {
-                    I::splat(p.bias_at(o0 + r))
-                } else {
-                    I::zero()
-                };
-            }
-        }
-        acc
-    };
-    let (a, b) = (weight.as_ptr(), buf.as_ptr());
-    for q in steps.clone() {
-        // SAFETY: every load lies inside `weight` (`MR` per step) or `buf` (`nr` per step).
-        unsafe {
-            let bq = b.add(q * nr);
-            let bv: [I::V; NV] = std::array::from_fn(|v| I::load(bq.add(v * I::LANES)));
-            let aq = a.add(q * MR);
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let av = I::splat(*aq.add(r));
-                for (acc, &bv) in acc.iter_mut().zip(bv.iter()) {
-                    *acc = I::fma(av, bv, *acc);
-                }
-            }
-        }
-    }
-    if steps.end < p.depth() {
-        for (r, acc) in acc.iter().enumerate() {
-            for (v, &acc) in acc.iter().enumerate() {
-                // SAFETY: as above.
-                unsafe { I::store(held.add(r * nr + v * I::LANES), acc) };
-            }
-        }
-        return;
-    }
-    let positions = p.positions();
-    for s in samples {
-        let pos = s.y * p.ow + s.x;
-        for (r, acc) in acc.iter().enumerate().take(rows) {
-            // Lane l of the tile goes to output position `pos + l - s.lane` of this row.
-            let row = p.out.wrapping_add((s.n * p.o + o0 + r) * positions + pos);
-            for (v, &acc) in acc.iter().enumerate() {
-                let first = v * I::LANES;
-                let lo = s.lane.clamp(first, first + I::LANES) - first;
-                let hi = (s.lane + s.len).clamp(first, first + I::LANES) - first;
-                if lo < hi {
-                    // SAFETY: the stored lanes are this run's positions in this output row,
-                    // inside the output and this task's alone.
-                    unsafe {
-                        let p = row.wrapping_add(first).wrapping_sub(s.lane);
-                        I::store_masked(p, acc, I::range(lo, hi))
-                    };
-                }
-            }
-        }
     }
 }

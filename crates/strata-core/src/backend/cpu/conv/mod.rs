@@ -17,14 +17,18 @@
 //! `gemm` crate's packing is: the op's allocations do not depend on the CPU.
 
 #[cfg(target_arch = "x86_64")]
+mod forward;
+#[cfg(target_arch = "x86_64")]
 mod isa;
 #[cfg(test)]
 mod tests;
+mod weight_grad;
 
 use std::cell::RefCell;
 
 use super::threads::{num_threads, spread};
-use crate::backend::args::DirectConvArgs;
+use crate::backend::args::{DirectConvArgs, DirectWeightGradArgs};
+pub(super) use weight_grad::weight_grad;
 
 /// Computes `args`' convolution in f32.
 ///
@@ -36,7 +40,7 @@ pub(super) unsafe fn direct(args: &DirectConvArgs) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some(kernel) = isa::best() {
+    if let Some(kernel) = forward::best() {
         // SAFETY: forwarded from the caller; `best` checked the CPU's features.
         unsafe { run(&p, kernel) };
         return;
@@ -97,6 +101,30 @@ impl Problem {
             bias_stride: a.bias_stride,
             out: a.out.cast(),
         }
+    }
+
+    /// The problem of a weight gradient: `args`' image and sizes (no weight, no bias; the
+    /// output pointer is the weight gradient's).
+    fn for_weight_grad(a: &DirectWeightGradArgs) -> Problem {
+        Problem::new(&DirectConvArgs {
+            dtype: a.dtype,
+            n: a.n,
+            c: a.c,
+            h: a.h,
+            w: a.w,
+            o: a.o,
+            kh: a.kh,
+            kw: a.kw,
+            ph: a.ph,
+            pw: a.pw,
+            x: a.x,
+            weight: std::ptr::null(),
+            weight_strides: [0; 4],
+            flip: false,
+            bias: std::ptr::null(),
+            bias_stride: 0,
+            out: a.out,
+        })
     }
 
     /// Steps along the depth: `(c, i, j)`, `j` fastest.

@@ -90,7 +90,7 @@ fn problem(
 
 #[test]
 fn vector_kernels_equal_the_plain_loop_bit_for_bit() {
-    let kernels = super::isa::available();
+    let kernels = super::forward::available();
     if kernels.is_empty() {
         eprintln!("this CPU has neither AVX-512F nor AVX2 with FMA: only the plain loop runs");
         return;

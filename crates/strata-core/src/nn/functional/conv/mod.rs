@@ -330,10 +330,16 @@ fn input_grad(gy: &Tensor, weight: &Tensor, g: &Geometry) -> Result<Tensor> {
     Ok(gx)
 }
 
-/// The weight's gradient `[O, C/groups, kh, kw]`: per slice, `gy · colsᵀ` summed over the
+/// The weight's gradient `[O, C/groups, kh, kw]`: directly when [`direct`] takes the input
+/// and the output's gradient is contiguous; otherwise per slice, `gy · colsᵀ` summed over the
 /// slice's samples in [`DEPTH_SPLIT`] products side by side, accumulated into one
 /// weight-sized buffer.
 fn weight_grad(gy: &Tensor, x: &Tensor, g: &Geometry) -> Result<Tensor> {
+    if gy.is_contiguous() && direct(x, g, g.padding)? {
+        let gw = Tensor::on(gy.device()).empty(&[g.o, g.c, g.kernel.0, g.kernel.1], gy.dtype())?;
+        direct_conv::weight_grad(x, gy, pair(g.padding), &gw)?;
+        return Ok(gw);
+    }
     let (groups, og, k, l) = (g.groups, g.group_outputs(), g.group_patch(), g.positions());
     let step = slice_samples(g, x.dtype().size());
     let dev = x.device();
