@@ -10,17 +10,10 @@ use super::{runs, Kernel, Problem, Run};
 
 /// The best vector kernel this CPU runs, if any.
 pub(super) fn best() -> Option<Kernel> {
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        return Some(AVX512);
-    }
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        return Some(AVX2);
-    }
-    None
+    available().first().map(|&(_, k)| k)
 }
 
-/// Every vector kernel this CPU runs (for the tests).
-#[cfg(test)]
+/// Every vector kernel this CPU runs, best first.
 pub(super) fn available() -> Vec<(&'static str, Kernel)> {
     let mut all = Vec::new();
     if std::arch::is_x86_feature_detected!("avx512f") {
