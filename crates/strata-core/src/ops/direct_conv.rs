@@ -86,47 +86,37 @@ pub(crate) fn run(
             vec![is.to_vec(), ws.to_vec(), os.to_vec()],
         ));
     }
-    let mut reads = vec![image.body(), weight.body()];
-    reads.extend(bias.map(|b| b.body()));
-    let writes = [out.body()];
-    let guards = lock_bodies(&reads, &writes);
-    let esize = image.dtype().size();
-    let read = |i: usize| {
-        let b = &reads[i];
-        guards
-            .read_ptr(&b.storage)
-            .wrapping_add(b.layout.offset() * esize)
-    };
-    let args = DirectConvArgs {
-        dtype: image.dtype(),
-        n,
-        c,
-        h,
-        w,
-        o: rows,
-        kh,
-        kw,
-        ph,
-        pw,
-        x: read(0),
-        weight: read(1),
-        weight_strides,
-        flip,
-        bias: if bias.is_some() {
-            read(2)
-        } else {
-            std::ptr::null()
-        },
-        bias_stride: reads.get(2).map_or(0, |b| b.layout.strides()[0]),
-        out: guards
-            .write_ptr(&writes[0].storage)
-            .wrapping_add(writes[0].layout.offset() * esize),
-    };
-    // SAFETY: the image and the output are contiguous with the shapes above, the weight and
-    // the bias addressed through their own layouts; the output is the caller's fresh
-    // buffer, apart from every input; every storage is locked until `guards` drops.
-    let done = unsafe { for_device(image.device())?.conv2d_direct(&args) };
-    drop(guards);
+    let mut operands = vec![image, weight];
+    operands.extend(bias);
+    let done = locked(&operands, out, |read, out| {
+        let args = DirectConvArgs {
+            dtype: image.dtype(),
+            n,
+            c,
+            h,
+            w,
+            o: rows,
+            kh,
+            kw,
+            ph,
+            pw,
+            x: read(0),
+            weight: read(1),
+            weight_strides,
+            flip,
+            bias: if bias.is_some() {
+                read(2)
+            } else {
+                std::ptr::null()
+            },
+            bias_stride: bias.map_or(0, |b| b.stride()[0]),
+            out,
+        };
+        // SAFETY: the image and the output are contiguous with the shapes above, the weight
+        // and the bias addressed through their own layouts; the output is the caller's fresh
+        // buffer, apart from every input; every storage is locked meanwhile.
+        Ok(unsafe { for_device(image.device())?.conv2d_direct(&args) })
+    })?;
     declined(done)
 }
 
@@ -168,39 +158,51 @@ pub(crate) fn weight_grad(
             vec![is.to_vec(), gs.to_vec(), os.to_vec()],
         ));
     }
-    let reads = [image.body(), grad.body()];
+    let done = locked(&[image, grad], out, |read, out| {
+        let args = DirectWeightGradArgs {
+            dtype: image.dtype(),
+            n,
+            c,
+            h,
+            w,
+            o: os[0],
+            kh: os[2],
+            kw: os[3],
+            ph: padding.0,
+            pw: padding.1,
+            x: read(0),
+            grad: read(1),
+            out,
+        };
+        // SAFETY: the image, the gradient and the output are contiguous with the shapes
+        // above; the output is the caller's fresh buffer, apart from both inputs; every
+        // storage is locked meanwhile.
+        Ok(unsafe { for_device(image.device())?.conv2d_direct_weight_grad(&args) })
+    })?;
+    declined(done)
+}
+
+/// Runs `f` with `reads` locked for reading and `out` for writing, given each read operand's
+/// first element (by its index in `reads`) and the output's.
+fn locked(
+    reads: &[&Tensor],
+    out: &Tensor,
+    f: impl FnOnce(&dyn Fn(usize) -> *const u8, *mut u8) -> Result<bool>,
+) -> Result<bool> {
+    let reads: Vec<_> = reads.iter().map(|t| t.body()).collect();
     let writes = [out.body()];
     let guards = lock_bodies(&reads, &writes);
-    let esize = image.dtype().size();
+    let esize = out.dtype().size();
     let read = |i: usize| {
         let b = &reads[i];
         guards
             .read_ptr(&b.storage)
             .wrapping_add(b.layout.offset() * esize)
     };
-    let args = DirectWeightGradArgs {
-        dtype: image.dtype(),
-        n,
-        c,
-        h,
-        w,
-        o: os[0],
-        kh: os[2],
-        kw: os[3],
-        ph: padding.0,
-        pw: padding.1,
-        x: read(0),
-        grad: read(1),
-        out: guards
-            .write_ptr(&writes[0].storage)
-            .wrapping_add(writes[0].layout.offset() * esize),
-    };
-    // SAFETY: the image, the gradient and the output are contiguous with the shapes above;
-    // the output is the caller's fresh buffer, apart from both inputs; every storage is
-    // locked until `guards` drops.
-    let done = unsafe { for_device(image.device())?.conv2d_direct_weight_grad(&args) };
-    drop(guards);
-    declined(done)
+    let written = guards
+        .write_ptr(&writes[0].storage)
+        .wrapping_add(writes[0].layout.offset() * esize);
+    f(&read, written)
 }
 
 /// An error when a backend that says it takes a direct convolution declined it.

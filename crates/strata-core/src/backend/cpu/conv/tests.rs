@@ -4,7 +4,7 @@
 use super::{plain, run, Problem};
 
 /// `(n, c, h, w, o, kh, kw, ph, pw)`.
-type Shape = (
+pub(super) type Shape = (
     usize,
     usize,
     usize,
@@ -31,7 +31,7 @@ const SHAPES: [Shape; 8] = [
 ];
 
 /// Deterministic values in about [-2, 2), some of them exact zeros.
-fn values(len: usize, seed: u64) -> Vec<f32> {
+pub(super) fn values(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);

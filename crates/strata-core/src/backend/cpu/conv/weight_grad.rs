@@ -368,33 +368,8 @@ unsafe fn plain(p: &Problem, grad: *const f32, out: *mut f32) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{values, Shape};
     use super::*;
-
-    /// `(n, c, h, w, o, kh, kw, ph, pw)`.
-    type Shape = (
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-    );
-
-    /// Values in about [-2, 2).
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as i32 - (1 << 23)) as f32 / (1 << 22) as f32
-            })
-            .collect()
-    }
 
     fn problem(s: Shape, x: &[f32]) -> Problem {
         let (n, c, h, w, o, kh, kw, ph, pw) = s;
