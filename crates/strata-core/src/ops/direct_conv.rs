@@ -50,6 +50,9 @@ pub(crate) fn run(
     out: &Tensor,
 ) -> Result<()> {
     let (is, ws, os) = (image.shape(), weight.shape(), out.shape());
+    if is.len() != 4 || ws.len() != 4 || padding.0 >= ws[2] || padding.1 >= ws[3] {
+        return Err(misfit(&is, &ws, &os));
+    }
     let (kh, kw) = (ws[2], ws[3]);
     let (n, c, h, w) = (is[0], is[1], is[2], is[3]);
     let ws4 = weight.stride();
@@ -66,10 +69,15 @@ pub(crate) fn run(
         Direction::Forward => ws[1],
         Direction::InputGrad => ws[0],
     };
-    let expected = [n, rows, h + 2 * ph + 1 - kh, w + 2 * pw + 1 - kw];
+    let expected = [
+        Some(n),
+        Some(rows),
+        out_size(h, ph, kh),
+        out_size(w, pw, kw),
+    ];
     let fits = channels == c
         && image.is_contiguous()
-        && os.as_slice() == expected
+        && os.iter().map(|&d| Some(d)).eq(expected)
         && out.is_contiguous()
         && bias.is_none_or(|b| b.numel() == rows && direction == Direction::Forward);
     let same = [weight, out]
@@ -77,14 +85,7 @@ pub(crate) fn run(
         .chain(bias)
         .all(|t| t.dtype() == image.dtype() && t.device() == image.device());
     if !fits || !same {
-        return Err(Error::shape(
-            "conv2d",
-            format!(
-                "a direct convolution's operands do not fit: image {is:?}, weight {ws:?}, \
-                 output {os:?}"
-            ),
-            vec![is.to_vec(), ws.to_vec(), os.to_vec()],
-        ));
+        return Err(misfit(&is, &ws, &os));
     }
     let mut operands = vec![image, weight];
     operands.extend(bias);
@@ -131,32 +132,26 @@ pub(crate) fn weight_grad(
     out: &Tensor,
 ) -> Result<()> {
     let (is, gs, os) = (image.shape(), grad.shape(), out.shape());
+    if is.len() != 4 || os.len() != 4 {
+        return Err(misfit(&is, &gs, &os));
+    }
     let (n, c, h, w) = (is[0], is[1], is[2], is[3]);
-    let fits = os.len() == 4
-        && gs.len() == 4
-        && os[1] == c
+    let expected = [
+        Some(n),
+        Some(os[0]),
+        out_size(h, padding.0, os[2]),
+        out_size(w, padding.1, os[3]),
+    ];
+    let fits = os[1] == c
         && padding.0 < os[2]
         && padding.1 < os[3]
-        && gs.as_slice()
-            == [
-                n,
-                os[0],
-                h + 2 * padding.0 + 1 - os[2],
-                w + 2 * padding.1 + 1 - os[3],
-            ]
+        && gs.iter().map(|&d| Some(d)).eq(expected)
         && [image, grad, out].iter().all(|t| t.is_contiguous())
         && [grad, out]
             .iter()
             .all(|t| t.dtype() == image.dtype() && t.device() == image.device());
     if !fits {
-        return Err(Error::shape(
-            "conv2d",
-            format!(
-                "a direct convolution's weight gradient does not fit: image {is:?}, output \
-                 gradient {gs:?}, weight gradient {os:?}"
-            ),
-            vec![is.to_vec(), gs.to_vec(), os.to_vec()],
-        ));
+        return Err(misfit(&is, &gs, &os));
     }
     let done = locked(&[image, grad], out, |read, out| {
         let args = DirectWeightGradArgs {
@@ -180,6 +175,25 @@ pub(crate) fn weight_grad(
         Ok(unsafe { for_device(image.device())?.conv2d_direct_weight_grad(&args) })
     })?;
     declined(done)
+}
+
+/// The output size along one axis of a stride-1 convolution of `size` positions padded by
+/// `pad` on each side with a kernel of `k`, if the kernel fits.
+fn out_size(size: usize, pad: usize, k: usize) -> Option<usize> {
+    (size + 2 * pad + 1).checked_sub(k).filter(|&s| s > 0)
+}
+
+/// The error for operands that do not fit a direct convolution: the image's shape, the
+/// other input's (weight or output gradient) and the output's.
+fn misfit(image: &[usize], other: &[usize], out: &[usize]) -> Error {
+    Error::shape(
+        "conv2d",
+        format!(
+            "a direct convolution's operands do not fit: image {image:?}, {other:?}, output \
+             {out:?}"
+        ),
+        vec![image.to_vec(), other.to_vec(), out.to_vec()],
+    )
 }
 
 /// Runs `f` with `reads` locked for reading and `out` for writing, given each read operand's
@@ -215,4 +229,55 @@ fn declined(done: bool) -> Result<()> {
         "the device's backend declined a direct convolution it says it takes",
         Some("this is a bug in the backend: its direct_conv() and its direct kernels disagree"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{run, weight_grad, Direction};
+    use crate::{DType, Error, Tensor};
+
+    /// An image, a weight, the padding and the output's shape.
+    type Case<'a> = (&'a Tensor, &'a Tensor, (usize, usize), &'a [usize]);
+
+    fn zeros(shape: &[usize]) -> Tensor {
+        Tensor::zeros(shape, DType::F32).unwrap()
+    }
+
+    #[test]
+    fn operands_that_do_not_fit_are_errors_and_write_nothing() {
+        let (x, w) = (zeros(&[2, 3, 5, 5]), zeros(&[4, 3, 3, 3]));
+        let out = Tensor::full(&[2, 4, 5, 5], 7.0, DType::F32).unwrap();
+        let cases: [Case<'_>; 5] = [
+            // A 3-d image, a wrong output shape, padding as large as the kernel, a kernel
+            // larger than the padded image, a weight of other channels.
+            (&zeros(&[3, 5, 5]), &w, (1, 1), &[2, 4, 5, 5]),
+            (&x, &w, (1, 1), &[2, 4, 4, 5]),
+            (&x, &w, (3, 1), &[2, 4, 9, 5]),
+            (&zeros(&[2, 3, 1, 1]), &w, (0, 0), &[2, 4, 1, 1]),
+            (&x, &zeros(&[4, 2, 3, 3]), (1, 1), &[2, 4, 5, 5]),
+        ];
+        for (image, weight, padding, shape) in cases {
+            let out = if shape == [2, 4, 5, 5] {
+                out.clone()
+            } else {
+                zeros(shape)
+            };
+            let e = run(image, weight, None, padding, Direction::Forward, &out).unwrap_err();
+            assert!(matches!(e, Error::Shape { .. }), "{e}");
+        }
+        assert!(out.to_vec::<f32>().unwrap().iter().all(|&v| v == 7.0));
+        let gy = zeros(&[2, 4, 5, 5]);
+        for gw in [
+            zeros(&[4, 3, 3]),
+            zeros(&[4, 3, 2, 3]),
+            zeros(&[4, 2, 3, 3]),
+        ] {
+            let e = weight_grad(&x, &gy, (1, 1), &gw).unwrap_err();
+            assert!(matches!(e, Error::Shape { .. }), "{e}");
+        }
+        // What fits runs: a zero image convolves to the bias.
+        let b = Tensor::full(&[4], 0.5, DType::F32).unwrap();
+        run(&x, &w, Some(&b), (1, 1), Direction::Forward, &out).unwrap();
+        assert!(out.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.5));
+    }
 }

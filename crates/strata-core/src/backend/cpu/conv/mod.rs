@@ -1,20 +1,24 @@
-//! The direct convolution (`Backend::conv2d_direct`): a stride-1 convolution as an implicit
-//! product `weight · columns` whose columns are never built in memory.
+//! The direct convolution (`Backend::conv2d_direct`, `Backend::conv2d_direct_weight_grad`): a
+//! stride-1 convolution as an implicit product `weight · columns` whose columns are never
+//! built in memory.
 //!
-//! The weight is packed once per call in panels of a tile's rows (output channels), one
-//! group of rows per step along the depth `(c, i, j)`. The output positions of all samples
-//! are cut into panels of a tile's columns; each task packs one panel's columns straight
-//! from the image (one masked load and store per output row it spans and kernel offset,
-//! zeros in the padding) into a small buffer of its thread, then runs every row panel's
-//! register tile over the whole depth, starting from the bias, and stores the tile into the
-//! output rows of the samples its positions belong to. So the columns never leave the
-//! cache and the output is written once.
+//! Forward (`forward.rs`; the input's gradient is a forward convolution of the output's
+//! gradient by the flipped weight): the weight is packed once per call in panels of a
+//! tile's rows (output channels), one group of rows per step along the depth `(c, i, j)`.
+//! The output positions of all samples are cut into panels of a tile's columns; each task
+//! packs one panel's columns straight from the image (one masked load and store per output
+//! row it spans and kernel offset, zeros in the padding) into a buffer of its thread, then
+//! runs every row panel's register tile from the bias through the depth, block by block,
+//! and stores the tile into the output rows of the samples its positions belong to. So the
+//! columns never leave the cache and the output is written once. The weight's gradient
+//! (`weight_grad.rs`) packs chunks of positions the same way and takes dot products along
+//! them.
 //!
-//! Vector tiles run on AVX-512F, or on AVX2 with FMA; other CPUs run [`plain`], which sums
-//! in the same order with the same fused multiply-adds, so every path gives the same bits.
-//! The packed weight and the panel buffers are host scratch of the kernel (at most
-//! `DIRECT_CONV_MAX_DEPTH` steps by a tile's columns per thread, and the packed weight), as the
-//! `gemm` crate's packing is: the op's allocations do not depend on the CPU.
+//! Vector tiles run on AVX-512F, or on AVX2 with FMA; other CPUs run [`plain`] (and the
+//! weight gradient's plain loop), the forward's summing in the same order with the same
+//! fused multiply-adds, so every path gives the same bits. The packed weight, the panels
+//! and the chunks are host scratch of the kernel, as the `gemm` crate's packing is: the
+//! op's allocations do not depend on the CPU.
 
 #[cfg(target_arch = "x86_64")]
 mod forward;
