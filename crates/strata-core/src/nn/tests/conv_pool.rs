@@ -1,6 +1,6 @@
 //! conv2d and max_pool2d.
 
-use super::{close, f64s, gradcheck, leaf};
+use super::{close, f32_copies, f64s, gradcheck, leaf};
 use crate::nn::functional::{conv2d, max_pool2d, Pair};
 use crate::{DType, Error, Generator, Tensor};
 
@@ -72,13 +72,7 @@ fn direct_f32_conv2d_matches_the_f64_columns() {
             leaf(&ws, seed + 1),
             leaf(&[ws[0]], seed + 2),
         ];
-        let narrow: Vec<Tensor> = wide
-            .iter()
-            .map(|t| {
-                let t = t.detach().unwrap().to(DType::F32).unwrap();
-                t.requires_grad_(true).unwrap()
-            })
-            .collect();
+        let narrow = f32_copies(&wide, true);
         let run = |t: &[Tensor]| {
             let y = conv2d(&t[0], &t[1], with_bias.then_some(&t[2]), 1, padding).unwrap();
             let probe = Tensor::randn_with(&y.shape(), DType::F64, &mut Generator::new(seed))
