@@ -163,15 +163,12 @@ pub(crate) struct ColumnsArgs {
     pub(crate) windows: ConvWindows,
 }
 
-/// [`super::Backend::conv2d_direct`]: a stride-1, undilated, ungrouped 2-d convolution
-/// computed straight from the image, with no column matrices: `out[n, o, y, x] =
-/// bias[o] + Σ weight(o, c, i, j) · x[n, c, y + i - ph, x + j - pw]` over `c < channels`,
-/// `i < kh`, `j < kw`, zero where the image index falls in the padding. `oh = h + 2·ph - kh
-/// + 1`, `ow` likewise.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DirectConvArgs {
-    /// The dtype of every operand.
-    pub(crate) dtype: DType,
+/// The sizes of a stride-1, undilated, ungrouped 2-d convolution computed straight from
+/// the image (the direct convolution's and its weight gradient's): `n` samples of `c`
+/// channels of an `h×w` plane, `o` output channels, a `kh×kw` kernel and `ph`, `pw` zeros
+/// before the first row and column (and after the last), below the kernel's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvSizes {
     /// Samples, channels, and the image plane `h×w`.
     pub(crate) n: usize,
     pub(crate) c: usize,
@@ -179,12 +176,38 @@ pub(crate) struct DirectConvArgs {
     pub(crate) w: usize,
     /// Output channels.
     pub(crate) o: usize,
-    /// Kernel height and width, and the zeros before the first row and column (below the
-    /// kernel's size).
+    /// Kernel height and width, and the padding on each side.
     pub(crate) kh: usize,
     pub(crate) kw: usize,
     pub(crate) ph: usize,
     pub(crate) pw: usize,
+}
+
+impl ConvSizes {
+    /// The output plane's height and width: `oh = h + 2·ph - kh + 1`, `ow` likewise.
+    pub(crate) fn out_plane(&self) -> (usize, usize) {
+        (
+            self.h + 2 * self.ph + 1 - self.kh,
+            self.w + 2 * self.pw + 1 - self.kw,
+        )
+    }
+
+    /// Steps along the depth of each output: `c·kh·kw`.
+    pub(crate) fn depth(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+}
+
+/// [`super::Backend::conv2d_direct`]: a convolution of [`ConvSizes`] computed straight from
+/// the image, with no column matrices: `out[n, o, y, x] = bias[o] + Σ weight(o, c, i, j) ·
+/// x[n, c, y + i - ph, x + j - pw]` over `c < channels`, `i < kh`, `j < kw`, zero where the
+/// image index falls in the padding.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectConvArgs {
+    /// The dtype of every operand.
+    pub(crate) dtype: DType,
+    /// The convolution's sizes.
+    pub(crate) sizes: ConvSizes,
     /// The image's first element: `[n, c, h, w]`, contiguous, read.
     pub(crate) x: *const u8,
     /// The weight's first element: `weight(o, c, i, j)` is the element at `o·s0 + c·s1 +
@@ -199,36 +222,16 @@ pub(crate) struct DirectConvArgs {
     pub(crate) out: *mut u8,
 }
 
-impl DirectConvArgs {
-    /// The output plane's height and width.
-    pub(crate) fn out_plane(&self) -> (usize, usize) {
-        (
-            self.h + 2 * self.ph + 1 - self.kh,
-            self.w + 2 * self.pw + 1 - self.kw,
-        )
-    }
-}
-
-/// [`super::Backend::conv2d_direct_weight_grad`]: the weight's gradient of the direct
-/// convolution of [`DirectConvArgs`]'s sizes (no bias, no flip): `out[o, c, i, j] =
-/// Σ grad[n, o, y, x] · x[n, c, y + i - ph, x + j - pw]` over every sample and output
-/// position, zero where the image index falls in the padding.
+/// [`super::Backend::conv2d_direct_weight_grad`]: the weight's gradient of a direct
+/// convolution of [`ConvSizes`] (no bias, no flip): `out[o, c, i, j] = Σ grad[n, o, y, x] ·
+/// x[n, c, y + i - ph, x + j - pw]` over every sample and output position, zero where the
+/// image index falls in the padding.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DirectWeightGradArgs {
     /// The dtype of every operand.
     pub(crate) dtype: DType,
-    /// Samples, channels, and the image plane `h×w`.
-    pub(crate) n: usize,
-    pub(crate) c: usize,
-    pub(crate) h: usize,
-    pub(crate) w: usize,
-    /// Output channels.
-    pub(crate) o: usize,
-    /// Kernel height and width, and the padding (below the kernel's size).
-    pub(crate) kh: usize,
-    pub(crate) kw: usize,
-    pub(crate) ph: usize,
-    pub(crate) pw: usize,
+    /// The convolution's sizes.
+    pub(crate) sizes: ConvSizes,
     /// The image's first element: `[n, c, h, w]`, contiguous, read.
     pub(crate) x: *const u8,
     /// The output gradient's first element: `[n, o, oh, ow]`, contiguous, read.

@@ -5,7 +5,7 @@
 //! gradient with the weight flipped and its two channel dimensions swapped, and the weight's
 //! gradient from the image and the output's gradient. Nothing here allocates.
 
-use crate::backend::args::{DirectConvArgs, DirectWeightGradArgs};
+use crate::backend::args::{ConvSizes, DirectConvArgs, DirectWeightGradArgs};
 use crate::backend::for_device;
 use crate::tensor::lock_bodies;
 use crate::{Error, Result, Tensor};
@@ -92,15 +92,17 @@ pub(crate) fn run(
     let done = locked(&operands, out, |read, out| {
         let args = DirectConvArgs {
             dtype: image.dtype(),
-            n,
-            c,
-            h,
-            w,
-            o: rows,
-            kh,
-            kw,
-            ph,
-            pw,
+            sizes: ConvSizes {
+                n,
+                c,
+                h,
+                w,
+                o: rows,
+                kh,
+                kw,
+                ph,
+                pw,
+            },
             x: read(0),
             weight: read(1),
             weight_strides,
@@ -156,15 +158,17 @@ pub(crate) fn weight_grad(
     let done = locked(&[image, grad], out, |read, out| {
         let args = DirectWeightGradArgs {
             dtype: image.dtype(),
-            n,
-            c,
-            h,
-            w,
-            o: os[0],
-            kh: os[2],
-            kw: os[3],
-            ph: padding.0,
-            pw: padding.1,
+            sizes: ConvSizes {
+                n,
+                c,
+                h,
+                w,
+                o: os[0],
+                kh: os[2],
+                kw: os[3],
+                ph: padding.0,
+                pw: padding.1,
+            },
             x: read(0),
             grad: read(1),
             out,

@@ -190,7 +190,7 @@ impl Backend for Cpu {
     }
 
     unsafe fn conv2d_direct(&self, args: &DirectConvArgs) -> bool {
-        if !convolves_directly(args.dtype, args.c * args.kh * args.kw) {
+        if !convolves_directly(args.dtype, args.sizes.depth()) {
             return false;
         }
         // SAFETY: forwarded from the caller; the dtype is f32.
@@ -199,7 +199,7 @@ impl Backend for Cpu {
     }
 
     unsafe fn conv2d_direct_weight_grad(&self, args: &DirectWeightGradArgs) -> bool {
-        if !convolves_directly(args.dtype, args.c * args.kh * args.kw) {
+        if !convolves_directly(args.dtype, args.sizes.depth()) {
             return false;
         }
         // SAFETY: forwarded from the caller; the dtype is f32.

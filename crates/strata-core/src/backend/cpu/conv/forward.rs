@@ -3,14 +3,17 @@
 //! AVX-512F (8 channels × 48 positions) and AVX2 with FMA (4 channels × 24 positions) over
 //! the [`Isa`] operations.
 
+use std::sync::OnceLock;
+
 use smallvec::SmallVec;
 
 use super::isa::{Avx2, Avx512, Isa};
 use super::{runs, Kernel, Problem, Run};
 
-/// The best vector kernel this CPU runs, if any.
+/// The best vector kernel this CPU runs, if any (found once per process).
 pub(super) fn best() -> Option<Kernel> {
-    available().first().map(|&(_, k)| k)
+    static BEST: OnceLock<Option<Kernel>> = OnceLock::new();
+    *BEST.get_or_init(|| available().first().map(|&(_, k)| k))
 }
 
 /// Every vector kernel this CPU runs, best first.

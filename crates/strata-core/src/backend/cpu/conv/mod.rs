@@ -31,7 +31,7 @@ mod weight_grad;
 use std::cell::RefCell;
 
 use super::threads::{num_threads, spread};
-use crate::backend::args::{DirectConvArgs, DirectWeightGradArgs};
+use crate::backend::args::{ConvSizes, DirectConvArgs, DirectWeightGradArgs};
 pub(super) use weight_grad::weight_grad;
 
 /// Computes `args`' convolution in f32.
@@ -83,52 +83,58 @@ unsafe impl Send for Problem {}
 unsafe impl Sync for Problem {}
 
 impl Problem {
+    /// The problem of a forward convolution (or an input gradient, through a flipped weight).
     fn new(a: &DirectConvArgs) -> Problem {
-        let (oh, ow) = a.out_plane();
         Problem {
-            n: a.n,
-            c: a.c,
-            h: a.h,
-            w: a.w,
-            o: a.o,
-            kh: a.kh,
-            kw: a.kw,
-            ph: a.ph,
-            pw: a.pw,
-            oh,
-            ow,
-            x: a.x.cast(),
             weight: a.weight.cast(),
             ws: a.weight_strides,
             flip: a.flip,
             bias: a.bias.cast(),
             bias_stride: a.bias_stride,
-            out: a.out.cast(),
+            ..Problem::of(&a.sizes, a.x, a.out)
         }
     }
 
     /// The problem of a weight gradient: `args`' image and sizes (no weight, no bias; the
     /// output pointer is the weight gradient's).
     fn for_weight_grad(a: &DirectWeightGradArgs) -> Problem {
-        Problem::new(&DirectConvArgs {
-            dtype: a.dtype,
-            n: a.n,
-            c: a.c,
-            h: a.h,
-            w: a.w,
-            o: a.o,
-            kh: a.kh,
-            kw: a.kw,
-            ph: a.ph,
-            pw: a.pw,
-            x: a.x,
+        Problem::of(&a.sizes, a.x, a.out)
+    }
+
+    /// `sizes` over the image `x` into `out`, with no weight and no bias.
+    fn of(sizes: &ConvSizes, x: *const u8, out: *mut u8) -> Problem {
+        let (oh, ow) = sizes.out_plane();
+        let ConvSizes {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            ph,
+            pw,
+        } = *sizes;
+        Problem {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            ph,
+            pw,
+            oh,
+            ow,
+            x: x.cast(),
             weight: std::ptr::null(),
-            weight_strides: [0; 4],
+            ws: [0; 4],
             flip: false,
             bias: std::ptr::null(),
             bias_stride: 0,
-            out: a.out,
-        })
+            out: out.cast(),
+        }
     }
 
     /// Steps along the depth: `(c, i, j)`, `j` fastest.

@@ -105,10 +105,11 @@ struct Dots {
     chunk: unsafe fn(&Problem, *const f32, usize, &Cuts, &mut Scratch, &mut [f32]),
 }
 
-/// The best vector kernel this CPU runs, if any.
+/// The best vector kernel this CPU runs, if any (found once per process).
 #[cfg(target_arch = "x86_64")]
 fn best() -> Option<Dots> {
-    available().first().map(|&(_, d)| d)
+    static BEST: std::sync::OnceLock<Option<Dots>> = std::sync::OnceLock::new();
+    *BEST.get_or_init(|| available().first().map(|&(_, d)| d))
 }
 
 /// Every vector kernel this CPU runs, best first.
@@ -370,20 +371,23 @@ unsafe fn plain(p: &Problem, grad: *const f32, out: *mut f32) {
 mod tests {
     use super::super::tests::{values, Shape};
     use super::*;
+    use crate::backend::args::ConvSizes;
 
     fn problem(s: Shape, x: &[f32]) -> Problem {
         let (n, c, h, w, o, kh, kw, ph, pw) = s;
         Problem::for_weight_grad(&DirectWeightGradArgs {
             dtype: crate::DType::F32,
-            n,
-            c,
-            h,
-            w,
-            o,
-            kh,
-            kw,
-            ph,
-            pw,
+            sizes: ConvSizes {
+                n,
+                c,
+                h,
+                w,
+                o,
+                kh,
+                kw,
+                ph,
+                pw,
+            },
             x: x.as_ptr().cast(),
             grad: std::ptr::null(),
             out: std::ptr::null_mut(),
