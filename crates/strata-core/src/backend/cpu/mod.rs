@@ -26,6 +26,7 @@ mod layer_norm;
 mod lstm_cell;
 pub(crate) mod math;
 pub(crate) mod pool2d;
+mod pool2d_pairs;
 pub(crate) mod reduce;
 mod run;
 pub(crate) mod softmax;

@@ -6,6 +6,7 @@ use super::threads::spread;
 use crate::backend::args::{MaxPoolArgs, MaxPoolBackwardArgs};
 use crate::backend::kernel::PoolWindows;
 use crate::dtype::{dispatch, DTypeFn, Element};
+use crate::DType;
 
 /// For each of `planes` planes of `src` (`h×w` elements each, contiguous), writes each
 /// window's maximum to `dst` and its flat position in the plane to `idx` (`oh×ow` per plane,
@@ -41,6 +42,8 @@ impl DTypeFn for MaxPool {
     fn call<T: Element>(self) {
         let w = self.win;
         let (plane_in, plane_out) = (w.h * w.w, w.oh * w.ow);
+        #[cfg(target_arch = "x86_64")]
+        let vector_pairs = T::DTYPE == DType::F32 && super::pool2d_pairs::takes(&w);
         let one = |p: usize| {
             // SAFETY: plane `p` of each operand lies inside it (the caller's contract), and
             // each plane is written by this call only.
@@ -60,6 +63,20 @@ impl DTypeFn for MaxPool {
                     ),
                 )
             };
+            #[cfg(target_arch = "x86_64")]
+            if vector_pairs {
+                // SAFETY: `T` is f32 (its dtype), the CPU has AVX-512F and the windows suit
+                // the kernel (`takes`); the slices are the plane's operands.
+                unsafe {
+                    super::pool2d_pairs::plane(
+                        src.as_ptr().cast(),
+                        dst.as_mut_ptr().cast(),
+                        idx.as_mut_ptr(),
+                        &w,
+                    )
+                };
+                return;
+            }
             if w.is_pairs() {
                 pairs(src, dst, idx, &w);
             } else if w.inside() {
@@ -288,11 +305,34 @@ mod tests {
         (dst.iter().map(|v| v.to_bits()).collect(), idx)
     }
 
+    /// The AVX-512 pairs kernel over one plane's slices.
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_pairs(src: &[f32], dst: &mut [f32], idx: &mut [i64], w: &PoolWindows) {
+        assert!(super::super::pool2d_pairs::takes(w));
+        assert!(src.len() == w.h * w.w && dst.len() == w.oh * w.ow && idx.len() == dst.len());
+        // SAFETY: the CPU has AVX-512F and the windows suit the kernel (asserted); the slices
+        // have the plane's sizes.
+        unsafe {
+            super::super::pool2d_pairs::plane(src.as_ptr(), dst.as_mut_ptr(), idx.as_mut_ptr(), w)
+        };
+    }
+
     /// The unclipped paths pick the same maximum at the same position as the general one,
     /// ties and NaNs included.
     #[test]
     fn the_fast_paths_agree_with_the_clipped_windows() {
-        for (h, w, k, s) in [(28, 28, 2, 2), (7, 9, 2, 2), (14, 14, 3, 2), (9, 6, 3, 3)] {
+        let shapes = [
+            (28, 28, 2, 2),
+            (7, 9, 2, 2),
+            (14, 14, 3, 2),
+            (9, 6, 3, 3),
+            // Output rows of 16 windows, of more than 16 (one full vector and a masked
+            // one), and of one window.
+            (4, 32, 2, 2),
+            (6, 71, 2, 2),
+            (5, 3, 2, 2),
+        ];
+        for (h, w, k, s) in shapes {
             let win = windows(h, w, k, s, false);
             assert!(win.inside());
             let src = plane(h, w);
@@ -301,6 +341,10 @@ mod tests {
             if (k, s) == (2, 2) {
                 assert!(win.is_pairs());
                 assert_eq!(run(pairs, &src, &win), general, "{h}x{w} pairs");
+                #[cfg(target_arch = "x86_64")]
+                if super::super::pool2d_pairs::takes(&win) {
+                    assert_eq!(run(avx512_pairs, &src, &win), general, "{h}x{w} AVX-512");
+                }
             }
         }
         // ceil_mode's last window hangs over the edge: not inside.
