@@ -67,6 +67,10 @@ pub(super) unsafe fn run_rows<P: RowPass>(
 unsafe fn row_any<P: RowPass, T: Float>(pass: &P, r: usize) {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F, AVX2 and FMA; the rest is the caller's contract.
+            return unsafe { row_avx512::<P, T>(pass, r) };
+        }
         // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
         return unsafe { row_avx::<P, T>(pass, r) };
     }
@@ -79,6 +83,40 @@ unsafe fn row_any<P: RowPass, T: Float>(pass: &P, r: usize) {
 unsafe fn row_avx<P: RowPass, T: Float>(pass: &P, r: usize) {
     // SAFETY: forwarded.
     unsafe { pass.row::<T>(r) }
+}
+
+/// The row with AVX-512F as well: a chunk of [`LANE`] f32 columns is one register, and
+/// twice as many registers hold a row's chunks without spilling. The operations are the
+/// same, lane for lane, so the results are too.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn row_avx512<P: RowPass, T: Float>(pass: &P, r: usize) {
+    // SAFETY: forwarded.
+    unsafe { pass.row::<T>(r) }
+}
+
+/// One build of a pass's row function.
+#[cfg(test)]
+pub(super) type RowBuild<P> = unsafe fn(&P, usize);
+
+/// Every build of the row this CPU runs, the plain one first, for tests that hold the
+/// vector builds to the plain one's bits.
+#[cfg(test)]
+pub(super) fn row_builds<P: RowPass, T: Float>() -> Vec<(&'static str, RowBuild<P>)> {
+    /// The row as compiled for the baseline instruction set.
+    unsafe fn plain<P: RowPass, T: Float>(pass: &P, r: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass.row::<T>(r) }
+    }
+    let mut all: Vec<(&'static str, RowBuild<P>)> = vec![("plain", plain::<P, T>)];
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        all.push(("AVX2", row_avx::<P, T>));
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            all.push(("AVX-512F", row_avx512::<P, T>));
+        }
+    }
+    all
 }
 
 /// Columns computed together.
@@ -168,6 +206,16 @@ pub(super) unsafe fn add_from<T: Float>(
         return;
     }
     let src = rows.at::<T>(r, col) as *const T;
+    if n == LANE {
+        // A whole chunk: a loop of constant length, which compiles to vector loads that
+        // keep the chunk in registers (the counted loop below goes through memory).
+        // SAFETY: the caller's contract, `n` being `LANE`.
+        let whole = unsafe { std::ptr::read_unaligned(src as *const [T; LANE]) };
+        for (v, w) in into.iter_mut().zip(whole) {
+            *v = v.add(w);
+        }
+        return;
+    }
     for (k, v) in into.iter_mut().enumerate().take(n) {
         // SAFETY: `k < n`; the caller's contract.
         *v = v.add(unsafe { *src.add(k) });
@@ -193,6 +241,12 @@ pub(super) unsafe fn load<T: Float>(rows: Rows, r: usize, col: usize, n: usize) 
 #[inline(always)]
 pub(super) unsafe fn store<T: Float>(from: &[T; LANE], rows: Rows, r: usize, col: usize, n: usize) {
     let dst = rows.at::<T>(r, col);
+    if n == LANE {
+        // A whole chunk in one store of constant size (see `add_from`).
+        // SAFETY: the caller's contract, `n` being `LANE`.
+        unsafe { std::ptr::write_unaligned(dst as *mut [T; LANE], *from) };
+        return;
+    }
     for (k, v) in from.iter().enumerate().take(n) {
         // SAFETY: `k < n`; the caller's contract.
         unsafe { *dst.add(k) = *v };

@@ -114,19 +114,15 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
                 hy[k] = o[k].mul(cy[k].tanh_vectorisable());
             }
         } else {
-            // The four gates' sums, chunk `q` of the gate row at column `q·h + col`.
-            let gate = |q: usize| {
-                let c = q * h + col;
-                // SAFETY: `c + n ≤ 4h` lies inside the gate rows and biases (caller).
-                unsafe {
-                    let mut v = load::<T>(f.input_gates, r, c, n);
-                    add_from(&mut v, f.hidden_gates, r, c, n);
-                    add_from(&mut v, f.bias_ih, 0, c, n);
-                    add_from(&mut v, f.bias_hh, 0, c, n);
-                    v
-                }
+            // SAFETY: `q·h + col + n ≤ 4h` lies inside the gate rows and biases (caller).
+            let (gi, gf, gg, go) = unsafe {
+                (
+                    gate_sum::<T>(f, r, col, n),
+                    gate_sum::<T>(f, r, h + col, n),
+                    gate_sum::<T>(f, r, 2 * h + col, n),
+                    gate_sum::<T>(f, r, 3 * h + col, n),
+                )
             };
-            let (gi, gf, gg, go) = (gate(0), gate(1), gate(2), gate(3));
             let mut act = [[T::ZERO; LANE]; 4];
             for k in 0..LANE {
                 let (i, fg, g, o) = (
@@ -158,6 +154,24 @@ unsafe fn forward_row<T: Float>(f: &Forward, r: usize) {
             }
         }
         col += n;
+    }
+}
+
+/// A gate's sum over `n` columns of row `r` from column `c`: the input and hidden gates
+/// and both biases. A function rather than a closure, so that it is compiled inline with the
+/// row's instruction set.
+///
+/// # Safety
+/// Columns `c..c + n` lie inside the gate rows and biases.
+#[inline(always)]
+unsafe fn gate_sum<T: Float>(f: &Forward, r: usize, c: usize, n: usize) -> [T; LANE] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut v = load::<T>(f.input_gates, r, c, n);
+        add_from(&mut v, f.hidden_gates, r, c, n);
+        add_from(&mut v, f.bias_ih, 0, c, n);
+        add_from(&mut v, f.bias_hh, 0, c, n);
+        v
     }
 }
 
@@ -204,5 +218,96 @@ unsafe fn backward_row<T: Float>(b: &Backward, r: usize) {
             store(&dcx, b.grad_cx, r, col, n);
         }
         col += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cell_rows::row_builds;
+    use super::*;
+
+    /// Values in about [-3, 3], the same each run.
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|k| (((k * 7919 + seed * 104_729) % 1000) as f32 - 500.0) / 167.0)
+            .collect()
+    }
+
+    fn at(v: &[f32], stride: usize) -> Rows {
+        Rows {
+            addr: v.as_ptr() as usize,
+            stride,
+        }
+    }
+
+    fn at_mut(v: &mut [f32], stride: usize) -> Rows {
+        Rows {
+            addr: v.as_mut_ptr() as usize,
+            stride,
+        }
+    }
+
+    /// Each vector build of both passes writes the plain build's bits, on rows of whole
+    /// chunks and of a partial one (37 units: two chunks of 16 and one of 5).
+    #[test]
+    fn every_build_computes_the_plain_rows_bits() {
+        let (rows, h) = (3, 37);
+        let (gi, gh) = (values(rows * 4 * h, 1), values(rows * 4 * h, 2));
+        let (b_ih, b_hh, cx) = (values(4 * h, 3), values(4 * h, 4), values(rows * h, 5));
+        let (ghy, gcy) = (values(rows * h, 6), values(rows * h, 7));
+        let mut results = Vec::new();
+        for (fwd, bwd) in row_builds::<Forward, f32>()
+            .into_iter()
+            .zip(row_builds::<Backward, f32>())
+        {
+            let (mut ws, mut hy, mut cy) = (
+                vec![0f32; rows * 4 * h],
+                vec![0f32; rows * h],
+                vec![0f32; rows * h],
+            );
+            let f = Forward {
+                hidden: h,
+                input_gates: at(&gi, 4 * h),
+                hidden_gates: at(&gh, 4 * h),
+                bias_ih: at(&b_ih, 0),
+                bias_hh: at(&b_hh, 0),
+                cx: at(&cx, h),
+                workspace: at_mut(&mut ws, 4 * h),
+                hy: at_mut(&mut hy, h),
+                cy: at_mut(&mut cy, h),
+                activated: false,
+            };
+            for r in 0..rows {
+                // SAFETY: every operand holds `rows` rows of its width; this thread alone
+                // writes them; the CPU runs the build (`row_builds`).
+                unsafe { (fwd.1)(&f, r) };
+            }
+            let (mut gg, mut gcx) = (vec![0f32; rows * 4 * h], vec![0f32; rows * h]);
+            let b = Backward {
+                hidden: h,
+                grad_hy: at(&ghy, h),
+                grad_cy: at(&gcy, h),
+                cx: at(&cx, h),
+                cy: at(&cy, h),
+                workspace: at(&ws, 4 * h),
+                grad_gates: at_mut(&mut gg, 4 * h),
+                grad_cx: at_mut(&mut gcx, h),
+            };
+            for r in 0..rows {
+                // SAFETY: as above.
+                unsafe { (bwd.1)(&b, r) };
+            }
+            let bits = |v: &mut Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            results.push((
+                fwd.0,
+                [&mut ws, &mut hy, &mut cy, &mut gg, &mut gcx].map(bits),
+            ));
+        }
+        let (plain, want) = &results[0];
+        assert_eq!(*plain, "plain");
+        assert!(want[1].iter().any(|&b| b != 0), "the forward wrote nothing");
+        for (name, got) in &results[1..] {
+            assert_eq!(got, want, "{name}");
+        }
     }
 }
