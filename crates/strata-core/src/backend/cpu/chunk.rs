@@ -134,22 +134,9 @@ macro_rules! chunked {
             f: &F,
             stream: bool,
         ) {
-            if !stream && m > 0 && true $(&& $x as usize != out as usize)+ {
-                // No input is the output, so (the caller's contract) none overlaps it: as
-                // slices the compiler may vectorise the loop with no chunk buffer.
-                // SAFETY: every pointer covers `m` elements (the caller's contract), and the
-                // output shares no memory with any input.
-                let out = unsafe { std::slice::from_raw_parts_mut(out, m) };
-                $(
-                    // SAFETY: as above.
-                    let $x = unsafe { std::slice::from_raw_parts($x, m) };
-                )+
-                for (i, o) in out.iter_mut().enumerate() {
-                    // SAFETY: `i < m`, every input's length.
-                    *o = f($(unsafe { *$x.get_unchecked(i) }),+);
-                }
-                return;
-            }
+            // No input is the output, so (the caller's contract) none overlaps it: the loop
+            // then writes the output straight, in one piece.
+            let direct = !stream && true $(&& $x as usize != out as usize)+;
             let mut i = 0;
             if stream {
                 // Single elements up to the first 64-byte boundary, so chunks align.
@@ -160,13 +147,23 @@ macro_rules! chunked {
                 }
             }
             while i < m {
-                let n = CHUNK.min(m - i);
+                let n = if direct { m - i } else { CHUNK.min(m - i) };
                 let mut buf = [const { MaybeUninit::<O>::uninit() }; CHUNK];
-                // A plain counted loop into a local buffer: the compiler vectorises it
-                // (whatever `f` is) since the buffer cannot alias the inputs.
-                for (j, slot) in buf.iter_mut().enumerate().take(n) {
-                    // SAFETY: i + j < i + n ≤ m.
-                    slot.write(f($(unsafe { *$x.add(i + j) }),+));
+                let dst: *mut O = if direct {
+                    out.wrapping_add(i)
+                } else {
+                    buf.as_mut_ptr().cast()
+                };
+                // A plain counted loop, the element function's only call site in the loop
+                // (so it is inlined however large): the compiler vectorises it, checking at
+                // run time that `dst` is apart from the inputs, which it is (the output
+                // with no input in it, or the local buffer).
+                for j in 0..n {
+                    // SAFETY: i + j < i + n ≤ m; `dst` holds `n` writable elements.
+                    unsafe { dst.add(j).write(f($(*$x.add(i + j)),+)) };
+                }
+                if direct {
+                    return;
                 }
                 // SAFETY: the first `n` slots were written above, and `out` is writable
                 // from `i` for `n ≤ m - i` elements; an input that is the output itself was
