@@ -126,7 +126,8 @@ pub fn rows(
         ));
     }
 
-    // An add of 64 Ki floats, below the size where element-wise ops use the pool.
+    // An add of 64 Ki floats: two grains of 32 Ki, so split across the pool (as PyTorch
+    // splits it).
     let (a, b) = (
         Tensor::rand(&[1 << 16], DType::F32)?,
         Tensor::rand(&[1 << 16], DType::F32)?,

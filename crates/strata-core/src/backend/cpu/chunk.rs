@@ -1,11 +1,13 @@
 //! The innermost loop of the map kernels: `out[i] = f(a[i], …)` over one contiguous block,
 //! in register-sized chunks, compiled for the widest vector instructions the CPU has.
 //!
-//! Each chunk of [`CHUNK`] elements is computed by a plain counted loop into a local buffer
-//! and then written out whole. The buffer cannot alias the inputs, so the loop vectorises
-//! whatever the op is, and an output that *is* one of the inputs (an in-place op) vectorises
-//! like any other; a loop writing through raw pointers would fall back to scalar code
-//! there, since the compiler cannot prove the overlap harmless.
+//! An output that no input is (a fresh output) is written straight by one counted loop.
+//! Otherwise each chunk of [`CHUNK`] elements is computed by the same loop into a local
+//! buffer and then written out whole. The buffer cannot alias the inputs, so an output that
+//! *is* one of the inputs (an in-place op) vectorises like any other; a loop writing
+//! through the output would fall back to scalar code there, since the compiler cannot prove
+//! the overlap harmless. Both destinations share the loop, so that the element function
+//! has one call site there and is inlined however large it is.
 //!
 //! On x86_64 the same generic loop is also compiled with AVX2 and FMA enabled and chosen at
 //! run time when the CPU has them. Enabling FMA lets explicit `mul_add` calls use the
