@@ -262,10 +262,16 @@ impl Storage {
     /// holds the event's lock, so a second thread locking the storage meanwhile waits too.
     /// A copy whose device failed leaves the bytes unwritten: its error is kept for the op
     /// that took the lock ([`crate::kernel_error`]), which returns it.
+    #[inline]
     fn wait_pending(&self) {
-        if !self.has_pending.load(Ordering::Acquire) {
-            return;
+        if self.has_pending.load(Ordering::Acquire) {
+            self.wait_for_pending_copy();
         }
+    }
+
+    /// [`Storage::wait_pending`]'s wait, once a copy may be pending.
+    #[cold]
+    fn wait_for_pending_copy(&self) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = pending.as_ref() {
             if let Err(why) = e.wait() {

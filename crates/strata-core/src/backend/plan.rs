@@ -132,32 +132,42 @@ impl Plan {
     /// same-shaped dense operands with equal strides into, built without ordering or
     /// coalescing. `parallel` as for [`Plan::new`].
     #[inline(always)]
-    pub fn linear(
-        numel: usize,
-        operands: impl Iterator<Item = (*mut u8, DType)>,
-        parallel: bool,
-    ) -> Plan {
-        let mut strides = PerOperand::new();
-        let mut inner = PerOperand::new();
-        let mut ptrs = PerOperand::new();
-        let mut dtypes = PerOperand::new();
-        for (ptr, dtype) in operands {
-            let size = dtype.size() as isize;
-            strides.push(smallvec::smallvec![size]);
-            inner.push(size);
-            ptrs.push(ptr);
-            dtypes.push(dtype);
+    pub fn linear(numel: usize, operands: &[(*mut u8, DType)], parallel: bool) -> Plan {
+        if operands.len() > OPS {
+            return Plan::linear_spilled(numel, operands, parallel);
         }
+        // Filled in place as fixed arrays and handed to the small vectors whole: pushing
+        // operand by operand into four nested small vectors cost more than the kernel of a
+        // one-element op.
+        let n = operands.len();
+        let mut ptrs = [std::ptr::null_mut(); OPS];
+        let mut dtypes = [DType::Bool; OPS];
+        let mut inner = [0isize; OPS];
+        for (k, &(ptr, dtype)) in operands.iter().enumerate() {
+            ptrs[k] = ptr;
+            dtypes[k] = dtype;
+            inner[k] = dtype.size() as isize;
+        }
+        let strides = inner.map(|size| ByteStrides::from_buf_and_len([size, 0, 0, 0, 0, 0], 1));
         Plan {
-            shape: smallvec::smallvec![numel],
-            strides,
-            inner,
-            ptrs,
-            dtypes,
+            shape: SmallVec::from_buf_and_len([numel, 0, 0, 0, 0, 0], 1),
+            strides: PerOperand::from_buf_and_len(strides, n),
+            inner: PerOperand::from_buf_and_len(inner, n),
+            ptrs: PerOperand::from_buf_and_len(ptrs, n),
+            dtypes: PerOperand::from_buf_and_len(dtypes, n),
             parallel,
             tiled: false,
             fresh_output: false,
         }
+    }
+
+    /// [`Plan::linear`] with more operands than fit inline.
+    #[cold]
+    fn linear_spilled(numel: usize, operands: &[(*mut u8, DType)], parallel: bool) -> Plan {
+        let operands = operands
+            .iter()
+            .map(|&(ptr, dtype)| (ptr, &[1usize][..], dtype));
+        Plan::from_parts(&[numel], operands, &[0], parallel)
     }
 
     /// Marks operand 0 as a fresh output that nothing reads until the op returns, so a

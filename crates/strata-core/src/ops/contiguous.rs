@@ -65,43 +65,44 @@ pub(crate) fn try_new_output(
     row_major_only: bool,
     kernel: impl FnOnce(&Plan),
 ) -> Option<Result<Tensor>> {
-    if inputs.len() > MAX_INPUTS {
+    let (&first, rest) = inputs.split_first()?;
+    if rest.len() >= MAX_INPUTS {
         return None;
     }
-    let device = inputs.first()?.device();
+    let n = inputs.len();
+    let device = first.device();
     // Fixed arrays rather than vectors: this route is what a one-element op costs.
     let mut storages: [Option<Arc<Storage>>; MAX_INPUTS] = [None, None, None];
     let mut at = [(0usize, DType::Bool); MAX_INPUTS];
-    let mut layout: Option<Layout> = None;
-    for (k, t) in inputs.iter().enumerate() {
-        let taken = t.with_body(|b| {
-            let l = &b.layout;
-            let same_shape = layout
-                .as_ref()
-                .is_none_or(|first| l.sizes() == first.sizes());
-            let row_major = is_row_major(l);
-            let contiguous = row_major || (!row_major_only && l.is_contiguous());
-            // Empty tensors keep the general route's layout rules (PyTorch's strides for
-            // them are not always row-major).
-            if !(same_shape && contiguous && l.numel() > 0 && b.storage.device() == device) {
-                return false;
-            }
-            if layout.is_none() {
-                layout = Some(if row_major {
-                    l.with_offset(0)
-                } else {
-                    Layout::contiguous(l.sizes(), 0)
-                });
-            }
-            storages[k] = Some(b.storage.clone());
-            at[k] = (l.offset(), t.dtype());
-            true
-        });
-        if !taken {
+    // The first input decides the output's layout; the others must have its sizes.
+    let layout = {
+        let b = first.read_body();
+        let l = &b.layout;
+        let row_major = is_row_major(l);
+        let contiguous = row_major || (!row_major_only && l.is_contiguous());
+        // Empty tensors keep the general route's layout rules (PyTorch's strides for them
+        // are not always row-major).
+        if !(contiguous && l.numel() > 0 && b.storage.device() == device) {
             return None;
         }
+        storages[0] = Some(b.storage.clone());
+        at[0] = (l.offset(), first.dtype());
+        if row_major {
+            l.with_offset(0)
+        } else {
+            Layout::contiguous(l.sizes(), 0)
+        }
+    };
+    for (k, t) in rest.iter().enumerate() {
+        let b = t.read_body();
+        let l = &b.layout;
+        let contiguous = is_row_major(l) || (!row_major_only && l.is_contiguous());
+        if !(same_sizes(l.sizes(), layout.sizes()) && contiguous && b.storage.device() == device) {
+            return None;
+        }
+        storages[k + 1] = Some(b.storage.clone());
+        at[k + 1] = (l.offset(), t.dtype());
     }
-    let layout = layout?;
     let numel = layout.numel();
     // An input's elements fit in memory, but a wider output's bytes may not: the general
     // route reports that.
@@ -114,25 +115,33 @@ pub(crate) fn try_new_output(
     };
     let out_ptr = Storage::unshared_write_ptr(&mut storage)?;
     {
-        let held: SmallVec<[&Storage; MAX_INPUTS]> =
-            storages.iter().flatten().map(|s| &**s).collect();
+        let mut held: [&Storage; MAX_INPUTS] = [storages[0].as_deref()?; MAX_INPUTS];
+        for (h, s) in held.iter_mut().zip(&storages).skip(1) {
+            if let Some(s) = s {
+                *h = s;
+            }
+        }
+        let held = &held[..n];
         // Only the inputs are locked: the output is not shared with anything yet.
-        let guards = lock_reads(&held);
-        let inputs = held.iter().zip(&at).map(|(s, (offset, dtype))| {
+        let guards = lock_reads(held);
+        let mut operands = [(out_ptr, out_dtype); 1 + MAX_INPUTS];
+        for (k, (s, (offset, dtype))) in held.iter().zip(&at).enumerate() {
             let ptr = guards.read_ptr(s).wrapping_add(offset * dtype.size()) as *mut u8;
-            (ptr, *dtype)
-        });
+            operands[1 + k] = (ptr, *dtype);
+        }
         // A fresh output cannot overlap an input, so the loop may be split across the pool;
         // nothing reads it before the op returns, so a large one is streamed out.
-        let mut plan = Plan::linear(
-            numel,
-            std::iter::once((out_ptr, out_dtype)).chain(inputs),
-            true,
-        );
+        let mut plan = Plan::linear(numel, &operands[..1 + n], true);
         plan.mark_fresh_output();
         kernel(&plan);
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))
+}
+
+/// Whether two shapes are equal, compared in place (a slice comparison calls the C
+/// library's `bcmp`, which costs more than comparing a few sizes).
+fn same_sizes(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// Whether every stride is exactly the row-major one (size-1 dimensions included).

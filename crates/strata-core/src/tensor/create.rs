@@ -98,7 +98,7 @@ fn filled_on_device(
     {
         let guards = lock_storages(&[(&storage, Access::Write)]);
         let ptr = guards.write_ptr(&storage);
-        let plan = Plan::linear(layout.numel(), std::iter::once((ptr, dtype)), false);
+        let plan = Plan::linear(layout.numel(), &[(ptr, dtype)], false);
         // SAFETY: the plan covers the storage's `numel` elements of `dtype`, write-locked.
         unsafe { backend.fill(&plan, value) };
     }

@@ -200,7 +200,8 @@ impl Tensor {
         weak.upgrade().map(Tensor)
     }
 
-    fn read_body(&self) -> RwLockReadGuard<'_, Body> {
+    /// The body under its read lock (held until the guard drops: keep it short).
+    pub(crate) fn read_body(&self) -> RwLockReadGuard<'_, Body> {
         // Body updates are single assignments; a poisoned lock still holds a consistent body.
         self.0.body.read().unwrap_or_else(|p| p.into_inner())
     }

@@ -206,7 +206,7 @@ pub(super) unsafe fn fill(m: &impl Mover, plan: &Plan, value: Scalar) {
 fn element_bytes(value: Scalar, dtype: DType) -> u64 {
     let mut word = 0u64;
     let ptr = (&mut word as *mut u64).cast::<u8>();
-    let plan = Plan::linear(1, std::iter::once((ptr, dtype)), false);
+    let plan = Plan::linear(1, &[(ptr, dtype)], false);
     // SAFETY: the word holds 8 bytes, aligned for any dtype's one element (at most 8 bytes).
     unsafe { cpu::Cpu.fill(&plan, value) };
     u64::from_le(word)

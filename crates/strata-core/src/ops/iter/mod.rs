@@ -605,11 +605,10 @@ impl Prepared {
             let plan = if self.linear {
                 let numel = out_body.layout.numel();
                 let inputs = self.inputs.iter().map(|(b, d, _)| (input_ptr(b, *d), *d));
-                Plan::linear(
-                    numel,
-                    std::iter::once((out_ptr, out_dtype)).chain(inputs),
-                    self.parallel,
-                )
+                let operands: SmallVec<[_; 4]> = std::iter::once((out_ptr, out_dtype))
+                    .chain(inputs)
+                    .collect();
+                Plan::linear(numel, &operands, self.parallel)
             } else {
                 let out = (out_ptr, out_body.layout.strides(), out_dtype);
                 let inputs = self

@@ -80,10 +80,11 @@ impl<A: Element> Accumulators<A> {
 
     /// A one-dimensional loop over them (operand 0) and `others` of the same length.
     fn linear(&self, others: &[&Accumulators<A>], parallel: bool) -> Plan {
-        let operands = std::iter::once(self)
+        let operands: smallvec::SmallVec<[_; 4]> = std::iter::once(self)
             .chain(others.iter().copied())
-            .map(|a| (a.ptr, A::DTYPE));
-        Plan::linear(self.len, operands, parallel)
+            .map(|a| (a.ptr, A::DTYPE))
+            .collect();
+        Plan::linear(self.len, &operands, parallel)
     }
 }
 

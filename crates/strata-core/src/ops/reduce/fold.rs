@@ -389,7 +389,7 @@ pub(crate) fn finish<A: Element>(
                     (guards.write_ptr(&storage), dtype),
                     (values.ptr(), A::DTYPE),
                 ];
-                let plan = Plan::linear(n, operands.into_iter(), true);
+                let plan = Plan::linear(n, &operands, true);
                 // SAFETY: the new storage holds `n` elements of `dtype` and is write-locked;
                 // the accumulators are our own `n` elements of A, apart from it.
                 unsafe { backend.copy(&plan) };

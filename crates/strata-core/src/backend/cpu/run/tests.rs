@@ -159,7 +159,8 @@ fn linear_plans_walk_like_coalesced_ones() {
         true,
     );
     let ops = [o.operand(), a.operand(), b.operand()];
-    let plan = Plan::linear(n, ops.iter().map(|o| (o.ptr, o.dtype)), true);
+    let operands: Vec<_> = ops.iter().map(|o| (o.ptr, o.dtype)).collect();
+    let plan = Plan::linear(n, &operands, true);
     // SAFETY: as in `run_map2`.
     unsafe { kernels::map2::<f64, f64>(&plan, |x, y| x * 3.0 + y) };
     assert_eq!(o.data, expected);
