@@ -1,9 +1,11 @@
 //! The autograd part of a tensor: whether it requires grad, its `grad_fn`, its `.grad`, its
 //! hooks. Changed through `&self`: an atomic flag answers the hot question ("does this
-//! require grad?") without a lock, a mutex guards the rest.
+//! require grad?") without a lock, a mutex guards the rest, which is made at its first use:
+//! a result computed without grad (most tensors of an inference or evaluation loop) never
+//! needs it, and a tensor without it is smaller, cheaper to make and cheaper to drop.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::storage::Role;
 use crate::tensor::graph::{GradHook, Node, PostAccumulateHook};
@@ -13,7 +15,7 @@ use crate::Tensor;
 #[derive(Default)]
 pub(crate) struct AutogradMeta {
     requires_grad: AtomicBool,
-    state: Mutex<GradState>,
+    state: OnceLock<Box<Mutex<GradState>>>,
 }
 
 impl std::fmt::Debug for AutogradMeta {
@@ -89,7 +91,11 @@ impl AutogradMeta {
         self.requires_grad.store(flag, Ordering::Release);
     }
 
+    /// The rest of the state, made at the first call.
     pub fn state(&self) -> MutexGuard<'_, GradState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .get_or_init(Box::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
