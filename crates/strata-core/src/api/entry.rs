@@ -130,6 +130,11 @@ impl<'a> Entry<'a> {
         backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
     ) -> Result<T> {
         self.check_kernel()?;
+        // The common case, nothing to cast and nothing to record, without the general
+        // route's operand list and checkpoint lookup.
+        if !super::autocast::may_cast() && !records(self.inputs) {
+            return reported(internal(|| forward(&self.ctx, self.inputs)));
+        }
         let operands = self.cast_operands()?;
         let x = operands.refs();
         let records = records(&x);
@@ -151,6 +156,9 @@ impl<'a> Entry<'a> {
         forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
     ) -> Result<T> {
         self.check_kernel()?;
+        if !super::autocast::may_cast() {
+            return reported(internal(|| forward(&self.ctx, self.inputs)));
+        }
         let operands = self.cast_operands()?;
         let x = operands.refs();
         reported(internal(|| forward(&self.ctx, &x)))

@@ -89,5 +89,5 @@ pub use region::{
     autocast, autocast_default, autocast_dtype, with_autocast, AutocastGuard,
     DEFAULT_CPU_AUTOCAST_DTYPE,
 };
-pub(crate) use seam::cast_inputs;
+pub(crate) use seam::{cast_inputs, may_cast};
 pub use seam::{with_cast_policy, CastPolicy};
