@@ -88,6 +88,9 @@ impl State {
         let requested = std::mem::take(&mut r.pairs_requested);
         let max_requested = std::mem::take(&mut r.pairs_max_requested);
         let uncounted = r.phase == Phase::Uncounted;
+        if pairs == 0 && !uncounted {
+            return;
+        }
         if uncounted {
             r.phase = Phase::Live;
         }
@@ -154,21 +157,37 @@ impl State {
     /// `malloc`, `free` and the statistics readers runs after this, since the state the record
     /// describes may change.
     pub fn settle(&mut self) {
-        self.sync_stats();
-        let Some(r) = self.reuse.take() else { return };
-        if r.phase != Phase::Freed {
+        if self.reuse.is_none() {
             return;
         }
-        let removed = self.live.remove(&r.addr);
-        debug_assert_eq!(removed, Some(r.front));
-        if let Some(rem) = r.rem {
-            let merged = self.try_merge(r.front, Some(rem));
+        self.sync_stats();
+        // The fields the free skipped, read in place: moving the whole record out costs a
+        // `memcpy` on every allocation and free that passes here.
+        let Some(&Reuse {
+            phase,
+            addr,
+            front,
+            rem,
+            rem_size,
+            ..
+        }) = self.reuse.as_ref()
+        else {
+            return;
+        };
+        self.reuse = None;
+        if phase != Phase::Freed {
+            return;
+        }
+        let removed = self.live.remove(&addr);
+        debug_assert_eq!(removed, Some(front));
+        if let Some(rem) = rem {
+            let merged = self.try_merge(front, Some(rem));
             debug_assert_eq!(
-                merged, r.rem_size,
+                merged, rem_size,
                 "the remainder of a reused block stays free"
             );
         }
-        self.heap.insert_free(r.front);
+        self.heap.insert_free(front);
     }
 
     /// Whether `src` would merge into a mapped, non-expandable neighbour.
