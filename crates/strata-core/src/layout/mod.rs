@@ -15,6 +15,23 @@ pub mod view;
 /// layout (which every op does to read a tensor without holding its lock) never allocates.
 pub type Dims = smallvec::SmallVec<[usize; 6]>;
 
+/// `Dims` holding `values`. Up to six are copied into the inline buffer by a loop of fixed
+/// length, which the compiler unrolls: `SmallVec::from_slice` calls the C library's `memcpy`
+/// for a copy of a few words, and layouts are copied on every op.
+#[inline]
+fn dims_of(values: &[usize]) -> Dims {
+    if values.len() > 6 {
+        return Dims::from_slice(values);
+    }
+    let mut buf = [0usize; 6];
+    for (i, d) in buf.iter_mut().enumerate() {
+        if let Some(&v) = values.get(i) {
+            *d = v;
+        }
+    }
+    Dims::from_buf_and_len(buf, values.len())
+}
+
 /// Where a tensor's elements are in its storage: element `(i0, i1, ...)` lives at
 /// `offset + Σ i_k * strides[k]`, counted in elements.
 #[derive(Debug, PartialEq, Eq, Hash, Default)]
@@ -29,8 +46,8 @@ impl Clone for Layout {
     /// element through an iterator, and layouts are copied on every op).
     fn clone(&self) -> Self {
         Layout {
-            sizes: Dims::from_slice(&self.sizes),
-            strides: Dims::from_slice(&self.strides),
+            sizes: dims_of(&self.sizes),
+            strides: dims_of(&self.strides),
             offset: self.offset,
         }
     }
