@@ -69,9 +69,6 @@ fn casting<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The operands `op` computes with: `None` to use `inputs` as they are, or the inputs as the
-/// innermost scope casts them. Nothing is cast while the entry casts, nor inside an op's
-/// own forward (its parts run on operands the op's entry already cast).
 /// Whether some thread has a mixed-precision scope open, so that [`cast_inputs`] may cast
 /// (one atomic load; when false, no op anywhere casts).
 #[inline]
@@ -79,6 +76,9 @@ pub(crate) fn may_cast() -> bool {
     OPEN_SCOPES.load(Ordering::Relaxed) != 0
 }
 
+/// The operands `op` computes with: `None` to use `inputs` as they are, or the inputs as the
+/// innermost scope casts them. Nothing is cast while the entry casts, nor inside an op's
+/// own forward (its parts run on operands the op's entry already cast).
 pub(crate) fn cast_inputs(op: &'static str, inputs: &[&Tensor]) -> Result<Option<Vec<Tensor>>> {
     // A scope opened on this thread is counted before it is pushed, so this thread never
     // misses its own scope; other threads' scopes only cost the lookup.
