@@ -4,6 +4,7 @@
 //! never lost and never surfaces in a later, unrelated op.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::{Error, Result};
 
@@ -12,17 +13,39 @@ thread_local! {
     static FAILED: RefCell<Option<Error>> = const { RefCell::new(None) };
 }
 
+/// How many threads have an error waiting: while none has (always, on the CPU), [`take`]
+/// is one load, which every op pays.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
 /// Keeps `e` for the op to report, unless an earlier error is still waiting.
 pub(crate) fn fail(e: Error) {
     FAILED.with(|f| {
-        f.borrow_mut().get_or_insert(e);
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            *f = Some(e);
+            WAITING.fetch_add(1, Ordering::Relaxed);
+        }
     });
 }
 
 /// Hands this thread's waiting error to the op, if there is one.
+#[inline]
 pub(crate) fn take() -> Result<()> {
+    // A thread sees its own `fail` in the count (coherence of one atomic), so zero means
+    // that this thread has nothing waiting.
+    if WAITING.load(Ordering::Relaxed) == 0 {
+        return Ok(());
+    }
+    take_waiting()
+}
+
+#[cold]
+fn take_waiting() -> Result<()> {
     match FAILED.with(|f| f.borrow_mut().take()) {
-        Some(e) => Err(e),
+        Some(e) => {
+            WAITING.fetch_sub(1, Ordering::Relaxed);
+            Err(e)
+        }
         None => Ok(()),
     }
 }

@@ -27,6 +27,11 @@ pub(crate) type UnmappedKey = (StreamId, SegId, usize);
 #[derive(Debug, Clone)]
 pub(crate) struct BlockInfo {
     pub seg: SegId,
+    /// The segment's base address and whether it is expandable, copied from its [`Segment`]
+    /// (neither ever changes): the free-set key and the merge rules need them on every
+    /// allocation and free, without a lookup in `segments`.
+    pub seg_base: usize,
+    pub seg_expandable: bool,
     pub stream: StreamId,
     pub pool: PoolKind,
     pub addr: usize,
@@ -57,9 +62,20 @@ pub(crate) struct BlockInfo {
 }
 
 impl BlockInfo {
-    pub fn new(seg: SegId, stream: StreamId, pool: PoolKind, addr: usize, size: usize) -> Self {
+    /// The block `[addr, addr + size)` of segment `seg` (based at `seg_base`, not
+    /// expandable: an expandable segment's first block sets `seg_expandable` itself).
+    pub fn new(
+        seg: SegId,
+        seg_base: usize,
+        stream: StreamId,
+        pool: PoolKind,
+        addr: usize,
+        size: usize,
+    ) -> Self {
         BlockInfo {
             seg,
+            seg_base,
+            seg_expandable: false,
             stream,
             pool,
             addr,
@@ -190,7 +206,7 @@ impl Heap {
 
     fn offset(&self, id: BlockId) -> usize {
         let b = &self.blocks[id];
-        b.addr - self.segments[&b.seg].base
+        b.addr - b.seg_base
     }
 
     pub fn free_key(&self, id: BlockId) -> FreeKey {
@@ -232,7 +248,7 @@ impl Heap {
     }
 
     pub fn is_expandable(&self, id: BlockId) -> bool {
-        self.segments[&self.blocks[id].seg].expandable.is_some()
+        self.blocks[id].seg_expandable
     }
 
     /// Inserts a new block `[addr, addr + size)` between `prev` and `next` (either may be
@@ -247,7 +263,8 @@ impl Heap {
         next: Option<BlockId>,
     ) -> BlockId {
         let l = &self.blocks[like];
-        let mut b = BlockInfo::new(l.seg, l.stream, l.pool, addr, size);
+        let mut b = BlockInfo::new(l.seg, l.seg_base, l.stream, l.pool, addr, size);
+        b.seg_expandable = l.seg_expandable;
         b.mapped = mapped;
         b.prev = prev;
         b.next = next;
@@ -281,7 +298,7 @@ mod tests {
     #[test]
     fn arena_reuses_ids() {
         let mut a = Arena::default();
-        let b = BlockInfo::new(0, StreamId(0), PoolKind::Small, 0, 512);
+        let b = BlockInfo::new(0, 0, StreamId(0), PoolKind::Small, 0, 512);
         let x = a.insert(b.clone());
         let y = a.insert(b.clone());
         assert_eq!(a.iter().count(), 2);
@@ -313,9 +330,10 @@ mod tests {
         // Same size in both segments: segment 0 wins although its address is higher.
         let a = h
             .blocks
-            .insert(BlockInfo::new(1, StreamId(0), PoolKind::Small, base1, 1024));
+            .insert(BlockInfo::new(1, base1, StreamId(0), PoolKind::Small, base1, 1024));
         let b = h.blocks.insert(BlockInfo::new(
             0,
+            base0,
             StreamId(0),
             PoolKind::Small,
             base0 + 512,
@@ -323,7 +341,7 @@ mod tests {
         ));
         let c = h
             .blocks
-            .insert(BlockInfo::new(0, StreamId(0), PoolKind::Small, base0, 512));
+            .insert(BlockInfo::new(0, base0, StreamId(0), PoolKind::Small, base0, 512));
         for id in [a, b, c] {
             h.insert_free(id);
         }

@@ -94,7 +94,8 @@ impl State {
                 oversize: false,
             },
         );
-        let mut blk = BlockInfo::new(seq, stream, pool, base, reservation);
+        let mut blk = BlockInfo::new(seq, base, stream, pool, base, reservation);
+        blk.seg_expandable = true;
         blk.mapped = false;
         let id = self.heap.blocks.insert(blk);
         self.heap.insert_unmapped(id);

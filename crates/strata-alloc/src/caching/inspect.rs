@@ -268,7 +268,11 @@ impl State {
                 if b.size == 0 || !b.size.is_multiple_of(MIN_BLOCK_SIZE) {
                     return Err(format!("block at {:#x} has size {}", b.addr, b.size));
                 }
-                if b.stream != seg.stream || b.pool != pool {
+                if b.stream != seg.stream
+                    || b.pool != pool
+                    || b.seg_base != seg.base
+                    || b.seg_expandable != expandable
+                {
                     return Err(format!("block at {:#x} disagrees with its segment", b.addr));
                 }
                 if b.allocated && !b.active {

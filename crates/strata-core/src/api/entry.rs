@@ -273,8 +273,7 @@ pub(crate) fn check_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> 
     let Some((head, rest)) = inputs.split_first() else {
         return Ok(());
     };
-    let d0 = head.device();
-    if rest.iter().all(|t| t.device() == d0) {
+    if rest.iter().all(|t| t.same_device(head)) {
         return Ok(());
     }
     let mut first: Option<Device> = None;

@@ -267,6 +267,12 @@ impl Tensor {
         self.0.device.load()
     }
 
+    /// Whether `self` and `other` are on one device (compared without decoding either).
+    #[inline]
+    pub(crate) fn same_device(&self, other: &Tensor) -> bool {
+        self.0.device.word() == other.0.device.word()
+    }
+
     /// Bytes per element.
     pub fn element_size(&self) -> usize {
         self.dtype().size()

@@ -28,7 +28,9 @@ impl AtomicDType {
 
     #[inline]
     pub(crate) fn load(&self) -> DType {
-        ALL_DTYPES[self.0.load(Ordering::Acquire) as usize]
+        // Only `new` and `store` write the index, so it is in range; the remainder tells the
+        // compiler so (no bounds check on every op's dtype reads).
+        ALL_DTYPES[self.0.load(Ordering::Acquire) as usize % ALL_DTYPES.len()]
     }
 
     fn store(&self, dtype: DType) {
@@ -62,6 +64,12 @@ impl AtomicDevice {
             1 => Device::Meta,
             n => Device::Cuda((n - 2) as usize),
         }
+    }
+
+    /// The encoded word: two tensors are on one device exactly when their words are equal.
+    #[inline]
+    pub(crate) fn word(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
     }
 
     fn store(&self, device: Device) {

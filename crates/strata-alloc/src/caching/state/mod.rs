@@ -296,7 +296,7 @@ impl State {
         let id = self
             .heap
             .blocks
-            .insert(BlockInfo::new(seq, stream, pool, addr, alloc_size));
+            .insert(BlockInfo::new(seq, addr, stream, pool, addr, alloc_size));
         self.reserved += alloc_size;
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, alloc_size);
