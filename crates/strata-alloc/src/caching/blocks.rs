@@ -328,9 +328,14 @@ mod tests {
         let base1 = h.segments[&1].base;
         let base0 = h.segments[&0].base;
         // Same size in both segments: segment 0 wins although its address is higher.
-        let a = h
-            .blocks
-            .insert(BlockInfo::new(1, base1, StreamId(0), PoolKind::Small, base1, 1024));
+        let a = h.blocks.insert(BlockInfo::new(
+            1,
+            base1,
+            StreamId(0),
+            PoolKind::Small,
+            base1,
+            1024,
+        ));
         let b = h.blocks.insert(BlockInfo::new(
             0,
             base0,
@@ -339,9 +344,14 @@ mod tests {
             base0 + 512,
             1024,
         ));
-        let c = h
-            .blocks
-            .insert(BlockInfo::new(0, base0, StreamId(0), PoolKind::Small, base0, 512));
+        let c = h.blocks.insert(BlockInfo::new(
+            0,
+            base0,
+            StreamId(0),
+            PoolKind::Small,
+            base0,
+            512,
+        ));
         for id in [a, b, c] {
             h.insert_free(id);
         }

@@ -135,6 +135,17 @@ impl<'a> Entry<'a> {
         if !super::autocast::may_cast() && !records(self.inputs) {
             return reported(internal(|| forward(&self.ctx, self.inputs)));
         }
+        self.run_general(forward, backward)
+    }
+
+    /// [`Entry::run`] when the inputs may be cast or the op records (kept out of line, so
+    /// that the common case stays small).
+    #[inline(never)]
+    fn run_general<T: KeptOutputs>(
+        self,
+        forward: impl FnOnce(&OpContext, &[&Tensor]) -> Result<T>,
+        backward: impl FnOnce(&OpContext, &[&Tensor], &T) -> Result<()>,
+    ) -> Result<T> {
         let operands = self.cast_operands()?;
         let x = operands.refs();
         let records = records(&x);
@@ -269,6 +280,7 @@ fn reported<T>(out: Result<T>) -> Result<T> {
 /// `Err` unless every dimensioned operand is on one device; 0-d CPU tensors join any
 /// device's op, as in PyTorch. Operands all on one device (the common case) cost one atomic
 /// load each.
+#[inline]
 pub(crate) fn check_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
     let Some((head, rest)) = inputs.split_first() else {
         return Ok(());
@@ -276,6 +288,13 @@ pub(crate) fn check_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> 
     if rest.iter().all(|t| t.same_device(head)) {
         return Ok(());
     }
+    check_mixed_devices(op, inputs)
+}
+
+/// [`check_devices`] when the operands are not all on one device: `Ok` when the others
+/// are 0-d CPU tensors.
+#[cold]
+fn check_mixed_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
     let mut first: Option<Device> = None;
     for t in inputs {
         let d = t.device();

@@ -46,6 +46,10 @@ pub struct Plan {
     pub(crate) tiled: bool,
     /// Operand 0 is a fresh output that nothing reads until the op returns.
     pub(crate) fresh_output: bool,
+    /// One dimension along which every operand is stored contiguously from its address
+    /// (each byte stride is its dtype's size): what a kernel's direct loop for short runs
+    /// needs to know, told once here instead of checked per operand.
+    pub(crate) linear: bool,
 }
 
 /// Side of the square tiles a loop with a transposed operand is walked in (elements).
@@ -114,7 +118,12 @@ impl Plan {
             && strides
                 .iter()
                 .any(|s| s[1] != 0 && s[1].unsigned_abs() < s[0].unsigned_abs());
-        let inner = strides.iter().map(|s| s[0]).collect();
+        let inner: PerOperand<isize> = strides.iter().map(|s| s[0]).collect();
+        let linear = dims.len() == 1
+            && inner
+                .iter()
+                .zip(&dtypes)
+                .all(|(&s, d)| s == d.size() as isize);
         Plan {
             shape: dims,
             strides,
@@ -124,6 +133,7 @@ impl Plan {
             parallel,
             tiled,
             fresh_output: false,
+            linear,
         }
     }
 
@@ -158,6 +168,7 @@ impl Plan {
             parallel,
             tiled: false,
             fresh_output: false,
+            linear: true,
         }
     }
 

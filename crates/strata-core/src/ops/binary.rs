@@ -53,7 +53,33 @@ impl Other<'_> {
 }
 
 /// Checks the op can run in `compute` and returns the dtype it computes in.
+#[inline]
 fn compute_type(
+    op_name: &'static str,
+    op: BinaryOp,
+    a: &Tensor,
+    other: &Other<'_>,
+) -> Result<DType> {
+    // Two floating tensors of one dtype compute in it: neither is bool, so only a bool alpha
+    // can be refused (every check of `checked_compute_type` passes otherwise).
+    if let Other::Tensor(t) = other {
+        let d = a.dtype();
+        if t.dtype() == d
+            && d.is_floating()
+            && !matches!(
+                op,
+                BinaryOp::Add(Scalar::Bool(_)) | BinaryOp::Sub(Scalar::Bool(_))
+            )
+        {
+            return Ok(d);
+        }
+    }
+    checked_compute_type(op_name, op, a, other)
+}
+
+/// [`compute_type`] for every case, with the errors.
+#[inline(never)]
+fn checked_compute_type(
     op_name: &'static str,
     op: BinaryOp,
     a: &Tensor,

@@ -33,6 +33,7 @@ thread_local! {
 ///
 /// An invalid `STRATA_ALLOC_CONF` is an error (naming the key) from every host allocation and
 /// memory query, rather than a silently ignored setting.
+#[inline]
 pub fn default_host_allocator() -> Result<&'static Arc<HostCachingAllocator>> {
     static HOST: OnceLock<std::result::Result<Arc<HostCachingAllocator>, ConfigError>> =
         OnceLock::new();
@@ -117,6 +118,7 @@ fn config_error(e: &ConfigError) -> Error {
 
 /// The allocator a new storage on `device` takes its memory from on this thread: the
 /// innermost override for `device`, else the device's default.
+#[inline]
 pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
     let routed = OVERRIDES.with(|o| {
         let o = o.borrow();
@@ -127,7 +129,10 @@ pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
     });
     match (routed, device) {
         (Some(a), _) => Ok(a),
-        (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
+        (None, Device::Cpu) => match default_host_allocator() {
+            Ok(a) => Ok(a.clone()),
+            Err(e) => Err(e),
+        },
         (None, Device::Meta) => Ok(default_meta_allocator()?.clone()),
         #[cfg(feature = "cuda")]
         (None, Device::Cuda(i)) => Ok(default_cuda_allocator(i)?.clone()),

@@ -149,16 +149,12 @@ const SHORT: usize = 16;
 /// element function is the same, so results are the same.
 #[inline(always)]
 fn short_run<O: Element, I: Element>(plan: &Plan) -> Option<(&[*mut u8], usize)> {
-    let n = match plan.shape[..] {
-        [n] if n <= SHORT && !plan.tiled => n,
-        _ => return None,
-    };
+    if !plan.linear {
+        return None;
+    }
+    let n = plan.shape[0];
     let (out, inputs) = plan.dtypes.split_first()?;
-    let contiguous = plan.inner[0] == size_of::<O>() as isize
-        && plan.inner[1..]
-            .iter()
-            .all(|&s| s == size_of::<I>() as isize);
-    (*out == O::DTYPE && inputs.iter().all(|&d| d == I::DTYPE) && contiguous)
+    (n <= SHORT && *out == O::DTYPE && inputs.iter().all(|&d| d == I::DTYPE))
         .then_some((&plan.ptrs[..], n))
 }
 

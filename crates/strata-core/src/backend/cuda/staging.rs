@@ -71,6 +71,7 @@ pub(super) fn rebased(plan: &Plan, ptrs: &[*mut u8]) -> Plan {
         parallel: plan.parallel,
         tiled: plan.tiled,
         fresh_output: false,
+        linear: plan.linear,
     }
 }
 
