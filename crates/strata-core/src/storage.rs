@@ -269,6 +269,14 @@ impl Storage {
         }
     }
 
+    /// Waits for any pending copy into the bytes, then takes the read lock.
+    #[inline]
+    fn read_lock(&self) -> RwLockReadGuard<'_, ()> {
+        self.wait_pending();
+        // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
+        self.lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// [`Storage::wait_pending`]'s wait, once a copy may be pending.
     #[cold]
     fn wait_for_pending_copy(&self) {
@@ -559,6 +567,19 @@ impl ReadGuards<'_> {
 /// merged list and guard vector when there are at most [`FEW`]: a one-element `a + b` locks
 /// its two inputs for a few instructions.
 pub(crate) fn lock_reads<'a>(storages: &[&'a Storage]) -> ReadGuards<'a> {
+    // One or two storages (a unary or binary op), ordered without the general sort.
+    match *storages {
+        [a] => return ReadGuards::Few([Some(a.read_lock()), None, None]),
+        [a, b] => {
+            if a.id == b.id {
+                return ReadGuards::Few([Some(a.read_lock()), None, None]);
+            }
+            let (first, second) = if a.id < b.id { (a, b) } else { (b, a) };
+            let first = first.read_lock();
+            return ReadGuards::Few([Some(first), Some(second.read_lock()), None]);
+        }
+        _ => {}
+    }
     if storages.len() > FEW {
         let all: Locked<_> = storages.iter().map(|&s| (s, Access::Read)).collect();
         return ReadGuards::Many(lock_storages(&all));
@@ -581,11 +602,7 @@ pub(crate) fn lock_reads<'a>(storages: &[&'a Storage]) -> ReadGuards<'a> {
         order[i] = Some(s);
         n += 1;
     }
-    for s in order.iter().flatten() {
-        s.wait_pending();
-    }
-    // A poisoned lock guards `()`: there is no state to be inconsistent, so recover it.
-    ReadGuards::Few(order.map(|s| s.map(|s| s.lock.read().unwrap_or_else(|p| p.into_inner()))))
+    ReadGuards::Few(order.map(|s| s.map(Storage::read_lock)))
 }
 
 #[cfg(test)]

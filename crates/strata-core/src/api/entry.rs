@@ -40,6 +40,9 @@ use crate::{Device, Error, Result, Tensor};
 pub(crate) struct Entry<'a> {
     ctx: OpContext,
     inputs: &'a [&'a Tensor],
+    /// Every operand is on one device (the common case, which decides the kernel's device
+    /// without another look at each).
+    one_device: bool,
 }
 
 /// An out-of-place op's operands: the inputs, or their mixed-precision casts.
@@ -68,7 +71,7 @@ impl<'a> Entry<'a> {
     /// Enters op `name` with its tensor operands `inputs` (see the module docs for what is
     /// checked and decided here).
     #[track_caller]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(name: &'static str, inputs: &'a [&'a Tensor]) -> Result<Entry<'a>> {
         let ctx = OpContext::enter_described(name, || {
             inputs
@@ -79,8 +82,15 @@ impl<'a> Entry<'a> {
                 })
                 .collect()
         });
-        check_devices(name, inputs)?;
-        Ok(Entry { ctx, inputs })
+        let one_device = on_one_device(inputs);
+        if !one_device {
+            check_mixed_devices(name, inputs)?;
+        }
+        Ok(Entry {
+            ctx,
+            inputs,
+            one_device,
+        })
     }
 
     /// The operands of an out-of-place op: the inputs as the mixed-precision policy casts
@@ -102,7 +112,7 @@ impl<'a> Entry<'a> {
     /// tensors of another device, does not decide it).
     fn kernel_device(&self) -> Option<Device> {
         let first = self.inputs.first()?.device();
-        if first != Device::Cpu {
+        if self.one_device || first != Device::Cpu {
             return Some(first);
         }
         let mut others = self.inputs[1..].iter().map(|t| t.device());
@@ -282,13 +292,19 @@ fn reported<T>(out: Result<T>) -> Result<T> {
 /// load each.
 #[inline]
 pub(crate) fn check_devices(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
-    let Some((head, rest)) = inputs.split_first() else {
-        return Ok(());
-    };
-    if rest.iter().all(|t| t.same_device(head)) {
+    if on_one_device(inputs) {
         return Ok(());
     }
     check_mixed_devices(op, inputs)
+}
+
+/// Whether every operand is on one device (true for none).
+#[inline]
+fn on_one_device(inputs: &[&Tensor]) -> bool {
+    match inputs.split_first() {
+        Some((head, rest)) => rest.iter().all(|t| t.same_device(head)),
+        None => true,
+    }
 }
 
 /// [`check_devices`] when the operands are not all on one device: `Ok` when the others
