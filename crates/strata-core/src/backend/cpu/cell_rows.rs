@@ -49,32 +49,36 @@ pub(super) unsafe fn run_rows<P: RowPass>(
     rows: usize,
     hidden: usize,
 ) -> bool {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match dtype {
-            DType::F32 => in_parallel(rows, hidden, |r| row_any::<P, f32>(pass, r)),
-            DType::F64 => in_parallel(rows, hidden, |r| row_any::<P, f64>(pass, r)),
-            _ => return false,
-        }
-    }
+    let row = match dtype {
+        DType::F32 => row_for_cpu::<P, f32>(),
+        DType::F64 => row_for_cpu::<P, f64>(),
+        _ => return false,
+    };
+    // SAFETY: `row` runs only on a CPU with the features it was built for, and the rest is
+    // forwarded from the caller.
+    unsafe { in_parallel(rows, hidden, |r| row(pass, r)) };
     true
 }
 
-/// Row `r` of `pass`, with AVX2 and FMA where the CPU has them.
-///
-/// # Safety
-/// As [`RowPass::row`].
-unsafe fn row_any<P: RowPass, T: Float>(pass: &P, r: usize) {
+/// The build of `pass.row::<T>` this CPU runs, chosen once per call: with AVX-512F, with
+/// AVX2 and FMA, or the plain one. The function it returns has [`RowPass::row`]'s contract.
+fn row_for_cpu<P: RowPass, T: Float>() -> unsafe fn(&P, usize) {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, AVX2 and FMA; the rest is the caller's contract.
-            return unsafe { row_avx512::<P, T>(pass, r) };
+            return row_avx512::<P, T>;
         }
-        // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's contract.
-        return unsafe { row_avx::<P, T>(pass, r) };
+        return row_avx::<P, T>;
     }
-    // SAFETY: the caller's contract.
+    row_plain::<P, T>
+}
+
+/// The row without extra target features.
+///
+/// # Safety
+/// As [`RowPass::row`].
+unsafe fn row_plain<P: RowPass, T: Float>(pass: &P, r: usize) {
+    // SAFETY: forwarded.
     unsafe { pass.row::<T>(r) }
 }
 

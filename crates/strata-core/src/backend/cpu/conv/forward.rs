@@ -90,7 +90,7 @@ unsafe fn panel_on<I: Isa, const MR: usize, const NV: usize>(
     let kc = depth.div_ceil(depth.div_ceil(DEPTH_BLOCK));
     for k0 in (0..depth).step_by(kc) {
         let steps = k0..(k0 + kc).min(depth);
-        for o0 in (0..p.o).step_by(MR) {
+        for o0 in (0..p.sizes.o).step_by(MR) {
             let weight = &a[o0 * depth..(o0 + MR) * depth];
             let sums = &mut sums[o0 * nr..(o0 + MR) * nr];
             // SAFETY: forwarded from the caller.
@@ -136,11 +136,11 @@ pub(super) unsafe fn pack_columns<I: Isa>(p: &Problem, runs: &[Run], nr: usize, 
     let mut pieces: SmallVec<[(usize, Piece<I::M>); 144]> = SmallVec::new();
     let mut ends: SmallVec<[usize; 48]> = SmallVec::new();
     for r in runs {
-        for j in 0..p.kw {
+        for j in 0..p.sizes.kw {
             // Lane t of the run reads column x + t + j - pw, inside the image for t in lo..hi.
-            let first = (r.x + j) as isize - p.pw as isize;
+            let first = (r.x + j) as isize - p.sizes.pw as isize;
             let lo = (-first).max(0) as usize;
-            let hi = (p.w as isize - first).clamp(0, r.len as isize) as usize;
+            let hi = (p.sizes.w as isize - first).clamp(0, r.len as isize) as usize;
             for t0 in (0..r.len).step_by(I::LANES) {
                 let width = I::LANES.min(r.len - t0);
                 let (l, h) = (lo.clamp(t0, t0 + width) - t0, hi.clamp(t0, t0 + width) - t0);
@@ -159,21 +159,22 @@ pub(super) unsafe fn pack_columns<I: Isa>(p: &Problem, runs: &[Run], nr: usize, 
         ends.push(pieces.len());
     }
     let dst = buf.as_mut_ptr();
-    for c in 0..p.c {
-        for i in 0..p.kh {
+    for c in 0..p.sizes.c {
+        for i in 0..p.sizes.kh {
             // Step `(c, i, j)` is `first + j`.
-            let first = (c * p.kh + i) * p.kw;
+            let first = (c * p.sizes.kh + i) * p.sizes.kw;
             let mut start = 0;
             for (r, &end) in runs.iter().zip(&ends) {
-                let sy = (r.y + i).wrapping_sub(p.ph);
-                let line =
-                    p.x.wrapping_add(((r.n * p.c + c) * p.h + sy.min(p.h)) * p.w);
+                let sy = (r.y + i).wrapping_sub(p.sizes.ph);
+                let line = p.x.wrapping_add(
+                    ((r.n * p.sizes.c + c) * p.sizes.h + sy.min(p.sizes.h)) * p.sizes.w,
+                );
                 // SAFETY: every write lies in its step's `nr` lanes, inside `buf`; every read
                 // inside the run's image row (the masks keep the padding's lanes unread), and
                 // none when the row lies in the padding.
                 unsafe {
                     for &(j, piece) in &pieces[start..end] {
-                        let v = if sy < p.h {
+                        let v = if sy < p.sizes.h {
                             I::load_masked(line.wrapping_offset(piece.src), piece.load)
                         } else {
                             zero
@@ -204,7 +205,7 @@ unsafe fn tile<I: Isa, const MR: usize, const NV: usize>(
     steps: std::ops::Range<usize>,
     samples: &[Run],
 ) {
-    let rows = MR.min(p.o - o0);
+    let rows = MR.min(p.sizes.o - o0);
     let nr = NV * I::LANES;
     let held = sums.as_mut_ptr();
     // SAFETY: the CPU runs `I` (caller's contract); the bias rows are below `o`; `sums`
@@ -253,7 +254,9 @@ unsafe fn tile<I: Isa, const MR: usize, const NV: usize>(
         let pos = s.y * p.ow + s.x;
         for (r, acc) in acc.iter().enumerate().take(rows) {
             // Lane l of the tile goes to output position `pos + l - s.lane` of this row.
-            let row = p.out.wrapping_add((s.n * p.o + o0 + r) * positions + pos);
+            let row = p
+                .out
+                .wrapping_add((s.n * p.sizes.o + o0 + r) * positions + pos);
             for (v, &acc) in acc.iter().enumerate() {
                 let first = v * I::LANES;
                 let lo = s.lane.clamp(first, first + I::LANES) - first;

@@ -56,15 +56,8 @@ pub(super) unsafe fn direct(args: &DirectConvArgs) {
 /// One call's sizes and operands, in elements.
 #[derive(Clone, Copy)]
 struct Problem {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    o: usize,
-    kh: usize,
-    kw: usize,
-    ph: usize,
-    pw: usize,
+    sizes: ConvSizes,
+    /// The output plane ([`ConvSizes::out_plane`]).
     oh: usize,
     ow: usize,
     x: *const f32,
@@ -104,27 +97,8 @@ impl Problem {
     /// `sizes` over the image `x` into `out`, with no weight and no bias.
     fn of(sizes: &ConvSizes, x: *const u8, out: *mut u8) -> Problem {
         let (oh, ow) = sizes.out_plane();
-        let ConvSizes {
-            n,
-            c,
-            h,
-            w,
-            o,
-            kh,
-            kw,
-            ph,
-            pw,
-        } = *sizes;
         Problem {
-            n,
-            c,
-            h,
-            w,
-            o,
-            kh,
-            kw,
-            ph,
-            pw,
+            sizes: *sizes,
             oh,
             ow,
             x: x.cast(),
@@ -139,7 +113,7 @@ impl Problem {
 
     /// Steps along the depth: `(c, i, j)`, `j` fastest.
     fn depth(&self) -> usize {
-        self.c * self.kh * self.kw
+        self.sizes.depth()
     }
 
     /// Output positions per sample.
@@ -148,7 +122,7 @@ impl Problem {
     }
 
     fn out_len(&self) -> usize {
-        self.n * self.o * self.positions()
+        self.sizes.n * self.sizes.o * self.positions()
     }
 
     /// `weight(row, c, i, j)`.
@@ -157,7 +131,7 @@ impl Problem {
     /// The indices lie inside the weight.
     unsafe fn weight_at(&self, row: usize, c: usize, i: usize, j: usize) -> f32 {
         let (i, j) = if self.flip {
-            (self.kh - 1 - i, self.kw - 1 - j)
+            (self.sizes.kh - 1 - i, self.sizes.kw - 1 - j)
         } else {
             (i, j)
         };
@@ -210,10 +184,10 @@ thread_local! {
 unsafe fn run(p: &Problem, kernel: Kernel) {
     // SAFETY: forwarded from the caller.
     let a = unsafe { pack_weight(p, kernel.mr) };
-    let panels = (p.n * p.positions()).div_ceil(kernel.nr);
+    let panels = (p.sizes.n * p.positions()).div_ceil(kernel.nr);
     let pieces = panels.min(num_threads() * 8);
     // The panel's packed columns, then its tiles' sums between blocks of the depth.
-    let len = (p.depth() + p.o.div_ceil(kernel.mr) * kernel.mr) * kernel.nr;
+    let len = (p.depth() + p.sizes.o.div_ceil(kernel.mr) * kernel.mr) * kernel.nr;
     spread(pieces, &|piece| {
         PANEL.with(|buf| {
             let mut buf = buf.borrow_mut();
@@ -235,13 +209,13 @@ unsafe fn run(p: &Problem, kernel: Kernel) {
 /// As [`direct`].
 unsafe fn pack_weight(p: &Problem, mr: usize) -> Vec<f32> {
     let depth = p.depth();
-    let mut a = vec![0.0; p.o.div_ceil(mr) * mr * depth];
-    for row in 0..p.o {
+    let mut a = vec![0.0; p.sizes.o.div_ceil(mr) * mr * depth];
+    for row in 0..p.sizes.o {
         let (q, r) = (row / mr, row % mr);
         let mut k = 0;
-        for c in 0..p.c {
-            for i in 0..p.kh {
-                for j in 0..p.kw {
+        for c in 0..p.sizes.c {
+            for i in 0..p.sizes.kh {
+                for j in 0..p.sizes.kw {
                     // SAFETY: the indices lie inside the weight (caller's contract).
                     a[(q * depth + k) * mr + r] = unsafe { p.weight_at(row, c, i, j) };
                     k += 1;
@@ -267,7 +241,7 @@ struct Run {
 /// how many. With `whole_samples`, a run goes on to the end of its sample (the output's
 /// runs: a sample's positions are consecutive in the output).
 fn runs(p: &Problem, panel: usize, nr: usize, whole_samples: bool, runs: &mut [Run]) -> usize {
-    let total = p.n * p.positions();
+    let total = p.sizes.n * p.positions();
     let first = panel * nr;
     let lanes = nr.min(total - first);
     let mut count = 0;
@@ -296,21 +270,27 @@ fn runs(p: &Problem, panel: usize, nr: usize, whole_samples: bool, runs: &mut [R
 /// As [`direct`].
 unsafe fn plain(p: &Problem) {
     let positions = p.positions();
-    for n in 0..p.n {
-        for row in 0..p.o {
+    for n in 0..p.sizes.n {
+        for row in 0..p.sizes.o {
             // SAFETY: `row` is below `o`.
             let bias = unsafe { p.bias_at(row) };
             for y in 0..p.oh {
                 for x in 0..p.ow {
                     let mut acc = bias;
-                    for c in 0..p.c {
-                        for i in 0..p.kh {
-                            for j in 0..p.kw {
-                                let (sy, sx) =
-                                    ((y + i).wrapping_sub(p.ph), (x + j).wrapping_sub(p.pw));
-                                let v = if sy < p.h && sx < p.w {
+                    for c in 0..p.sizes.c {
+                        for i in 0..p.sizes.kh {
+                            for j in 0..p.sizes.kw {
+                                let (sy, sx) = (
+                                    (y + i).wrapping_sub(p.sizes.ph),
+                                    (x + j).wrapping_sub(p.sizes.pw),
+                                );
+                                let v = if sy < p.sizes.h && sx < p.sizes.w {
                                     // SAFETY: the position lies inside the image.
-                                    unsafe { *p.x.add(((n * p.c + c) * p.h + sy) * p.w + sx) }
+                                    unsafe {
+                                        *p.x.add(
+                                            ((n * p.sizes.c + c) * p.sizes.h + sy) * p.sizes.w + sx,
+                                        )
+                                    }
                                 } else {
                                     0.0
                                 };
@@ -322,7 +302,7 @@ unsafe fn plain(p: &Problem) {
                     }
                     // SAFETY: the output position lies inside the output, which this call
                     // alone writes.
-                    unsafe { *p.out.add((n * p.o + row) * positions + y * p.ow + x) = acc };
+                    unsafe { *p.out.add((n * p.sizes.o + row) * positions + y * p.ow + x) = acc };
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! output from its bias in the depth's order with fused multiply-adds.
 
 use super::{plain, run, Problem};
+use crate::backend::args::ConvSizes;
 
 /// `(n, c, h, w, o, kh, kw, ph, pw)`.
 pub(super) type Shape = (
@@ -66,7 +67,7 @@ fn problem(
     } else {
         [c * kh * kw, kh * kw, kw, 1]
     };
-    Problem {
+    let sizes = ConvSizes {
         n,
         c,
         h,
@@ -76,8 +77,12 @@ fn problem(
         kw,
         ph,
         pw,
-        oh: h + 2 * ph + 1 - kh,
-        ow: w + 2 * pw + 1 - kw,
+    };
+    let (oh, ow) = sizes.out_plane();
+    Problem {
+        sizes,
+        oh,
+        ow,
         x: x.as_ptr(),
         weight: weight.as_ptr(),
         ws,

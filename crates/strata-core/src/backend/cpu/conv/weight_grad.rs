@@ -16,6 +16,7 @@
 //! sums are host scratch of the kernel, as the forward's panels are.
 
 use std::cell::RefCell;
+use std::sync::OnceLock;
 
 use super::super::threads::spread;
 #[cfg(target_arch = "x86_64")]
@@ -43,11 +44,11 @@ pub(in crate::backend::cpu) unsafe fn weight_grad(args: &DirectWeightGradArgs) {
     let p = Problem::for_weight_grad(args);
     let grad: *const f32 = args.grad.cast();
     let out: *mut f32 = args.out.cast();
-    let len = p.o * p.depth();
+    let len = p.sizes.o * p.depth();
     if len == 0 {
         return;
     }
-    if p.n * p.positions() == 0 {
+    if p.sizes.n * p.positions() == 0 {
         // SAFETY: the output holds `len` writable elements (caller's contract).
         unsafe { std::slice::from_raw_parts_mut(out, len).fill(0.0) };
         return;
@@ -73,8 +74,8 @@ struct Cuts {
 impl Cuts {
     fn new(p: &Problem) -> Cuts {
         let lanes = (CHUNK_BYTES / (4 * p.depth())).clamp(64, 2048) / 64 * 64;
-        let chunks = (p.n * p.positions()).div_ceil(lanes);
-        let parts = (PARTIAL_BYTES / (4 * p.o * p.depth()))
+        let chunks = (p.sizes.n * p.positions()).div_ceil(lanes);
+        let parts = (PARTIAL_BYTES / (4 * p.sizes.o * p.depth()))
             .clamp(1, PARTS)
             .min(chunks);
         Cuts {
@@ -108,7 +109,7 @@ struct Dots {
 /// The best vector kernel this CPU runs, if any (found once per process).
 #[cfg(target_arch = "x86_64")]
 fn best() -> Option<Dots> {
-    static BEST: std::sync::OnceLock<Option<Dots>> = std::sync::OnceLock::new();
+    static BEST: OnceLock<Option<Dots>> = OnceLock::new();
     *BEST.get_or_init(|| available().first().map(|&(_, d)| d))
 }
 
@@ -152,7 +153,7 @@ impl Scratch {
     /// Sizes the buffers for `p` cut by `cuts` on tiles of `mr × nk`, the padding rows zero.
     fn fit(&mut self, p: &Problem, cuts: &Cuts, mr: usize, nk: usize) {
         let lanes = cuts.lanes;
-        let (depth, o) = (p.depth(), p.o);
+        let (depth, o) = (p.depth(), p.sizes.o);
         let (rows_k, rows_o) = (depth.div_ceil(nk) * nk, o.div_ceil(mr) * mr);
         self.cols.resize(rows_k * lanes, 0.0);
         self.cols[depth * lanes..rows_k * lanes].fill(0.0);
@@ -174,7 +175,7 @@ thread_local! {
 /// As [`weight_grad`]; the CPU has the kernel's features.
 unsafe fn run(p: &Problem, grad: *const f32, out: *mut f32, dots: Dots) {
     let cuts = Cuts::new(p);
-    let len = p.o * p.depth();
+    let len = p.sizes.o * p.depth();
     let mut partial = vec![0.0f32; cuts.parts * len];
     let shared = SharedPtr(partial.as_mut_ptr().cast());
     let grad = SharedPtr(grad.cast_mut().cast());
@@ -266,19 +267,19 @@ unsafe fn chunk_on<I: Isa, const MR: usize, const NK: usize>(
     let count = runs(p, chunk, lanes, true, spans);
     let filled: usize = spans[..count].iter().map(|r| r.len).sum();
     if filled < lanes {
-        grads[..p.o * lanes].fill(0.0);
+        grads[..p.sizes.o * lanes].fill(0.0);
     }
-    for o in 0..p.o {
+    for o in 0..p.sizes.o {
         let row = &mut grads[o * lanes..(o + 1) * lanes];
         for r in &spans[..count] {
-            let from = (r.n * p.o + o) * positions + r.y * p.ow + r.x;
+            let from = (r.n * p.sizes.o + o) * positions + r.y * p.ow + r.x;
             // SAFETY: the run's positions lie inside sample `r.n`'s row `o` of the gradient.
             let src = unsafe { std::slice::from_raw_parts(grad.add(from), r.len) };
             row[r.lane..r.lane + r.len].copy_from_slice(src);
         }
     }
     for k0 in (0..depth).step_by(NK) {
-        for o0 in (0..p.o).step_by(MR) {
+        for o0 in (0..p.sizes.o).step_by(MR) {
             // SAFETY: the tile's rows lie inside the padded buffers (`Scratch::fit`).
             let acc = unsafe {
                 dots::<I, MR, NK>(
@@ -287,7 +288,7 @@ unsafe fn chunk_on<I: Isa, const MR: usize, const NK: usize>(
                     lanes,
                 )
             };
-            for (r, acc) in acc.iter().enumerate().take(p.o - o0) {
+            for (r, acc) in acc.iter().enumerate().take(p.sizes.o - o0) {
                 let row = &mut sums[(o0 + r) * depth..(o0 + r + 1) * depth];
                 for (c, &acc) in acc.iter().enumerate().take(depth - k0) {
                     // SAFETY: the CPU runs `I`.
@@ -334,24 +335,28 @@ unsafe fn dots<I: Isa, const MR: usize, const NK: usize>(
 unsafe fn plain(p: &Problem, grad: *const f32, out: *mut f32) {
     let positions = p.positions();
     let mut k = 0;
-    for o in 0..p.o {
-        for c in 0..p.c {
-            for i in 0..p.kh {
-                for j in 0..p.kw {
+    for o in 0..p.sizes.o {
+        for c in 0..p.sizes.c {
+            for i in 0..p.sizes.kh {
+                for j in 0..p.sizes.kw {
                     let mut acc = 0.0f64;
-                    for n in 0..p.n {
+                    for n in 0..p.sizes.n {
                         for y in 0..p.oh {
                             for x in 0..p.ow {
-                                let (sy, sx) =
-                                    ((y + i).wrapping_sub(p.ph), (x + j).wrapping_sub(p.pw));
-                                if sy >= p.h || sx >= p.w {
+                                let (sy, sx) = (
+                                    (y + i).wrapping_sub(p.sizes.ph),
+                                    (x + j).wrapping_sub(p.sizes.pw),
+                                );
+                                if sy >= p.sizes.h || sx >= p.sizes.w {
                                     continue;
                                 }
                                 // SAFETY: both positions lie inside their tensors.
                                 let (g, v) = unsafe {
                                     (
-                                        *grad.add((n * p.o + o) * positions + y * p.ow + x),
-                                        *p.x.add(((n * p.c + c) * p.h + sy) * p.w + sx),
+                                        *grad.add((n * p.sizes.o + o) * positions + y * p.ow + x),
+                                        *p.x.add(
+                                            ((n * p.sizes.c + c) * p.sizes.h + sy) * p.sizes.w + sx,
+                                        ),
                                     )
                                 };
                                 acc += g as f64 * v as f64;
