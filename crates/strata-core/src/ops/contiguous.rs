@@ -43,20 +43,6 @@ pub(crate) fn new_output(
     if let Some(out) = try_new_output(ctx, out_dtype, inputs, scalar_operand, &kernel) {
         return out;
     }
-    general_output(ctx, out_dtype, common, inputs, scalar_operand, kernel)
-}
-
-/// [`new_output`] through [`ElementwiseSpec`] (kept out of line, so that the direct route
-/// stays small).
-#[inline(never)]
-fn general_output(
-    ctx: &OpContext,
-    out_dtype: DType,
-    common: DType,
-    inputs: &[&Tensor],
-    scalar_operand: bool,
-    kernel: impl Fn(&Plan),
-) -> Result<Tensor> {
     let input_dtypes: SmallVec<[DType; 3]> = inputs.iter().map(|_| common).collect();
     ElementwiseSpec::new(Output::New(out_dtype), inputs.to_vec())
         .with_scalar_operand(scalar_operand)
