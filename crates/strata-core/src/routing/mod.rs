@@ -129,10 +129,7 @@ pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
     });
     match (routed, device) {
         (Some(a), _) => Ok(a),
-        (None, Device::Cpu) => match default_host_allocator() {
-            Ok(a) => Ok(a.clone()),
-            Err(e) => Err(e),
-        },
+        (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
         (None, Device::Meta) => Ok(default_meta_allocator()?.clone()),
         #[cfg(feature = "cuda")]
         (None, Device::Cuda(i)) => Ok(default_cuda_allocator(i)?.clone()),
