@@ -189,6 +189,13 @@ impl OpContext {
                 source,
             })?;
         self.observe_alloc(site, block.size(), device);
+        // The thread's spare storage object, when it has one, saves a heap allocation.
+        if let Some(mut spare) = crate::storage::spare::take() {
+            if let Some(s) = Arc::get_mut(&mut spare) {
+                s.refill(allocator, block, device);
+                return Ok(spare);
+            }
+        }
         Ok(Arc::new(Storage::from_block(allocator, block, device)))
     }
 

@@ -13,6 +13,8 @@ use strata_alloc::{Block, Category, DeviceAllocator, HostEvent};
 
 use crate::Device;
 
+pub(crate) mod spare;
+
 /// Something that owns a region of memory and releases it when dropped: an allocator block,
 /// a memory-mapped file, a vector.
 pub trait DataOwner: Send + Sync + 'static {}
@@ -181,6 +183,77 @@ impl Storage {
                 Owner::Block(AllocatorBlock::new(allocator, block)),
             )
         }
+    }
+
+    /// A storage of no bytes, owned by nothing: what the bodies of a thread's spare tensor
+    /// objects hold while they wait to be reused (see `spare`).
+    pub(crate) fn placeholder() -> Self {
+        // SAFETY: zero bytes at a dangling, aligned address: there is nothing to access.
+        unsafe {
+            Storage::with_owner(
+                NonNull::dangling(),
+                0,
+                Device::Cpu,
+                Owner::Other(Box::new(())),
+            )
+        }
+    }
+
+    /// Returns the bytes to their allocator now, as dropping the storage would (the observer
+    /// is told the same), and leaves this storage empty, to be [refilled](Storage::refill)
+    /// instead of allocated anew. `&mut` proves that nothing else can reach the bytes. False,
+    /// having done nothing, when they are not an allocator's block or a copy into them may
+    /// still be running.
+    pub(crate) fn release_block(&mut self) -> bool {
+        if *self.has_pending.get_mut() {
+            return false;
+        }
+        let owner = self.owner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !matches!(owner, Owner::Block(AllocatorBlock { block: Some(_), .. })) {
+            return false;
+        }
+        if crate::observer::observer().is_some() {
+            let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+            self.observe_free(&owner);
+        }
+        let owner = self.owner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Owner::Block(AllocatorBlock {
+            allocator,
+            block: block @ Some(_),
+        }) = owner
+        {
+            if let Some(block) = block.take() {
+                // SAFETY: the block came from this allocator (`AllocatorBlock::new`'s
+                // contract), and `&mut self` means no handle, view or lock can reach it.
+                unsafe { allocator.deallocate(block) };
+            }
+        }
+        *self.ptr.get_mut() = std::ptr::null_mut();
+        *self.nbytes.get_mut() = 0;
+        true
+    }
+
+    /// Makes this storage, empty after [`Storage::release_block`], the storage of `block`,
+    /// with a new identity: the same as `Storage::from_block` without a new heap object.
+    pub(crate) fn refill(
+        &mut self,
+        allocator: Arc<dyn DeviceAllocator>,
+        block: Block,
+        device: Device,
+    ) {
+        // Field by field: writing a whole new storage would first drop the emptied one.
+        self.id = NEXT_STORAGE_ID.fetch_add(1, Ordering::Relaxed);
+        *self.ptr.get_mut() = block.ptr().as_ptr();
+        *self.nbytes.get_mut() = block.size();
+        self.device = device;
+        self.owner = Mutex::new(Owner::Block(AllocatorBlock::new(allocator, block)));
+        *self.version.get_mut() = 0;
+        self.last_write = Mutex::new("");
+        self.inference = crate::mode::is_inference_mode_enabled();
+        self.lock = RwLock::new(());
+        self.roles = Mutex::new(Roles::default());
+        *self.has_pending.get_mut() = false;
+        self.pending = Mutex::new(None);
     }
 
     /// A unique identity; two tensors share memory exactly when their storage ids are equal.

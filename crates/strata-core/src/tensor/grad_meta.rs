@@ -91,6 +91,17 @@ impl AutogradMeta {
         self.requires_grad.store(flag, Ordering::Release);
     }
 
+    /// Whether the rest of the state was ever made (see [`AutogradMeta::state`]).
+    pub fn has_state(&self) -> bool {
+        self.state.get().is_some()
+    }
+
+    /// Sets `requires_grad` back to false, with no other handle to see it (a spare tensor
+    /// object made new; see `tensor::spare`).
+    pub fn clear_requires_grad(&mut self) {
+        *self.requires_grad.get_mut() = false;
+    }
+
     /// The rest of the state, made at the first call.
     pub fn state(&self) -> MutexGuard<'_, GradState> {
         self.state

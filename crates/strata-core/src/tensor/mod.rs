@@ -17,6 +17,7 @@ mod multinomial;
 mod read;
 mod resize;
 mod set_data;
+mod spare;
 mod view_events;
 mod weak;
 
@@ -100,6 +101,40 @@ pub(crate) struct TensorImpl {
     autograd: AutogradMeta,
 }
 
+impl TensorImpl {
+    /// An empty tensor object over an empty storage, which stands in for a thread's spare in
+    /// the handle that gave it up (see [`spare`]).
+    fn placeholder() -> TensorImpl {
+        TensorImpl {
+            body: RwLock::new(Body {
+                storage: Arc::new(Storage::placeholder()),
+                layout: Layout::default(),
+            }),
+            dtype: AtomicDType::new(DType::U8),
+            device: AtomicDevice::new(Device::Cpu),
+            own_version: None,
+            view: None,
+            live_views: std::sync::atomic::AtomicUsize::new(0),
+            autograd: AutogradMeta::default(),
+        }
+    }
+
+    /// No view, no version of its own and no autograd state: a tensor whose object can be
+    /// kept as a thread's spare once its last handle drops, with nothing to undo but its
+    /// storage.
+    fn is_plain(&self) -> bool {
+        self.view.is_none() && self.own_version.is_none() && !self.autograd.has_state()
+    }
+}
+
+impl Drop for Tensor {
+    /// Keeps the object of a plain tensor whose last handle this is as the thread's spare
+    /// (see [`spare`]); its memory goes back to the allocator here, as it would otherwise.
+    fn drop(&mut self) {
+        spare::keep(&mut self.0);
+    }
+}
+
 impl Drop for TensorImpl {
     fn drop(&mut self) {
         if let Some(v) = &self.view {
@@ -169,6 +204,21 @@ impl Tensor {
                 .0
                 .live_views
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        // The thread's spare tensor object, when it has one, saves a heap allocation.
+        if let Some(mut spare) = spare::take_tensor() {
+            if let Some(t) = Arc::get_mut(&mut spare) {
+                // Field by field: the spare is plain (no view, version or autograd state),
+                // so only the body and the flags need writing.
+                t.body = RwLock::new(Body { storage, layout });
+                t.dtype = AtomicDType::new(dtype);
+                t.device = device;
+                t.own_version = own_version;
+                t.view = view;
+                *t.live_views.get_mut() = 0;
+                t.autograd.clear_requires_grad();
+                return Tensor(spare);
+            }
         }
         Tensor(Arc::new(TensorImpl {
             body: RwLock::new(Body { storage, layout }),
