@@ -34,6 +34,7 @@ pub mod random;
 pub mod routing;
 pub mod scalar;
 pub mod scope;
+pub(crate) mod spare_slot;
 pub mod storage;
 pub mod tensor;
 

@@ -2,23 +2,15 @@
 //! died on the thread (see `tensor::spare`), kept for the next allocation to refill instead
 //! of allocating a new heap object.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use super::Storage;
-
-/// One thread's spare storage, and the placeholder that takes its place in a dying tensor.
-struct Spare {
-    /// A storage of no bytes, shared by the bodies of the thread's spare tensor objects.
-    placeholder: Arc<Storage>,
-    storage: Cell<Option<Arc<Storage>>>,
-}
+use crate::spare_slot::SpareSlot;
 
 thread_local! {
-    static SPARE: Spare = Spare {
-        placeholder: Arc::new(Storage::placeholder()),
-        storage: Cell::new(None),
-    };
+    /// The placeholder is a storage of no bytes, shared by the bodies of the thread's spare
+    /// tensor objects.
+    static SPARE: SpareSlot<Storage> = SpareSlot::new(Storage::placeholder());
 }
 
 /// Takes the storage out of `slot` (a dying tensor's body), leaving the thread's
@@ -29,10 +21,9 @@ thread_local! {
 pub(crate) fn take_out(slot: &mut Arc<Storage>) -> bool {
     SPARE
         .try_with(|s| {
-            let mut storage = std::mem::replace(slot, s.placeholder.clone());
+            let mut storage = s.take_out(slot);
             if Arc::get_mut(&mut storage).is_some_and(Storage::release_block) {
-                // A spare already there is freed: one is enough for any loop.
-                s.storage.set(Some(storage));
+                s.keep(storage);
             }
         })
         .is_ok()
@@ -40,5 +31,5 @@ pub(crate) fn take_out(slot: &mut Arc<Storage>) -> bool {
 
 /// This thread's spare storage object, emptied, if it has one.
 pub(crate) fn take() -> Option<Arc<Storage>> {
-    SPARE.try_with(|s| s.storage.take()).ok().flatten()
+    SPARE.try_with(SpareSlot::take).ok().flatten()
 }

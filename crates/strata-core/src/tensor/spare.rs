@@ -12,26 +12,16 @@
 //! one per thread, for [`take_tensor`]. Only heap objects are kept: never memory an
 //! allocator counts, never a value anything can still reach (nothing else held them).
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use super::TensorImpl;
+use crate::spare_slot::SpareSlot;
 use crate::storage::spare as storage_spare;
 
-/// One thread's spare tensor object, and the placeholder that takes its place in a dying
-/// handle.
-struct Spare {
-    /// Put in a dying handle in place of the object kept here; its storage is a placeholder
-    /// too, so its drop frees nothing.
-    placeholder: Arc<TensorImpl>,
-    tensor: Cell<Option<Arc<TensorImpl>>>,
-}
-
 thread_local! {
-    static SPARE: Spare = Spare {
-        placeholder: Arc::new(TensorImpl::placeholder()),
-        tensor: Cell::new(None),
-    };
+    /// The placeholder's storage is a placeholder too, so a handle left holding it frees
+    /// nothing when it drops.
+    static SPARE: SpareSlot<TensorImpl> = SpareSlot::new(TensorImpl::placeholder());
 }
 
 /// Called as the handle `handle` drops: when it is the last handle to a plain tensor, keeps
@@ -42,7 +32,7 @@ pub(super) fn keep(handle: &mut Arc<TensorImpl>) {
     let _ = SPARE.try_with(|spare| keep_in(handle, spare));
 }
 
-fn keep_in(handle: &mut Arc<TensorImpl>, spare: &Spare) {
+fn keep_in(handle: &mut Arc<TensorImpl>, spare: &SpareSlot<TensorImpl>) {
     let Some(inner) = Arc::get_mut(handle) else {
         return;
     };
@@ -54,15 +44,13 @@ fn keep_in(handle: &mut Arc<TensorImpl>, spare: &Spare) {
     if !storage_spare::take_out(&mut body.storage) {
         return;
     }
-    let tensor = std::mem::replace(handle, spare.placeholder.clone());
-    // A spare already there is freed: one is enough for any loop.
-    spare.tensor.set(Some(tensor));
+    spare.keep(spare.take_out(handle));
 }
 
 /// This thread's spare tensor object, if it has one. Its body holds a placeholder storage;
 /// the caller overwrites all of it.
 pub(super) fn take_tensor() -> Option<Arc<TensorImpl>> {
-    SPARE.try_with(|s| s.tensor.take()).ok().flatten()
+    SPARE.try_with(SpareSlot::take).ok().flatten()
 }
 
 #[cfg(test)]
