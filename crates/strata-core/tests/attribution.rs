@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use strata_alloc::{AllocatorConfig, CachingAllocator, Category, Grouping, VirtualBacking};
+use strata_alloc::{
+    AllocatorConfig, CachingAllocator, Category, DeviceAllocator, Grouping, VirtualBacking,
+};
 use strata_core::autograd::live_graph;
 use strata_core::observer::{set_observer, AllocEvent, MemoryAction, OpObserver};
 use strata_core::op::OpInput;
@@ -120,6 +122,35 @@ fn allocations_name_their_scope_and_the_observer_and_graph_report_them() -> Resu
         assert!(has_scope_frame);
         drop((w, loss));
         assert!(live_graph().iter().all(|g| g.site.op != "TanhBackward0"));
+        // A plain result whose objects the thread keeps for the next op (a spare): its free
+        // is still reported when it drops, with its bytes and category, and its memory is
+        // back at once.
+        let a = Tensor::on(Device::Meta).ones(&[1000], DType::F32)?;
+        let sum = a.add(&a)?;
+        let held = caching.memory_allocated();
+        let before = recorder.events.lock().unwrap().len();
+        drop(sum);
+        assert_eq!(caching.memory_allocated(), held - 4096);
+        let events = recorder.events.lock().unwrap()[before..].to_vec();
+        assert!(
+            events.iter().any(|e| e.action == MemoryAction::Free
+                && e.bytes == 4000
+                && e.site.op == "add"
+                && e.category == Category::Temporary),
+            "{events:?}"
+        );
+        // The next result refills those objects and is reported as a new allocation.
+        let before = recorder.events.lock().unwrap().len();
+        let product = a.mul(&a)?;
+        let events = recorder.events.lock().unwrap()[before..].to_vec();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.action == MemoryAction::Alloc && e.bytes == 4000 && e.site.op == "mul"),
+            "{events:?}"
+        );
+        assert_eq!(caching.memory_allocated(), held);
+        drop(product);
         Ok(())
     });
     set_observer(None);
