@@ -128,8 +128,9 @@ impl TensorImpl {
 }
 
 impl Drop for Tensor {
-    /// Keeps the object of a plain tensor whose last handle this is as the thread's spare
-    /// (see [`spare`]); its memory goes back to the allocator here, as it would otherwise.
+    /// When this is the last handle to a plain tensor (no view, no autograd state), keeps its
+    /// heap objects for the thread's next op to refill (`tensor/spare.rs`); its memory goes
+    /// back to the allocator here, as it would otherwise.
     fn drop(&mut self) {
         spare::keep(&mut self.0);
     }
