@@ -187,7 +187,7 @@ impl Storage {
 
     /// A storage of no bytes, owned by nothing: what the bodies of a thread's spare tensor
     /// objects hold while they wait to be reused (see `spare`).
-    pub(crate) fn placeholder() -> Self {
+    pub(crate) fn stand_in() -> Self {
         // SAFETY: zero bytes at a dangling, aligned address: there is nothing to access.
         unsafe {
             Storage::with_owner(
@@ -212,16 +212,9 @@ impl Storage {
         if !matches!(owner, Owner::Block(AllocatorBlock { block: Some(_), .. })) {
             return false;
         }
-        if crate::observer::observer().is_some() {
-            let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
-            self.observe_free(&owner);
-        }
+        self.report_free();
         let owner = self.owner.get_mut().unwrap_or_else(|p| p.into_inner());
-        if let Owner::Block(AllocatorBlock {
-            allocator,
-            block: block @ Some(_),
-        }) = owner
-        {
+        if let Owner::Block(AllocatorBlock { allocator, block }) = owner {
             if let Some(block) = block.take() {
                 // SAFETY: the block came from this allocator (`AllocatorBlock::new`'s
                 // contract), and `&mut self` means no handle, view or lock can reach it.
@@ -453,6 +446,17 @@ impl Storage {
 }
 
 impl Storage {
+    /// Tells the observer, if one is installed, that this storage's block goes back to its
+    /// allocator: what its drop reports, and [`Storage::release_block`] before the block
+    /// goes back early. Without an observer this costs one atomic load and nothing else.
+    fn report_free(&self) {
+        if crate::observer::observer().is_none() {
+            return;
+        }
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
+        self.observe_free(&owner);
+    }
+
     /// Tells the observer, if one is installed, that `owner`'s block goes back to its
     /// allocator (one atomic load when none is).
     fn observe_free(&self, owner: &Owner) {
@@ -476,12 +480,7 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        // Without an observer a drop costs this one atomic load and nothing else.
-        if crate::observer::observer().is_none() {
-            return;
-        }
-        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
-        self.observe_free(&owner);
+        self.report_free();
     }
 }
 

@@ -8,13 +8,13 @@ use super::Storage;
 use crate::spare_slot::SpareSlot;
 
 thread_local! {
-    /// The placeholder is a storage of no bytes, shared by the bodies of the thread's spare
+    /// The stand-in is a storage of no bytes, shared by the bodies of the thread's spare
     /// tensor objects.
-    static SPARE: SpareSlot<Storage> = SpareSlot::new(Storage::placeholder());
+    static SPARE: SpareSlot<Storage> = SpareSlot::new(Storage::stand_in());
 }
 
 /// Takes the storage out of `slot` (a dying tensor's body), leaving the thread's
-/// placeholder. When `slot` held the last handle to it and its bytes are an allocator's
+/// stand-in. When `slot` held the last handle to it and its bytes are an allocator's
 /// block, the block goes back to the allocator now (as the drop would return it) and the
 /// emptied object becomes the thread's spare; otherwise the handle just drops. False, having
 /// done nothing, while the thread exits.

@@ -104,10 +104,10 @@ pub(crate) struct TensorImpl {
 impl TensorImpl {
     /// An empty tensor object over an empty storage, which stands in for a thread's spare in
     /// the handle that gave it up (see [`spare`]).
-    fn placeholder() -> TensorImpl {
+    fn stand_in() -> TensorImpl {
         TensorImpl {
             body: RwLock::new(Body {
-                storage: Arc::new(Storage::placeholder()),
+                storage: Arc::new(Storage::stand_in()),
                 layout: Layout::default(),
             }),
             dtype: AtomicDType::new(DType::U8),

@@ -19,13 +19,13 @@ use crate::spare_slot::SpareSlot;
 use crate::storage::spare as storage_spare;
 
 thread_local! {
-    /// The placeholder's storage is a placeholder too, so a handle left holding it frees
+    /// The stand-in's storage is a stand-in too, so a handle left holding it frees
     /// nothing when it drops.
-    static SPARE: SpareSlot<TensorImpl> = SpareSlot::new(TensorImpl::placeholder());
+    static SPARE: SpareSlot<TensorImpl> = SpareSlot::new(TensorImpl::stand_in());
 }
 
 /// Called as the handle `handle` drops: when it is the last handle to a plain tensor, keeps
-/// the tensor object as this thread's spare and leaves a placeholder in `handle`, whose drop
+/// the tensor object as this thread's spare and leaves a stand-in in `handle`, whose drop
 /// then frees nothing. Otherwise does nothing, and the handle drops as usual.
 pub(super) fn keep(handle: &mut Arc<TensorImpl>) {
     // While the thread exits its spare may be gone: the handle then drops as usual.
@@ -47,7 +47,7 @@ fn keep_in(handle: &mut Arc<TensorImpl>, spare: &SpareSlot<TensorImpl>) {
     spare.keep(spare.take_out(handle));
 }
 
-/// This thread's spare tensor object, if it has one. Its body holds a placeholder storage;
+/// This thread's spare tensor object, if it has one. Its body holds a stand-in storage;
 /// the caller overwrites all of it.
 pub(super) fn take_tensor() -> Option<Arc<TensorImpl>> {
     SPARE.try_with(SpareSlot::take).ok().flatten()
