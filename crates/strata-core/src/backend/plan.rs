@@ -172,6 +172,24 @@ impl Plan {
         }
     }
 
+    /// Lets go of a one-dimensional plan whose vectors all stayed inline (every
+    /// [`Plan::linear`] of up to [`OPS`] operands, and the loops that coalesce to one
+    /// dimension): it owns no heap memory, so nothing is lost by skipping its drop, which
+    /// walks every small vector to ask whether it spilled (about 2% of what a whole
+    /// one-element op costs). Any other plan is dropped as usual.
+    #[inline(always)]
+    pub(crate) fn discard_inline(self) {
+        // Each operand's strides were collected with as many entries as the shape had
+        // dimensions, and coalescing only shortens both, so they spilled exactly when the
+        // shape did; the other per-operand vectors have the operand count, as `strides`.
+        if self.linear && self.shape.len() == 1 && !self.strides.spilled() && !self.shape.spilled()
+        {
+            debug_assert!(self.strides.iter().all(|s| !s.spilled()));
+            debug_assert!(!self.inner.spilled() && !self.ptrs.spilled() && !self.dtypes.spilled());
+            std::mem::forget(self);
+        }
+    }
+
     /// [`Plan::linear`] with more operands than fit inline.
     #[cold]
     fn linear_spilled(numel: usize, operands: &[(*mut u8, DType)], parallel: bool) -> Plan {

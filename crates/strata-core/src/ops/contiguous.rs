@@ -134,6 +134,7 @@ pub(crate) fn try_new_output(
         let mut plan = Plan::linear(numel, &operands[..1 + n], true);
         plan.mark_fresh_output();
         kernel(&plan);
+        plan.discard_inline();
     }
     Some(Ok(Tensor::from_parts(storage, layout, out_dtype, None)))
 }

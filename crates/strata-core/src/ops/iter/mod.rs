@@ -623,6 +623,7 @@ impl Prepared {
                 )
             };
             kernel(&plan);
+            plan.discard_inline();
         }
         if existing && self.bump_version {
             out.bump_version(ctx.op());
