@@ -180,23 +180,29 @@ impl OpContext {
 
     /// A new storage of `nbytes` on `device`, attributed to this op's site.
     pub fn allocate(&self, nbytes: usize, device: Device) -> Result<Arc<Storage>> {
-        let allocator = self.allocator(device)?;
+        let allocator = crate::routing::allocator_for(device)?;
         let site = self.site();
-        let block = allocator
-            .allocate(nbytes, &site)
-            .map_err(|source| Error::OutOfMemory {
-                op: self.op,
-                source,
-            })?;
+        let block =
+            allocator
+                .get()
+                .allocate(nbytes, &site)
+                .map_err(|source| Error::OutOfMemory {
+                    op: self.op,
+                    source,
+                })?;
         self.observe_alloc(site, block.size(), device);
         // The thread's spare storage object, when it has one, saves a heap allocation.
         if let Some(mut spare) = crate::storage::spare::take() {
             if let Some(s) = Arc::get_mut(&mut spare) {
-                s.refill(allocator, block, device);
+                s.refill(allocator.get(), block, device);
                 return Ok(spare);
             }
         }
-        Ok(Arc::new(Storage::from_block(allocator, block, device)))
+        Ok(Arc::new(Storage::from_block(
+            allocator.into_arc(),
+            block,
+            device,
+        )))
     }
 
     /// Tells the observer, if one is installed, that this op got `bytes` at `site`.

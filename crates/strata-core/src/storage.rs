@@ -226,11 +226,12 @@ impl Storage {
         true
     }
 
-    /// Makes this storage, empty after [`Storage::release_block`], the storage of `block`,
-    /// with a new identity: the same as `Storage::from_block` without a new heap object.
+    /// Makes this storage, empty after [`Storage::release_block`], the storage of `block`
+    /// (which `allocator` produced), with a new identity: the same as `Storage::from_block`
+    /// without a new heap object.
     pub(crate) fn refill(
         &mut self,
-        allocator: Arc<dyn DeviceAllocator>,
+        allocator: &Arc<dyn DeviceAllocator>,
         block: Block,
         device: Device,
     ) {
@@ -239,7 +240,17 @@ impl Storage {
         *self.ptr.get_mut() = block.ptr().as_ptr();
         *self.nbytes.get_mut() = block.size();
         self.device = device;
-        self.owner = Mutex::new(Owner::Block(AllocatorBlock::new(allocator, block)));
+        // The emptied owner still holds the allocator its last block came from: when that is
+        // this block's too (the common case), the block goes in beside it.
+        match self.owner.get_mut() {
+            Ok(Owner::Block(AllocatorBlock {
+                allocator: kept,
+                block: slot @ None,
+            })) if Arc::ptr_eq(kept, allocator) => *slot = Some(block),
+            _ => {
+                self.owner = Mutex::new(Owner::Block(AllocatorBlock::new(allocator.clone(), block)))
+            }
+        }
         *self.version.get_mut() = 0;
         self.last_write = Mutex::new("");
         self.inference = crate::mode::is_inference_mode_enabled();

@@ -120,6 +120,42 @@ fn config_error(e: &ConfigError) -> Error {
 /// innermost override for `device`, else the device's default.
 #[inline]
 pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
+    allocator_for(device).map(ChosenAllocator::into_arc)
+}
+
+/// The allocator [`current_allocator`] names, borrowed when it is the device's process-wide
+/// default: an op's allocation then takes no new handle to it (and a refilled spare storage,
+/// already holding one, keeps its own).
+pub(crate) enum ChosenAllocator {
+    /// The device's default, which lives as long as the process.
+    Default(&'static Arc<dyn DeviceAllocator>),
+    /// A thread's override, or a default that is not kept as a shared handle.
+    Routed(Arc<dyn DeviceAllocator>),
+}
+
+impl ChosenAllocator {
+    /// The allocator.
+    #[inline]
+    pub(crate) fn get(&self) -> &Arc<dyn DeviceAllocator> {
+        match self {
+            ChosenAllocator::Default(a) => a,
+            ChosenAllocator::Routed(a) => a,
+        }
+    }
+
+    /// An owned handle to the allocator.
+    #[inline]
+    pub(crate) fn into_arc(self) -> Arc<dyn DeviceAllocator> {
+        match self {
+            ChosenAllocator::Default(a) => a.clone(),
+            ChosenAllocator::Routed(a) => a,
+        }
+    }
+}
+
+/// [`current_allocator`] without cloning the handle of a device's default.
+#[inline]
+pub(crate) fn allocator_for(device: Device) -> Result<ChosenAllocator> {
     let routed = OVERRIDES.with(|o| {
         let o = o.borrow();
         o.iter()
@@ -128,14 +164,34 @@ pub fn current_allocator(device: Device) -> Result<Arc<dyn DeviceAllocator>> {
             .map(|(_, a)| a.clone())
     });
     match (routed, device) {
-        (Some(a), _) => Ok(a),
-        (None, Device::Cpu) => Ok(default_host_allocator()?.clone()),
-        (None, Device::Meta) => Ok(default_meta_allocator()?.clone()),
+        (Some(a), _) => Ok(ChosenAllocator::Routed(a)),
+        (None, Device::Cpu) => {
+            static HOST: OnceLock<Arc<dyn DeviceAllocator>> = OnceLock::new();
+            shared_handle(&HOST, default_host_allocator).map(ChosenAllocator::Default)
+        }
+        (None, Device::Meta) => {
+            static META: OnceLock<Arc<dyn DeviceAllocator>> = OnceLock::new();
+            shared_handle(&META, default_meta_allocator).map(ChosenAllocator::Default)
+        }
         #[cfg(feature = "cuda")]
-        (None, Device::Cuda(i)) => Ok(default_cuda_allocator(i)?.clone()),
+        (None, Device::Cuda(i)) => Ok(ChosenAllocator::Routed(default_cuda_allocator(i)?.clone())),
         #[cfg(not(feature = "cuda"))]
         (None, Device::Cuda(_)) => Err(no_allocator()),
     }
+}
+
+/// A device's default allocator (`default()`) as a handle of the trait object, kept in
+/// `cell` (the same allocator, so that a handle is lent rather than cloned).
+#[inline]
+fn shared_handle<A: DeviceAllocator + 'static>(
+    cell: &'static OnceLock<Arc<dyn DeviceAllocator>>,
+    default: fn() -> Result<&'static Arc<A>>,
+) -> Result<&'static Arc<dyn DeviceAllocator>> {
+    if let Some(a) = cell.get() {
+        return Ok(a);
+    }
+    let a = default()?;
+    Ok(cell.get_or_init(|| a.clone()))
 }
 
 #[cfg(not(feature = "cuda"))]
