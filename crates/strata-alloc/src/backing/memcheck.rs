@@ -2,15 +2,15 @@
 //! live blocks.
 //!
 //! Memcheck sees `mmap`'d segments as one accessible range, so without help it cannot report
-//! an overrun that stays inside a segment the allocator carved into blocks. Under Valgrind,
+//! an overrun that stays inside a segment the allocator carved into blocks. Under memcheck,
 //! strata therefore marks fresh segment memory `NOACCESS`, announces each block it hands out as
 //! a heap block of the requested size (`MALLOCLIKE_BLOCK`, contents undefined) and each block
 //! given back as freed (`FREELIKE_BLOCK`). Memcheck then reports a read or write past a block's
 //! requested end, into a freed block or into cached space, as it would for `malloc`.
 //!
 //! A client request is a fixed sequence of instructions that does nothing on a real CPU and that
-//! Valgrind recognises; whether the process runs under Valgrind is asked once and remembered
-//! (each caching allocator keeps the answer beside its backing), so outside Valgrind each hook
+//! Valgrind recognises; whether the process runs under memcheck is asked once and remembered
+//! (each caching allocator keeps the answer beside its backing), so outside memcheck each hook
 //! costs a branch on a field. The sequence is defined for x86-64 here; on other architectures
 //! the hooks do nothing.
 
@@ -65,23 +65,37 @@ pub fn running_on_valgrind() -> bool {
     *UNDER.get_or_init(|| client_request(0, RUNNING_ON_VALGRIND, [0; 5]) > 0)
 }
 
-/// Under Valgrind, makes `[addr, addr + size)` inaccessible: fresh segment memory that no block
-/// covers yet.
+/// Whether memcheck is the Valgrind tool running this process (asked once): the tool these
+/// hooks are for. Valgrind loads memcheck's preload library (its `malloc` replacement) into
+/// the process only for memcheck, and names it in `LD_PRELOAD`. Under other tools (cachegrind
+/// counting instructions, callgrind profiling) the hooks stay off, so what those tools measure
+/// is what a real CPU runs.
+pub fn running_under_memcheck() -> bool {
+    static UNDER: OnceLock<bool> = OnceLock::new();
+    *UNDER.get_or_init(|| {
+        running_on_valgrind()
+            && std::env::var_os("LD_PRELOAD")
+                .is_some_and(|p| p.to_string_lossy().contains("vgpreload_memcheck"))
+    })
+}
+
+/// Under memcheck, makes `[addr, addr + size)` inaccessible: fresh segment memory that no
+/// block covers yet.
 pub fn make_noaccess(addr: usize, size: usize) {
-    if running_on_valgrind() {
+    if running_under_memcheck() {
         client_request(0, MAKE_MEM_NOACCESS, [addr as u64, size as u64, 0, 0, 0]);
     }
 }
 
 /// Announces a block of `size` requested bytes at `addr` handed to its owner: accessible,
-/// contents undefined. The caller checked [`running_on_valgrind`] (a no-op on a real CPU
+/// contents undefined. The caller checked [`running_under_memcheck`] (a no-op on a real CPU
 /// anyway).
 pub fn block_handed_out(addr: usize, size: usize) {
     client_request(0, MALLOCLIKE_BLOCK, [addr as u64, size as u64, 0, 0, 0]);
 }
 
 /// Announces that the block at `addr` was given back: inaccessible until it is handed out
-/// again. The caller checked [`running_on_valgrind`].
+/// again. The caller checked [`running_under_memcheck`].
 pub fn block_given_back(addr: usize) {
     client_request(0, FREELIKE_BLOCK, [addr as u64, 0, 0, 0, 0]);
 }
@@ -95,6 +109,8 @@ mod tests {
         // `scripts/memcheck` sets the variable when it runs the tests under Valgrind.
         let under = std::env::var_os("STRATA_UNDER_VALGRIND").is_some();
         assert_eq!(running_on_valgrind(), under);
+        // The script runs memcheck, the one tool the hooks speak to.
+        assert_eq!(running_under_memcheck(), under);
         if !under {
             // On a real CPU the sequence answers the default whatever the request.
             assert_eq!(client_request(7, RUNNING_ON_VALGRIND, [0; 5]), 7);

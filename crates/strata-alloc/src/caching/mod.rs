@@ -141,7 +141,7 @@ pub type VirtualCachingAllocator = CachingAllocator<VirtualBacking>;
 pub struct CachingAllocator<B: Backing> {
     backing: B,
     state: Mutex<State>,
-    /// Whether blocks are announced to Valgrind's memcheck: the process runs under Valgrind
+    /// Whether blocks are announced to Valgrind's memcheck: the process runs under memcheck
     /// and the backing's addresses are memory (see `docs/MEMCHECK.md`).
     shows_blocks_to_memcheck: bool,
 }
@@ -156,7 +156,7 @@ impl<B: Backing> CachingAllocator<B> {
     pub fn with_config(backing: B, config: AllocatorConfig) -> Self {
         let fraction = config.per_process_memory_fraction;
         let shows_blocks_to_memcheck =
-            backing.addresses_are_memory() && memcheck::running_on_valgrind();
+            backing.addresses_are_memory() && memcheck::running_under_memcheck();
         let a = CachingAllocator {
             backing,
             state: Mutex::new(State::new(config)),
