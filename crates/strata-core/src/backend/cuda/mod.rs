@@ -269,6 +269,9 @@ mod tests {
 
     #[test]
     fn a_refused_family_leaves_its_first_error_for_the_op() {
+        let _serial = crate::kernel_error::TEST_SERIAL
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         assert!(crate::kernel_error::take().is_ok());
         let gpu = Cuda { index: 0 };
         gpu.refuse("matmul");
