@@ -28,6 +28,11 @@ thread_local! {
 /// the tensor object as this thread's spare and leaves a stand-in in `handle`, whose drop
 /// then frees nothing. Otherwise does nothing, and the handle drops as usual.
 pub(super) fn keep(handle: &mut Arc<TensorImpl>) {
+    // Most handles that drop are not the last (clones, inputs kept by the graph): one load
+    // tells them apart before the thread-local is touched.
+    if Arc::strong_count(handle) != 1 {
+        return;
+    }
     // While the thread exits its spare may be gone: the handle then drops as usual.
     let _ = SPARE.try_with(|spare| keep_in(handle, spare));
 }
