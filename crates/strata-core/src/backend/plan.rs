@@ -175,7 +175,7 @@ impl Plan {
     /// Lets go of a one-dimensional plan whose vectors all stayed inline (every
     /// [`Plan::linear`] of up to [`OPS`] operands, and the loops that coalesce to one
     /// dimension): it owns no heap memory, so nothing is lost by skipping its drop, which
-    /// walks every small vector to ask whether it spilled (about 2% of what a whole
+    /// walks every small vector to ask whether it spilled (about 3% of what a whole
     /// one-element op costs). Any other plan is dropped as usual.
     #[inline(always)]
     pub(crate) fn discard_inline(self) {
