@@ -15,41 +15,84 @@ pub mod view;
 /// layout (which every op does to read a tensor without holding its lock) never allocates.
 pub type Dims = smallvec::SmallVec<[usize; 6]>;
 
-/// `Dims` holding `values`. Up to six are copied into the inline buffer by a loop of fixed
-/// length, which the compiler unrolls: `SmallVec::from_slice` calls the C library's `memcpy`
-/// for a copy of a few words, and layouts are copied on every op.
-#[inline]
-fn dims_of(values: &[usize]) -> Dims {
-    if values.len() > 6 {
-        return Dims::from_slice(values);
-    }
-    let mut buf = [0usize; 6];
-    for (i, d) in buf.iter_mut().enumerate() {
-        if let Some(&v) = values.get(i) {
-            *d = v;
-        }
-    }
-    Dims::from_buf_and_len(buf, values.len())
-}
+/// Dimensions a layout holds in place; more go to the heap.
+const INLINE: usize = 6;
 
 /// Where a tensor's elements are in its storage: element `(i0, i1, ...)` lives at
 /// `offset + Σ i_k * strides[k]`, counted in elements.
-#[derive(Debug, PartialEq, Eq, Hash, Default)]
+///
+/// Up to six dimensions are held in fixed arrays (unused entries zero), so copying a layout,
+/// which every op does to read a tensor without holding its lock, copies plain words and
+/// never allocates; a layout of more dimensions keeps them in one heap slice.
 pub struct Layout {
-    sizes: Dims,
-    strides: Dims,
+    ndim: usize,
+    sizes: [usize; INLINE],
+    strides: [usize; INLINE],
     offset: usize,
+    /// The number of elements (`usize::MAX` if it overflows), worked out once when made.
+    numel: usize,
+    /// Every stride is exactly the row-major one, size-1 dimensions included.
+    row_major: bool,
+    /// The sizes and then the strides of a layout of more than [`INLINE`] dimensions.
+    spilled: Option<Box<[usize]>>,
 }
 
 impl Clone for Layout {
-    /// A plain copy of the inline dimensions (`SmallVec`'s own `Clone` goes element by
-    /// element through an iterator, and layouts are copied on every op).
+    /// A copy of the words (and of the heap slice, for a layout of many dimensions).
+    #[inline]
     fn clone(&self) -> Self {
         Layout {
-            sizes: dims_of(&self.sizes),
-            strides: dims_of(&self.strides),
+            ndim: self.ndim,
+            sizes: self.sizes,
+            strides: self.strides,
             offset: self.offset,
+            numel: self.numel,
+            row_major: self.row_major,
+            spilled: self.spilled.clone(),
         }
+    }
+}
+
+impl Default for Layout {
+    /// The layout of a 0-d tensor at offset 0.
+    fn default() -> Self {
+        Layout {
+            ndim: 0,
+            sizes: [0; INLINE],
+            strides: [0; INLINE],
+            offset: 0,
+            numel: 1,
+            row_major: true,
+            spilled: None,
+        }
+    }
+}
+
+impl PartialEq for Layout {
+    fn eq(&self, other: &Self) -> bool {
+        self.offset == other.offset
+            && self.sizes() == other.sizes()
+            && self.strides() == other.strides()
+    }
+}
+
+impl Eq for Layout {}
+
+impl std::hash::Hash for Layout {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.sizes().hash(state);
+        self.strides().hash(state);
+        self.offset.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Layout")
+            .field("sizes", &self.sizes())
+            .field("strides", &self.strides())
+            .field("offset", &self.offset)
+            .finish()
     }
 }
 
@@ -78,6 +121,19 @@ pub fn channels_last_strides(sizes: &[usize]) -> Vec<usize> {
     s
 }
 
+/// Whether `strides` are exactly the row-major strides of `sizes` (size-1 dimensions
+/// included; a size-0 dimension counts as 1, as in [`contiguous_strides`]).
+fn row_major(sizes: &[usize], strides: &[usize]) -> bool {
+    let mut expected = 1usize;
+    for (&n, &s) in sizes.iter().zip(strides).rev() {
+        if s != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(n.max(1));
+    }
+    true
+}
+
 /// The number of elements of a shape, or `None` if it overflows.
 pub fn checked_numel(sizes: &[usize]) -> Option<usize> {
     sizes.iter().try_fold(1usize, |acc, &s| acc.checked_mul(s))
@@ -92,11 +148,36 @@ impl Layout {
     /// A layout from borrowed parts (no allocation up to six dimensions).
     pub fn from_slices(sizes: &[usize], strides: &[usize], offset: usize) -> Self {
         debug_assert_eq!(sizes.len(), strides.len());
-        Layout {
-            sizes: Dims::from_slice(sizes),
-            strides: Dims::from_slice(strides),
-            offset,
+        let ndim = sizes.len();
+        let numel = checked_numel(sizes).unwrap_or(usize::MAX);
+        let row_major = row_major(sizes, strides);
+        if ndim > INLINE {
+            let both: Box<[usize]> = sizes.iter().chain(strides).copied().collect();
+            return Layout {
+                ndim,
+                offset,
+                numel,
+                row_major,
+                spilled: Some(both),
+                ..Layout::default()
+            };
         }
+        let mut layout = Layout {
+            ndim,
+            offset,
+            numel,
+            row_major,
+            ..Layout::default()
+        };
+        // A loop of fixed length, which the compiler unrolls (a slice copy calls the C
+        // library's `memcpy` for a few words).
+        for d in 0..INLINE {
+            if let (Some(&n), Some(&s)) = (sizes.get(d), strides.get(d)) {
+                layout.sizes[d] = n;
+                layout.strides[d] = s;
+            }
+        }
+        layout
     }
 
     /// A row-major layout of `sizes` starting at `offset`.
@@ -107,21 +188,25 @@ impl Layout {
             strides[d] = acc;
             acc = acc.saturating_mul(sizes[d].max(1));
         }
-        Layout {
-            sizes: Dims::from_slice(sizes),
-            strides,
-            offset,
-        }
+        Layout::from_slices(sizes, &strides, offset)
     }
 
     /// The sizes of each dimension.
+    #[inline]
     pub fn sizes(&self) -> &[usize] {
-        &self.sizes
+        match &self.spilled {
+            None => &self.sizes[..self.ndim],
+            Some(both) => &both[..self.ndim],
+        }
     }
 
     /// The strides of each dimension, in elements.
+    #[inline]
     pub fn strides(&self) -> &[usize] {
-        &self.strides
+        match &self.spilled {
+            None => &self.strides[..self.ndim],
+            Some(both) => &both[self.ndim..],
+        }
     }
 
     /// Offset of element `(0, ..., 0)` in the storage, in elements.
@@ -130,6 +215,7 @@ impl Layout {
     }
 
     /// The same sizes and strides starting at element `offset`.
+    #[inline]
     pub fn with_offset(&self, offset: usize) -> Layout {
         Layout {
             offset,
@@ -139,18 +225,27 @@ impl Layout {
 
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
-        self.sizes.len()
+        self.ndim
     }
 
     /// Number of elements (saturating; layouts are validated when made).
+    #[inline]
     pub fn numel(&self) -> usize {
-        checked_numel(&self.sizes).unwrap_or(usize::MAX)
+        self.numel
+    }
+
+    /// Whether every stride is exactly the row-major one, size-1 dimensions included
+    /// (stricter than [`Layout::is_contiguous`], which ignores the strides of size-1
+    /// dimensions as PyTorch's `is_contiguous()` does).
+    #[inline]
+    pub fn is_row_major(&self) -> bool {
+        self.row_major
     }
 
     /// Checks that the element count and the furthest element offset fit in memory
     /// arithmetic for elements of `itemsize` bytes. Returns the storage elements spanned.
     pub fn validate(&self, itemsize: usize) -> Option<usize> {
-        checked_numel(&self.sizes)?;
+        checked_numel(self.sizes())?;
         let extent = self.checked_extent()?;
         extent
             .checked_mul(itemsize)
@@ -159,11 +254,12 @@ impl Layout {
     }
 
     fn checked_extent(&self) -> Option<usize> {
-        if self.sizes.contains(&0) {
+        let (sizes, strides) = (self.sizes(), self.strides());
+        if sizes.contains(&0) {
             return Some(self.offset);
         }
         let mut end = self.offset.checked_add(1)?;
-        for (&s, &st) in self.sizes.iter().zip(&self.strides) {
+        for (&s, &st) in sizes.iter().zip(strides) {
             end = end.checked_add((s - 1).checked_mul(st)?)?;
         }
         Some(end)
@@ -178,18 +274,19 @@ impl Layout {
     /// PyTorch's `is_contiguous()`: row-major, ignoring the strides of size-1 dimensions; any
     /// tensor without elements is contiguous.
     pub fn is_contiguous(&self) -> bool {
-        if self.sizes.contains(&0) {
+        let (sizes, strides) = (self.sizes(), self.strides());
+        if sizes.contains(&0) {
             return true;
         }
         let mut expected = 1usize;
         for d in (0..self.ndim()).rev() {
-            if self.sizes[d] == 1 {
+            if sizes[d] == 1 {
                 continue;
             }
-            if self.strides[d] != expected {
+            if strides[d] != expected {
                 return false;
             }
-            expected *= self.sizes[d];
+            expected *= sizes[d];
         }
         true
     }
@@ -197,14 +294,15 @@ impl Layout {
     /// Whether a 4-d tensor is contiguous in channels-last order (C, W, H, N from fastest),
     /// ignoring size-1 dimensions, as PyTorch's `is_contiguous(channels_last)`.
     pub fn is_channels_last_contiguous(&self) -> bool {
+        let (sizes, strides) = (self.sizes(), self.strides());
         if self.ndim() != 4 {
             return false;
         }
         let mut expected = 1usize;
         for d in [1, 3, 2, 0] {
-            let s = self.sizes[d];
+            let s = sizes[d];
             if s != 1 {
-                if self.strides[d] != expected {
+                if strides[d] != expected {
                     return false;
                 }
                 expected *= s;
@@ -216,25 +314,26 @@ impl Layout {
     /// PyTorch's `is_non_overlapping_and_dense()`: the elements fill a block of memory exactly
     /// once, in some order of the dimensions.
     pub fn is_non_overlapping_and_dense(&self) -> bool {
+        let (sizes, strides) = (self.sizes(), self.strides());
         if self.is_contiguous() {
             return true;
         }
         let n = self.ndim();
         if n == 1 {
-            return self.sizes[0] < 2 || self.strides[0] == 1;
+            return sizes[0] < 2 || strides[0] == 1;
         }
         let mut perm: Dims = (0..n).collect();
         // Size-0/1 dimensions go last; the rest by increasing stride.
-        perm.sort_by_key(|&d| (self.sizes[d] < 2, self.strides[d]));
+        perm.sort_by_key(|&d| (sizes[d] < 2, strides[d]));
         let mut required = 1usize;
         for &d in &perm {
-            if self.sizes[d] < 2 {
+            if sizes[d] < 2 {
                 return true;
             }
-            if self.strides[d] != required {
+            if strides[d] != required {
                 return false;
             }
-            required *= self.sizes[d];
+            required *= sizes[d];
         }
         true
     }
@@ -244,13 +343,14 @@ impl Layout {
         self.offset
             + index
                 .iter()
-                .zip(&self.strides)
+                .zip(self.strides())
                 .map(|(i, s)| i * s)
                 .sum::<usize>()
     }
 
     /// Storage offsets of every element in row-major logical order.
     pub fn element_offsets(&self) -> Vec<usize> {
+        let sizes = self.sizes();
         let numel = self.numel();
         let mut out = Vec::with_capacity(numel);
         if numel == 0 {
@@ -261,7 +361,7 @@ impl Layout {
             out.push(self.offset_of(&index));
             for d in (0..self.ndim()).rev() {
                 index[d] += 1;
-                if index[d] < self.sizes[d] {
+                if index[d] < sizes[d] {
                     break;
                 }
                 index[d] = 0;
@@ -322,5 +422,50 @@ mod tests {
         assert_eq!(wrap_dim(3, 3), None);
         assert_eq!(wrap_dim(-1, 0), Some(0));
         assert_eq!(wrap_dim(1, 0), None);
+    }
+
+    #[test]
+    fn many_dimensions_spill_and_compare_by_content() {
+        let sizes = [2, 1, 3, 1, 2, 2, 1, 2];
+        let l = Layout::contiguous(&sizes, 4);
+        assert_eq!(l.sizes(), &sizes);
+        assert_eq!(l.strides(), &contiguous_strides(&sizes)[..]);
+        assert_eq!((l.ndim(), l.numel(), l.offset()), (8, 48, 4));
+        assert!(l.is_row_major() && l.is_contiguous());
+        let copy = l.clone();
+        assert_eq!(copy, l);
+        assert_ne!(copy.with_offset(5), l);
+        assert_eq!(
+            format!("{:?}", Layout::new(vec![2, 3], vec![3, 1], 1)),
+            "Layout { sizes: [2, 3], strides: [3, 1], offset: 1 }"
+        );
+        assert_eq!(Layout::default(), Layout::contiguous(&[], 0));
+    }
+
+    proptest::proptest! {
+        /// The words a layout works out when made (its element count, whether it is exactly
+        /// row-major) agree with the sizes and strides it holds, at any rank.
+        #[test]
+        fn derived_words_follow_the_parts(
+            dims in proptest::collection::vec((0usize..4, 0usize..30), 0..9),
+            offset in 0usize..5,
+            exact in proptest::bool::ANY,
+        ) {
+            let sizes: Vec<usize> = dims.iter().map(|d| d.0).collect();
+            let strides = if exact {
+                contiguous_strides(&sizes)
+            } else {
+                dims.iter().map(|d| d.1).collect()
+            };
+            let l = Layout::from_slices(&sizes, &strides, offset);
+            proptest::prop_assert_eq!(l.sizes(), &sizes[..]);
+            proptest::prop_assert_eq!(l.strides(), &strides[..]);
+            proptest::prop_assert_eq!(l.numel(), checked_numel(&sizes).unwrap_or(usize::MAX));
+            proptest::prop_assert_eq!(l.is_row_major(), strides == contiguous_strides(&sizes));
+            if exact {
+                proptest::prop_assert!(l.is_row_major() && l.is_contiguous());
+            }
+            proptest::prop_assert_eq!(l.clone(), l);
+        }
     }
 }

@@ -78,7 +78,7 @@ pub(crate) fn try_new_output(
     let layout = {
         let b = first.read_body();
         let l = &b.layout;
-        let row_major = is_row_major(l);
+        let row_major = l.is_row_major();
         let contiguous = row_major || (!row_major_only && l.is_contiguous());
         // Empty tensors keep the general route's layout rules (PyTorch's strides for them
         // are not always row-major).
@@ -96,7 +96,7 @@ pub(crate) fn try_new_output(
     for (k, t) in rest.iter().enumerate() {
         let b = t.read_body();
         let l = &b.layout;
-        let contiguous = is_row_major(l) || (!row_major_only && l.is_contiguous());
+        let contiguous = l.is_row_major() || (!row_major_only && l.is_contiguous());
         if !(same_sizes(l.sizes(), layout.sizes()) && contiguous && b.storage.device() == device) {
             return None;
         }
@@ -143,16 +143,4 @@ pub(crate) fn try_new_output(
 /// library's `bcmp`, which costs more than comparing a few sizes).
 fn same_sizes(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
-}
-
-/// Whether every stride is exactly the row-major one (size-1 dimensions included).
-fn is_row_major(layout: &Layout) -> bool {
-    let mut expected = 1usize;
-    for (&n, &s) in layout.sizes().iter().zip(layout.strides()).rev() {
-        if s != expected {
-            return false;
-        }
-        expected = expected.saturating_mul(n.max(1));
-    }
-    true
 }
