@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 #[cfg(feature = "cuda")]
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use strata_alloc::caching::ENV_VAR;
@@ -27,6 +28,11 @@ thread_local! {
     static OVERRIDES: RefCell<Vec<(Device, Arc<dyn DeviceAllocator>)>> =
         const { RefCell::new(Vec::new()) };
 }
+
+/// Overrides installed on any thread: while there are none (a program that never routes),
+/// finding an allocator skips the thread-local list. A thread's own override is counted
+/// before its first allocation under it, in program order, so `Relaxed` suffices.
+static OVERRIDDEN: AtomicUsize = AtomicUsize::new(0);
 
 /// The process-wide default host allocator: PyTorch's caching algorithm over mmap'd host
 /// memory, configured by `STRATA_ALLOC_CONF` when it is first used.
@@ -156,13 +162,17 @@ impl ChosenAllocator {
 /// [`current_allocator`] without cloning the handle of a device's default.
 #[inline]
 pub(crate) fn allocator_for(device: Device) -> Result<ChosenAllocator> {
-    let routed = OVERRIDES.with(|o| {
-        let o = o.borrow();
-        o.iter()
-            .rev()
-            .find(|(d, _)| *d == device)
-            .map(|(_, a)| a.clone())
-    });
+    let routed = if OVERRIDDEN.load(Ordering::Relaxed) == 0 {
+        None
+    } else {
+        OVERRIDES.with(|o| {
+            let o = o.borrow();
+            o.iter()
+                .rev()
+                .find(|(d, _)| *d == device)
+                .map(|(_, a)| a.clone())
+        })
+    };
     match (routed, device) {
         (Some(a), _) => Ok(ChosenAllocator::Routed(a)),
         (None, Device::Cpu) => {
@@ -250,8 +260,10 @@ pub fn with_device_allocator<R>(
     impl Drop for Pop {
         fn drop(&mut self) {
             OVERRIDES.with(|o| o.borrow_mut().pop());
+            OVERRIDDEN.fetch_sub(1, Ordering::Relaxed);
         }
     }
+    OVERRIDDEN.fetch_add(1, Ordering::Relaxed);
     OVERRIDES.with(|o| o.borrow_mut().push((device, allocator.clone())));
     let _pop = Pop;
     f()
