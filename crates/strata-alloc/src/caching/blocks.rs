@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use super::config::PoolKind;
+use super::free_set::FreeSet;
 use crate::backing::StreamId;
 use crate::{Category, Site};
 
@@ -184,7 +185,7 @@ pub(crate) struct Heap {
     pub segments: BTreeMap<SegId, Segment>,
     pub next_seq: SegId,
     /// Free mapped blocks, per pool.
-    pub free: [BTreeMap<FreeKey, BlockId>; 2],
+    pub free: [FreeSet; 2],
     /// Unmapped ranges of expandable segments, per pool.
     pub unmapped: [BTreeMap<UnmappedKey, BlockId>; 2],
     /// Free-block searches per pool (the garbage collector's clock).

@@ -43,6 +43,7 @@
 mod blocks;
 mod config;
 mod expandable;
+mod free_set;
 mod hash;
 mod history;
 mod inspect;
