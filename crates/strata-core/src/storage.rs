@@ -204,6 +204,7 @@ impl Storage {
     /// instead of allocated anew. `&mut` proves that nothing else can reach the bytes. False,
     /// having done nothing, when they are not an allocator's block or a copy into them may
     /// still be running.
+    #[inline]
     pub(crate) fn release_block(&mut self) -> bool {
         if *self.has_pending.get_mut() {
             return false;
@@ -229,6 +230,7 @@ impl Storage {
     /// Makes this storage, empty after [`Storage::release_block`], the storage of `block`
     /// (which `allocator` produced), with a new identity: the same as `Storage::from_block`
     /// without a new heap object.
+    #[inline]
     pub(crate) fn refill(
         &mut self,
         allocator: &Arc<dyn DeviceAllocator>,

@@ -3,9 +3,9 @@
 //! for the CPU).
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 #[cfg(feature = "cuda")]
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use strata_alloc::caching::ENV_VAR;
