@@ -185,7 +185,7 @@ pub(crate) struct Heap {
     pub segments: BTreeMap<SegId, Segment>,
     pub next_seq: SegId,
     /// Free mapped blocks, per pool.
-    pub free: [FreeSet; 2],
+    pub free: [FreeSet<FreeKey, BlockId>; 2],
     /// Unmapped ranges of expandable segments, per pool.
     pub unmapped: [BTreeMap<UnmappedKey, BlockId>; 2],
     /// Free-block searches per pool (the garbage collector's clock).

@@ -56,7 +56,7 @@ impl State {
         let key = size.max(ms);
         let p = pool.index();
         let single = self.heap.free[p]
-            .from_key((stream, key, 0, 0))
+            .at_or_after((stream, key, 0, 0))
             .next()
             .filter(|(k, _)| k.0 == stream)
             .map(|(_, &id)| id)
@@ -66,7 +66,7 @@ impl State {
             return Ok(true);
         }
         let candidates: Vec<BlockId> = self.heap.free[p]
-            .before_key((stream, key, 0, 0))
+            .before((stream, key, 0, 0))
             .rev()
             .take_while(|(k, _)| k.0 == stream && k.1 >= ms)
             .map(|(_, &id)| id)

@@ -179,7 +179,7 @@ impl State {
             self.heap.free_calls[p] += 1;
         }
         let heap = &self.heap;
-        let mut it = heap.free[p].from_key((stream, size, 0, 0));
+        let mut it = heap.free[p].at_or_after((stream, size, 0, 0));
         let (&(s, ..), &first) = it.next()?;
         if s != stream {
             return None;
@@ -208,7 +208,7 @@ impl State {
                 }
             } else {
                 // Expandable segments were switched off: skip their blocks.
-                let mut rest = heap.free[p].from_key((stream, size, 0, 0));
+                let mut rest = heap.free[p].at_or_after((stream, size, 0, 0));
                 chosen = rest
                     .find(|(&(s, ..), &id)| s != stream || !heap.is_expandable(id))
                     .filter(|(&(s, ..), _)| s == stream)
