@@ -24,31 +24,34 @@ const INLINE: usize = 6;
 /// Up to six dimensions are held in fixed arrays (unused entries zero), so copying a layout,
 /// which every op does to read a tensor without holding its lock, copies plain words and
 /// never allocates; a layout of more dimensions keeps them in one heap slice.
+///
+/// The element count and row-majorness are worked out when asked (a few multiplications
+/// for ordinary ranks): keeping them in the layout made every layout an op builds (views,
+/// broadcasts, plans) cost more than the reads they saved. A test holds the struct to 128
+/// bytes, since it is copied on every op.
 pub struct Layout {
-    ndim: usize,
     sizes: [usize; INLINE],
     strides: [usize; INLINE],
     offset: usize,
-    /// The number of elements (`usize::MAX` if it overflows), worked out once when made.
-    numel: usize,
-    /// Every stride is exactly the row-major one, size-1 dimensions included.
-    row_major: bool,
-    /// The sizes and then the strides of a layout of more than [`INLINE`] dimensions.
-    spilled: Option<Box<[usize]>>,
+    /// The sizes and strides of a layout of more than [`INLINE`] dimensions.
+    spilled: Option<Box<Spilled>>,
+    ndim: u32,
 }
+
+/// The dimensions of a layout that does not fit in place: its sizes, then its strides.
+#[derive(Clone)]
+struct Spilled(Box<[usize]>);
 
 impl Clone for Layout {
     /// A copy of the words (and of the heap slice, for a layout of many dimensions).
     #[inline]
     fn clone(&self) -> Self {
         Layout {
-            ndim: self.ndim,
             sizes: self.sizes,
             strides: self.strides,
             offset: self.offset,
-            numel: self.numel,
-            row_major: self.row_major,
             spilled: self.spilled.clone(),
+            ndim: self.ndim,
         }
     }
 }
@@ -61,8 +64,6 @@ impl Default for Layout {
             sizes: [0; INLINE],
             strides: [0; INLINE],
             offset: 0,
-            numel: 1,
-            row_major: true,
             spilled: None,
         }
     }
@@ -123,6 +124,7 @@ pub fn channels_last_strides(sizes: &[usize]) -> Vec<usize> {
 
 /// Whether `strides` are exactly the row-major strides of `sizes` (size-1 dimensions
 /// included; a size-0 dimension counts as 1, as in [`contiguous_strides`]).
+#[inline]
 fn row_major(sizes: &[usize], strides: &[usize]) -> bool {
     let mut expected = 1usize;
     for (&n, &s) in sizes.iter().zip(strides).rev() {
@@ -135,6 +137,7 @@ fn row_major(sizes: &[usize], strides: &[usize]) -> bool {
 }
 
 /// The number of elements of a shape, or `None` if it overflows.
+#[inline]
 pub fn checked_numel(sizes: &[usize]) -> Option<usize> {
     sizes.iter().try_fold(1usize, |acc, &s| acc.checked_mul(s))
 }
@@ -148,25 +151,20 @@ impl Layout {
     /// A layout from borrowed parts (no allocation up to six dimensions).
     pub fn from_slices(sizes: &[usize], strides: &[usize], offset: usize) -> Self {
         debug_assert_eq!(sizes.len(), strides.len());
-        let ndim = sizes.len();
-        let numel = checked_numel(sizes).unwrap_or(usize::MAX);
-        let row_major = row_major(sizes, strides);
-        if ndim > INLINE {
-            let both: Box<[usize]> = sizes.iter().chain(strides).copied().collect();
+        // More dimensions than fit in 32 bits would need more memory than any machine has.
+        let ndim = sizes.len() as u32;
+        if sizes.len() > INLINE {
+            let both = Spilled(sizes.iter().chain(strides).copied().collect());
             return Layout {
                 ndim,
                 offset,
-                numel,
-                row_major,
-                spilled: Some(both),
+                spilled: Some(Box::new(both)),
                 ..Layout::default()
             };
         }
         let mut layout = Layout {
             ndim,
             offset,
-            numel,
-            row_major,
             ..Layout::default()
         };
         // A loop of fixed length, which the compiler unrolls (a slice copy calls the C
@@ -195,8 +193,8 @@ impl Layout {
     #[inline]
     pub fn sizes(&self) -> &[usize] {
         match &self.spilled {
-            None => &self.sizes[..self.ndim],
-            Some(both) => &both[..self.ndim],
+            None => &self.sizes[..self.ndim as usize],
+            Some(both) => &both.0[..self.ndim as usize],
         }
     }
 
@@ -204,8 +202,8 @@ impl Layout {
     #[inline]
     pub fn strides(&self) -> &[usize] {
         match &self.spilled {
-            None => &self.strides[..self.ndim],
-            Some(both) => &both[self.ndim..],
+            None => &self.strides[..self.ndim as usize],
+            Some(both) => &both.0[self.ndim as usize..],
         }
     }
 
@@ -225,13 +223,13 @@ impl Layout {
 
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
-        self.ndim
+        self.ndim as usize
     }
 
     /// Number of elements (saturating; layouts are validated when made).
     #[inline]
     pub fn numel(&self) -> usize {
-        self.numel
+        checked_numel(self.sizes()).unwrap_or(usize::MAX)
     }
 
     /// Whether every stride is exactly the row-major one, size-1 dimensions included
@@ -239,7 +237,7 @@ impl Layout {
     /// dimensions as PyTorch's `is_contiguous()` does).
     #[inline]
     pub fn is_row_major(&self) -> bool {
-        self.row_major
+        row_major(self.sizes(), self.strides())
     }
 
     /// Checks that the element count and the furthest element offset fit in memory
@@ -422,6 +420,16 @@ mod tests {
         assert_eq!(wrap_dim(3, 3), None);
         assert_eq!(wrap_dim(-1, 0), Some(0));
         assert_eq!(wrap_dim(1, 0), None);
+    }
+
+    #[test]
+    fn a_layout_stays_small_enough_to_copy_without_a_call() {
+        assert!(std::mem::size_of::<Layout>() <= 128);
+    }
+
+    #[test]
+    fn a_layout_stays_small() {
+        assert!(std::mem::size_of::<Layout>() <= 128);
     }
 
     #[test]
