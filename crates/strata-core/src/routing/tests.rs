@@ -72,3 +72,36 @@ fn the_innermost_override_wins_and_unwinding_restores_the_outer_one() {
         ));
     });
 }
+
+#[test]
+fn an_override_on_one_thread_leaves_the_others_on_their_default() {
+    let routed = host();
+    let default = current_allocator(Device::Cpu).unwrap();
+    let (installed, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            with_allocator(&routed, || {
+                installed.wait();
+                done.wait();
+            })
+        });
+        // While the other thread holds its override (so overrides exist in the process),
+        // this thread, which installed none, still allocates from the default.
+        installed.wait();
+        assert!(Arc::ptr_eq(
+            &current_allocator(Device::Cpu).unwrap(),
+            &default
+        ));
+        with_allocator(&routed, || {
+            assert!(Arc::ptr_eq(
+                &current_allocator(Device::Cpu).unwrap(),
+                &routed
+            ));
+        });
+        done.wait();
+    });
+    assert!(Arc::ptr_eq(
+        &current_allocator(Device::Cpu).unwrap(),
+        &default
+    ));
+}
