@@ -26,9 +26,9 @@ const INLINE: usize = 6;
 /// never allocates; a layout of more dimensions keeps them in one heap slice.
 ///
 /// The element count and row-majorness are worked out when asked (a few multiplications
-/// for ordinary ranks): keeping them in the layout made every layout an op builds (views,
-/// broadcasts, plans) cost more than the reads they saved. A test holds the struct to 128
-/// bytes, since it is copied on every op.
+/// for ordinary ranks): kept in the layout, they made a data loader's per-sample work
+/// slower though it ran fewer instructions (BENCHMARKS.md, "A fifth pass"). A test holds
+/// the struct to 128 bytes, since it is copied on every op.
 pub struct Layout {
     sizes: [usize; INLINE],
     strides: [usize; INLINE],
