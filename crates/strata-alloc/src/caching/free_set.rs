@@ -1,10 +1,11 @@
 //! The ordered set of a pool's free blocks, searched on every allocation that the reuse
 //! record does not serve and updated on every free.
 //!
-//! A pool usually caches a few dozen free blocks; a training loop's allocations then search,
-//! take and return blocks among them all the time. A sorted vector answers each of those
-//! with one binary search and a short move of the entries after it, where a `BTreeMap` walks
-//! nodes (about four times the instructions in a loop of one-element ops). Past
+//! A pool often caches only a few free blocks (a loop that replaces a live result alternates
+//! two); its allocations then search, take and return blocks among them all the time. A
+//! sorted vector answers each of those with one binary search and a short move of the
+//! entries after it, where a `BTreeMap` walks nodes (about two and a half times the
+//! instructions in a loop of one-element ops, `scripts/count-instructions`). Past
 //! [`TO_TREE`] entries, moving the tail would cost more than the tree (a data loader's
 //! many small batches leave hundreds of free blocks), so the set becomes a `BTreeMap`, and
 //! back to a vector once it has shrunk below [`TO_VECTOR`] (apart, so that a set near one
