@@ -87,6 +87,22 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
         let _ = (block, category);
     }
 
+    /// Allocates `size` bytes counted under `category` from the start, so that no reading
+    /// of the statistics, on any thread, sees them as anything else (an input batch made on
+    /// a loader's worker is never a temporary for a moment). The default allocates, then
+    /// calls [`set_category`](DeviceAllocator::set_category); allocators that keep
+    /// categories do both at once.
+    fn allocate_as(
+        &self,
+        size: usize,
+        site: &Site,
+        category: Category,
+    ) -> Result<Block, AllocError> {
+        let block = self.allocate(size, site)?;
+        self.set_category(&block, category);
+        Ok(block)
+    }
+
     /// Records that `stream` (of this allocator's device, other than the block's own) uses
     /// `block` (live, from this allocator): once freed, its memory is not reused until the
     /// work queued on `stream` by then has completed (PyTorch's `record_stream`). False when

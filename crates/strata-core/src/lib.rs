@@ -55,7 +55,7 @@ pub use op::{CallSite, OpContext, ProgramLines};
 pub use ops::binary::Other;
 pub use ops::views::SplitSize;
 pub use random::{manual_seed, Generator};
-pub use routing::{with_allocator, with_device_allocator};
+pub use routing::{allocating_as, with_allocator, with_device_allocator};
 pub use scalar::Scalar;
 pub use strata_alloc::{Category, Grouping};
 pub use tensor::{ArangeRange, Factory, Tensor, ViewCreation, ViewInfo, WeakTensor};

@@ -178,45 +178,67 @@ impl OpContext {
         current_allocator(device)
     }
 
-    /// A new storage of `nbytes` on `device`, attributed to this op's site.
+    /// A new storage of `nbytes` on `device`, attributed to this op's site and counted as a
+    /// temporary, or under the category of this thread's
+    /// [`allocating_as`](crate::allocating_as) scope.
     pub fn allocate(&self, nbytes: usize, device: Device) -> Result<Arc<Storage>> {
         let allocator = crate::routing::allocator_for(device)?;
         let site = self.site();
-        let block =
-            allocator
-                .get()
-                .allocate(nbytes, &site)
-                .map_err(|source| Error::OutOfMemory {
-                    op: self.op,
-                    source,
-                })?;
-        self.observe_alloc(site, block.size(), device);
+        let scoped = crate::routing::scoped_category();
+        let block = match scoped {
+            None => allocator.get().allocate(nbytes, &site),
+            Some(c) => allocator.get().allocate_as(nbytes, &site, c),
+        }
+        .map_err(|source| Error::OutOfMemory {
+            op: self.op,
+            source,
+        })?;
+        self.observe_alloc(site, block.size(), device, scoped);
         // The thread's spare storage object, when it has one, saves a heap allocation.
         if let Some(mut spare) = crate::storage::spare::take() {
             if let Some(s) = Arc::get_mut(&mut spare) {
                 s.refill(allocator.get(), block, device);
-                return Ok(spare);
+                return Ok(marked(spare, scoped));
             }
         }
-        Ok(Arc::new(Storage::from_block(
-            allocator.into_arc(),
-            block,
-            device,
-        )))
+        let storage = Storage::from_block(allocator.into_arc(), block, device);
+        Ok(marked(Arc::new(storage), scoped))
     }
 
-    /// Tells the observer, if one is installed, that this op got `bytes` at `site`.
-    pub(crate) fn observe_alloc(&self, site: Site, bytes: usize, device: Device) {
+    /// Tells the observer, if one is installed, that this op got `bytes` at `site`, counted
+    /// under `category` (a temporary when `None`).
+    pub(crate) fn observe_alloc(
+        &self,
+        site: Site,
+        bytes: usize,
+        device: Device,
+        category: Option<Category>,
+    ) {
         if let Some(o) = &self.observer {
             o.memory(&AllocEvent {
                 action: MemoryAction::Alloc,
                 site,
                 bytes,
-                category: Category::Temporary,
+                category: category.unwrap_or(Category::Temporary),
                 device,
             });
         }
     }
+}
+
+/// `storage`, recorded as `category`'s when given (its allocator counts it so already).
+#[inline]
+fn marked(storage: Arc<Storage>, category: Option<Category>) -> Arc<Storage> {
+    if let Some(c) = category {
+        mark_scoped(&storage, c);
+    }
+    storage
+}
+
+#[cold]
+#[inline(never)]
+fn mark_scoped(storage: &Storage, category: Category) {
+    storage.mark_category(category);
 }
 
 impl Drop for OpContext {

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use strata_alloc::{DeviceAllocator, HostBacking, HostCachingAllocator};
-use strata_core::{memory, with_allocator, DType, Device, Error, Tensor};
+use strata_alloc::{Category, DeviceAllocator, HostBacking, HostCachingAllocator};
+use strata_core::{allocating_as, memory, with_allocator, DType, Device, Error, Tensor};
 
 const MIB: usize = 1 << 20;
 
@@ -112,4 +112,65 @@ fn out_of_memory_is_an_error_that_changes_nothing() {
         let small = Tensor::zeros(&[MIB], DType::F32).unwrap();
         assert_eq!(small.numel(), MIB);
     });
+}
+
+#[test]
+fn a_scoped_category_counts_the_memory_from_its_first_byte_and_ends_with_the_scope() {
+    let caching = Arc::new(HostCachingAllocator::new(HostBacking::new()));
+    let routed: Arc<dyn DeviceAllocator> = caching.clone();
+    with_allocator(&routed, || {
+        let (input, inner, after) = allocating_as(Category::Input, || {
+            let input = Tensor::zeros(&[256], DType::F32).unwrap();
+            let inner = allocating_as(Category::Other, || {
+                Tensor::zeros(&[128], DType::F32).unwrap()
+            });
+            // The outer scope applies again once the inner one has ended.
+            let after = Tensor::zeros(&[64], DType::F32).unwrap();
+            (input, inner, after)
+        });
+        let plain = Tensor::zeros(&[32], DType::F32).unwrap();
+        assert_eq!(input.memory_category(), Category::Input);
+        assert_eq!(inner.memory_category(), Category::Other);
+        assert_eq!(after.memory_category(), Category::Input);
+        assert_eq!(plain.memory_category(), Category::Temporary);
+        let stats = caching.memory_stats();
+        let bytes = |c| stats.category_bytes.get(c).current;
+        assert_eq!(bytes(Category::Input), 1024 + 512);
+        assert_eq!(bytes(Category::Other), 512);
+        assert_eq!(bytes(Category::Temporary), 512);
+        // The peak was reached by the last allocation: the mix at the peak has each block
+        // under its category.
+        let at_peak = stats.categories_at_peak_with(&Default::default());
+        assert_eq!(at_peak["input"], 1024 + 512);
+        assert_eq!(at_peak["temporary"], 512);
+    });
+}
+
+#[test]
+fn another_thread_never_sees_a_scoped_allocation_as_a_temporary() {
+    let caching = Arc::new(HostCachingAllocator::new(HostBacking::new()));
+    let routed: Arc<dyn DeviceAllocator> = caching.clone();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            with_allocator(&routed, || {
+                for _ in 0..3000 {
+                    let batch = allocating_as(Category::Input, || {
+                        Tensor::empty(&[32, 784], DType::F32).unwrap()
+                    });
+                    drop(batch);
+                }
+            });
+            done.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    let mut reads = 0u64;
+    while !done.load(std::sync::atomic::Ordering::Acquire) {
+        let stats = caching.memory_stats();
+        assert_eq!(stats.category_bytes.get(Category::Temporary).current, 0);
+        reads += 1;
+    }
+    worker.join().unwrap();
+    assert!(reads > 0);
 }

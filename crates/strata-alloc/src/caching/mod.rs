@@ -230,12 +230,39 @@ impl<B: Backing> CachingAllocator<B> {
         stream: StreamId,
         site: &Site,
     ) -> Result<Block, CachingError> {
+        self.allocate_with(size, site, |st| {
+            st.malloc(&self.backing, size, stream, *site)
+        })
+    }
+
+    /// [`allocate_on_stream`](CachingAllocator::allocate_on_stream) on the default stream,
+    /// the block counted under `category` from the start (see [`State::malloc_as`]).
+    fn allocate_counted_as(
+        &self,
+        size: usize,
+        site: &Site,
+        category: Category,
+    ) -> Result<Block, CachingError> {
+        let stream = self.backing.default_stream();
+        self.allocate_with(size, site, |st| {
+            st.malloc_as(&self.backing, size, stream, *site, category)
+        })
+    }
+
+    /// A block of `size` bytes from `malloc` (run under the lock), or the empty block.
+    #[inline(always)]
+    fn allocate_with(
+        &self,
+        size: usize,
+        site: &Site,
+        malloc: impl FnOnce(&mut State) -> Result<usize, CachingError>,
+    ) -> Result<Block, CachingError> {
         if size == 0 {
             let dangling = NonNull::new(BLOCK_ALIGN as *mut u8).expect("alignment is non-zero");
             // SAFETY: a zero-size block is never read or written through.
             return Ok(unsafe { Block::from_raw(dangling, 0, *site) });
         }
-        let addr = self.lock_raw().malloc(&self.backing, size, stream, *site)?;
+        let addr = malloc(&mut self.lock_raw())?;
         if self.shows_blocks_to_memcheck {
             memcheck::block_handed_out(addr, size);
         }
@@ -453,6 +480,16 @@ impl<B: Backing> DeviceAllocator for CachingAllocator<B> {
 
     fn name(&self) -> &str {
         "caching"
+    }
+
+    fn allocate_as(
+        &self,
+        size: usize,
+        site: &Site,
+        category: Category,
+    ) -> Result<Block, AllocError> {
+        self.allocate_counted_as(size, site, category)
+            .map_err(AllocError::from)
     }
 
     fn set_category(&self, block: &Block, category: Category) {

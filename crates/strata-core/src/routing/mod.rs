@@ -16,6 +16,11 @@ use strata_alloc::{
 
 use crate::{Device, Error, Result};
 
+mod category;
+
+pub use category::allocating_as;
+pub(crate) use category::scoped_category;
+
 #[cfg(feature = "cuda")]
 use strata_alloc::{caching::CUDA_ENV_VARS, AllocatorConfig, CachingAllocator, CudaBacking};
 

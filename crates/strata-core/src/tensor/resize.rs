@@ -49,7 +49,7 @@ impl Tensor {
                     op: ctx.op(),
                     source,
                 })?;
-            ctx.observe_alloc(site, block.size(), body.storage.device());
+            ctx.observe_alloc(site, block.size(), body.storage.device(), None);
             let guards = lock_storages(&[(&body.storage, Access::Write)]);
             if let Err(block) = guards.grow(&body.storage, allocator.clone(), block) {
                 // Another thread grew it meanwhile (ours is not needed), or the storage's

@@ -3,7 +3,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use strata_core::{Category, Tensor};
+use strata_core::{allocating_as, Category, Tensor};
 
 use super::stop::stop_requested;
 use crate::dataset::{Dataset, SampleContext};
@@ -43,9 +43,11 @@ impl Collate for IntoBatch {
                 let mut shape = Vec::with_capacity(f.shape.len() + 1);
                 shape.push(indices.len());
                 shape.extend_from_slice(&f.shape);
-                let t = Tensor::empty(&shape, f.dtype)?;
-                t.mark_category(Category::Input);
-                Ok(t)
+                // Counted as an input from its first byte: the training thread may read
+                // the statistics at any moment of this worker's.
+                Ok(allocating_as(Category::Input, || {
+                    Tensor::empty(&shape, f.dtype)
+                })?)
             })
             .collect::<Result<Vec<_>>>()?;
         for (row, &index) in indices.iter().enumerate() {

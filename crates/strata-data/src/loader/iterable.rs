@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use strata_alloc::DeviceAllocator;
 use strata_core::routing::current_allocator;
-use strata_core::{scope, with_allocator, Category, Device, Tensor};
+use strata_core::{allocating_as, scope, with_allocator, Category, Device, Tensor};
 
 use super::workers::spawn_in;
 use super::{check, Batch, LoaderOptions};
@@ -153,8 +153,7 @@ fn write_batch(samples: &[Vec<Tensor>], fields: &[Field]) -> Result<Vec<Tensor>>
         .map(|(k, f)| {
             let mut shape = vec![samples.len()];
             shape.extend_from_slice(&f.shape);
-            let batch = Tensor::empty(&shape, f.dtype)?;
-            batch.mark_category(Category::Input);
+            let batch = allocating_as(Category::Input, || Tensor::empty(&shape, f.dtype))?;
             for (row, s) in samples.iter().enumerate() {
                 let value = s.get(k).ok_or_else(|| {
                     DataError::argument(

@@ -489,6 +489,27 @@ impl State {
         Ok(true)
     }
 
+    /// [`malloc`](State::malloc), the block counted under `category` from the start: the
+    /// temporaries' statistics (current, peak and sums) are as if it had never been one, and
+    /// the mix at a peak it sets has it under `category`.
+    pub fn malloc_as<B: Backing>(
+        &mut self,
+        b: &B,
+        n: usize,
+        stream: StreamId,
+        site: Site,
+        category: Category,
+    ) -> Result<usize, CachingError> {
+        // Counts any deferred reuse first, so that what is restored below is this block's
+        // passage alone.
+        self.settle();
+        let temporary = *self.stats.category_bytes.get(Category::Temporary);
+        let addr = self.malloc(b, n, stream, site)?;
+        self.set_category(addr, category);
+        *self.stats.category_bytes.get_mut(Category::Temporary) = temporary;
+        Ok(addr)
+    }
+
     /// Counts the live block at `addr` under `category` from now on. False (nothing done) when
     /// no live block starts at `addr`.
     pub fn set_category(&mut self, addr: usize, category: Category) -> bool {

@@ -101,3 +101,29 @@ fn the_peak_mix_is_the_categories_at_the_moment_of_the_peak() {
         a.deallocate(g);
     }
 }
+
+#[test]
+fn a_block_allocated_as_a_category_never_counts_as_a_temporary() {
+    let a = CachingAllocator::new(VirtualBacking::new(1 << 32));
+    let site = Site::unknown("test");
+    // Both paths: a fresh segment, then the fast path of a request freed and repeated.
+    for _ in 0..3 {
+        let b = a.allocate_as(1 << 20, &site, Category::Input).unwrap();
+        let stats = a.memory_stats();
+        assert_eq!(stats.category_bytes.get(Category::Input).current, 1 << 20);
+        assert_eq!(stats.category_bytes.get(Category::Temporary).peak, 0);
+        let at_peak = stats.categories_at_peak_with(&MemoryStats::default());
+        assert_eq!((at_peak["input"], at_peak["temporary"]), (1 << 20, 0));
+        // SAFETY: `b` came from `a` and is not used again.
+        unsafe { a.deallocate(b) };
+    }
+    // Zero bytes are still free of any statistic.
+    let empty = a.allocate_as(0, &site, Category::Input).unwrap();
+    assert_eq!(
+        a.memory_stats().category_bytes.get(Category::Input).current,
+        0
+    );
+    // SAFETY: `empty` came from `a`.
+    unsafe { a.deallocate(empty) };
+    a.check_consistency().unwrap();
+}
