@@ -153,9 +153,16 @@ fn short_run<O: Element, I: Element>(plan: &Plan) -> Option<(&[*mut u8], usize)>
         return None;
     }
     let n = plan.shape[0];
-    let (out, inputs) = plan.dtypes.split_first()?;
-    (n <= SHORT && *out == O::DTYPE && inputs.iter().all(|&d| d == I::DTYPE))
-        .then_some((&plan.ptrs[..], n))
+    let (&out, inputs) = plan.dtypes.split_first()?;
+    if n > SHORT || out != O::DTYPE {
+        return None;
+    }
+    for &d in inputs {
+        if d != I::DTYPE {
+            return None;
+        }
+    }
+    Some((&plan.ptrs[..], n))
 }
 
 /// `out = f(a)` element-wise. Operand 0 is the output, operand 1 the input; `a` is read as
@@ -166,6 +173,12 @@ fn short_run<O: Element, I: Element>(plan: &Plan) -> Option<(&[*mut u8], usize)>
 pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Sync) {
     if let Some((p, n)) = short_run::<O, I>(plan) {
         let (o, a) = (p[0] as *mut O, p[1] as *const I);
+        if n == 1 {
+            // One element (a number's arithmetic) without the loop's set-up for a vector
+            // body. SAFETY: as below.
+            unsafe { o.write(f(a.read())) };
+            return;
+        }
         for i in 0..n {
             // SAFETY: `n` contiguous elements of each operand lie in its locked storage (the
             // caller's contract); an output that is also the input is read before written.
@@ -210,6 +223,12 @@ pub unsafe fn map1<I: Element, O: Element>(plan: &Plan, f: impl Fn(I) -> O + Syn
 pub unsafe fn map2<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I) -> O + Sync) {
     if let Some((p, n)) = short_run::<O, I>(plan) {
         let (o, a, b) = (p[0] as *mut O, p[1] as *const I, p[2] as *const I);
+        if n == 1 {
+            // One element (a number's arithmetic) without the loop's set-up for a vector
+            // body. SAFETY: as in `map1`.
+            unsafe { o.write(f(a.read(), b.read())) };
+            return;
+        }
         for i in 0..n {
             // SAFETY: as in `map1`.
             unsafe { o.add(i).write(f(a.add(i).read(), b.add(i).read())) };
@@ -256,6 +275,11 @@ pub unsafe fn map3<I: Element, O: Element>(plan: &Plan, f: impl Fn(I, I, I) -> O
     if let Some((p, n)) = short_run::<O, I>(plan) {
         let (o, a) = (p[0] as *mut O, p[1] as *const I);
         let (b, c) = (p[2] as *const I, p[3] as *const I);
+        if n == 1 {
+            // SAFETY: as in `map1`.
+            unsafe { o.write(f(a.read(), b.read(), c.read())) };
+            return;
+        }
         for i in 0..n {
             // SAFETY: as in `map1`.
             unsafe {
