@@ -57,7 +57,8 @@ pub struct AllocEvent {
     pub site: Site,
     /// Bytes of the storage.
     pub bytes: usize,
-    /// What the bytes held (a new allocation is a temporary until something marks it).
+    /// What the bytes held (a new allocation is a temporary until something marks it, or
+    /// the category of the [`allocating_as`](crate::allocating_as) scope it was made in).
     pub category: Category,
     /// The device the bytes are on.
     pub device: Device,
