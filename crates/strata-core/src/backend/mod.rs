@@ -443,14 +443,20 @@ pub(crate) trait Backend: Sync {
 }
 
 /// The backend whose kernels run on `device`'s memory.
+#[inline]
 pub(crate) fn for_device(device: Device) -> Result<&'static dyn Backend> {
     match device {
         Device::Cpu => Ok(&cpu::Cpu),
         Device::Meta => Ok(&meta::Meta),
-        Device::Cuda(index) => {
-            cuda_backend(index).map_err(|why| no_backend(device, "backend", why))
-        }
+        Device::Cuda(index) => for_cuda(index),
     }
+}
+
+/// [`for_device`] for CUDA device `index` (kept out of line: every CPU op inlines the rest).
+#[cold]
+#[inline(never)]
+fn for_cuda(index: usize) -> Result<&'static dyn Backend> {
+    cuda_backend(index).map_err(|why| no_backend(Device::Cuda(index), "backend", why))
 }
 
 /// `Ok` when this build can make tensors on `device` (the CPU, meta, and a CUDA device the

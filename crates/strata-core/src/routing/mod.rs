@@ -167,32 +167,38 @@ impl ChosenAllocator {
 /// [`current_allocator`] without cloning the handle of a device's default.
 #[inline]
 pub(crate) fn allocator_for(device: Device) -> Result<ChosenAllocator> {
-    let routed = if OVERRIDDEN.load(Ordering::Relaxed) == 0 {
-        None
-    } else {
-        OVERRIDES.with(|o| {
-            let o = o.borrow();
-            o.iter()
-                .rev()
-                .find(|(d, _)| *d == device)
-                .map(|(_, a)| a.clone())
-        })
-    };
-    match (routed, device) {
-        (Some(a), _) => Ok(ChosenAllocator::Routed(a)),
-        (None, Device::Cpu) => {
+    if OVERRIDDEN.load(Ordering::Relaxed) != 0 {
+        if let Some(a) = routed_for(device) {
+            return Ok(ChosenAllocator::Routed(a));
+        }
+    }
+    match device {
+        Device::Cpu => {
             static HOST: OnceLock<Arc<dyn DeviceAllocator>> = OnceLock::new();
             shared_handle(&HOST, default_host_allocator).map(ChosenAllocator::Default)
         }
-        (None, Device::Meta) => {
+        Device::Meta => {
             static META: OnceLock<Arc<dyn DeviceAllocator>> = OnceLock::new();
             shared_handle(&META, default_meta_allocator).map(ChosenAllocator::Default)
         }
         #[cfg(feature = "cuda")]
-        (None, Device::Cuda(i)) => Ok(ChosenAllocator::Routed(default_cuda_allocator(i)?.clone())),
+        Device::Cuda(i) => Ok(ChosenAllocator::Routed(default_cuda_allocator(i)?.clone())),
         #[cfg(not(feature = "cuda"))]
-        (None, Device::Cuda(_)) => Err(no_allocator()),
+        Device::Cuda(_) => Err(no_allocator()),
     }
+}
+
+/// This thread's innermost override for `device`, if any (kept out of line: a program that
+/// never routes does not come here).
+#[inline(never)]
+fn routed_for(device: Device) -> Option<Arc<dyn DeviceAllocator>> {
+    OVERRIDES.with(|o| {
+        let o = o.borrow();
+        o.iter()
+            .rev()
+            .find(|(d, _)| *d == device)
+            .map(|(_, a)| a.clone())
+    })
 }
 
 /// A device's default allocator (`default()`) as a handle of the trait object, kept in
@@ -202,9 +208,19 @@ fn shared_handle<A: DeviceAllocator + 'static>(
     cell: &'static OnceLock<Arc<dyn DeviceAllocator>>,
     default: fn() -> Result<&'static Arc<A>>,
 ) -> Result<&'static Arc<dyn DeviceAllocator>> {
-    if let Some(a) = cell.get() {
-        return Ok(a);
+    match cell.get() {
+        Some(a) => Ok(a),
+        None => first_handle(cell, default),
     }
+}
+
+/// [`shared_handle`] the first time: makes the default and keeps its handle.
+#[cold]
+#[inline(never)]
+fn first_handle<A: DeviceAllocator + 'static>(
+    cell: &'static OnceLock<Arc<dyn DeviceAllocator>>,
+    default: fn() -> Result<&'static Arc<A>>,
+) -> Result<&'static Arc<dyn DeviceAllocator>> {
     let a = default()?;
     Ok(cell.get_or_init(|| a.clone()))
 }
