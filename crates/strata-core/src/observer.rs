@@ -133,6 +133,12 @@ pub(crate) fn observer_if(attention: usize) -> Option<Arc<dyn OpObserver>> {
     OBSERVER.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// Whether an observer is installed (one atomic load).
+#[inline]
+pub(crate) fn observing() -> bool {
+    attention() & OBSERVER_BIT != 0
+}
+
 /// The installed observer, if any (one atomic load when there is none).
 pub(crate) fn observer() -> Option<Arc<dyn OpObserver>> {
     observer_if(attention())

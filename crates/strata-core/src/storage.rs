@@ -462,10 +462,17 @@ impl Storage {
     /// Tells the observer, if one is installed, that this storage's block goes back to its
     /// allocator: what its drop reports, and [`Storage::release_block`] before the block
     /// goes back early. Without an observer this costs one atomic load and nothing else.
+    #[inline]
     fn report_free(&self) {
-        if crate::observer::observer().is_none() {
-            return;
+        if crate::observer::observing() {
+            self.report_free_observed();
         }
+    }
+
+    /// [`Storage::report_free`] once an observer is installed.
+    #[cold]
+    #[inline(never)]
+    fn report_free_observed(&self) {
         let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner());
         self.observe_free(&owner);
     }
