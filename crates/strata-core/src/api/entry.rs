@@ -281,6 +281,7 @@ impl<'a> Entry<'a> {
 /// `out`, unless the kernels met an error while the op ran (a CUDA driver error), which is
 /// then the op's error; the kernels' error is taken either way, so that it is never left for
 /// a later op to report.
+#[inline(always)]
 fn reported<T>(out: Result<T>) -> Result<T> {
     let kernels = crate::kernel_error::take();
     let out = out?;
