@@ -63,7 +63,7 @@ pub(crate) fn try_new_output(
     out_dtype: DType,
     inputs: &[&Tensor],
     row_major_only: bool,
-    kernel: impl FnOnce(&Plan),
+    kernel: &impl Fn(&Plan),
 ) -> Option<Result<Tensor>> {
     let (&first, rest) = inputs.split_first()?;
     if rest.len() >= MAX_INPUTS {
