@@ -423,11 +423,6 @@ mod tests {
     }
 
     #[test]
-    fn a_layout_stays_small_enough_to_copy_without_a_call() {
-        assert!(std::mem::size_of::<Layout>() <= 128);
-    }
-
-    #[test]
     fn a_layout_stays_small() {
         assert!(std::mem::size_of::<Layout>() <= 128);
     }
