@@ -84,16 +84,25 @@ fn opposite_copies(a: Tensor, b: Tensor, iters: usize) {
     let done = Arc::new(AtomicBool::new(false));
     let checks = Arc::new(AtomicUsize::new(0));
 
+    // Each writer returns how many writes it made: at least `iters` iterations, and on until
+    // the reader has finished one check, so that the reader always reads while copies run
+    // (on a busy machine large copies could otherwise all finish before its first pass).
     let writer = |dst: Tensor, other: Tensor, own: Tensor| {
-        let barrier = barrier.clone();
+        let (barrier, checks) = (barrier.clone(), checks.clone());
         thread::spawn(move || {
             barrier.wait();
-            for i in 0..iters {
+            let mut writes = 0u32;
+            let mut i = 0;
+            while i < iters || checks.load(Ordering::Relaxed) == 0 {
                 dst.copy_(&other).unwrap();
+                writes += 1;
                 if i % 2 == 1 {
                     dst.copy_(&own).unwrap();
+                    writes += 1;
                 }
+                i += 1;
             }
+            writes
         })
     };
     let w1 = writer(a.clone(), b.clone(), src_a.clone());
@@ -116,8 +125,8 @@ fn opposite_copies(a: Tensor, b: Tensor, iters: usize) {
             }
         })
     };
-    w1.join().unwrap();
-    w2.join().unwrap();
+    let writes_a = w1.join().unwrap();
+    let writes_b = w2.join().unwrap();
     done.store(true, Ordering::Release);
     reader.join().unwrap();
 
@@ -130,13 +139,12 @@ fn opposite_copies(a: Tensor, b: Tensor, iters: usize) {
         );
     }
     // Every copy counts as one write of its destination.
-    let writes = (iters + iters / 2) as u32;
     if a.shares_storage(&b) {
-        assert_eq!(a.version(), v0.0 + 2 * writes);
+        assert_eq!(a.version(), v0.0 + writes_a + writes_b);
         assert_eq!(b.version(), a.version());
     } else {
-        assert_eq!(a.version(), v0.0 + writes);
-        assert_eq!(b.version(), v0.1 + writes);
+        assert_eq!(a.version(), v0.0 + writes_a);
+        assert_eq!(b.version(), v0.1 + writes_b);
     }
     assert!(checks.load(Ordering::Relaxed) > 0);
 }
